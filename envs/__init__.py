@@ -1,0 +1,1 @@
+"""Batched environments behind one interface: EnvPool (classic control, Atari) and NLE."""
