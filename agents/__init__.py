@@ -1,0 +1,1 @@
+"""IMPALA learner, V-trace losses, PopArt statistics and Sebulba actors."""

@@ -1,0 +1,125 @@
+"""The learner: state, optimiser, and one jitted update sharded over devices.
+
+The update is written as a per-device function with named-axis collectives,
+exactly as a `jax.pmap` body, and run with `jax.jit(jax.shard_map(...))` over
+a 1-D mesh of the learner devices; the global batch is split along its batch
+axis. `check_vma=False` gives the pmap semantics: inside the body, gradients
+with respect to the replicated parameters are per-device and are reduced
+explicitly.
+"""
+
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from agents import losses
+from agents import popart
+from agents.types import Unroll, time_major_axis
+
+AXIS = 'learner'
+
+
+class LearnerState(NamedTuple):
+  """Everything the learner owns; replaced by each update, never mutated."""
+  params: Any            # Flax 'params' collection
+  popart: Any            # Flax 'popart' collection: {value head name: {'mu', 'nu'}}
+  opt_state: Any
+  step: jax.Array        # learner steps taken (int32 scalar)
+
+
+def make_optimizer(learning_rate: float, total_learner_steps: int,
+                   max_grad_norm: float, decay: float, eps: float,
+                   momentum: float):
+  """Global-norm clip, then RMSProp with a learning rate annealed linearly to 0."""
+  schedule = optax.linear_schedule(learning_rate, 0.0, max(total_learner_steps, 1))
+  return optax.chain(
+      optax.clip_by_global_norm(max_grad_norm),
+      optax.rmsprop(schedule, decay=decay, eps=eps,
+                    momentum=momentum if momentum > 0 else None),
+  ), schedule
+
+
+def make_mesh(devices: Sequence[jax.Device]) -> Mesh:
+  return Mesh(np.asarray(devices), (AXIS,))
+
+
+def batch_sharding(mesh: Mesh, unroll: Unroll):
+  """NamedShardings that split every field of an unroll along its batch axis."""
+  def spec(axis):
+    return NamedSharding(mesh, P(*([None] * axis), AXIS))
+  axes = time_major_axis(unroll)
+  return Unroll(*[jax.tree.map(lambda _, a=axis: spec(a), field)
+                  for field, axis in zip(unroll, axes)])
+
+
+def _batch_specs():
+  return Unroll(obs=P(None, AXIS), first=P(None, AXIS), action=P(None, AXIS),
+                behaviour_logits=P(None, AXIS), reward=P(None, AXIS),
+                discount=P(None, AXIS), task_id=P(None, AXIS),
+                core_state=P(AXIS))
+
+
+def build_update(apply_fn: Callable, optimizer, schedule,
+                 loss_cfg: losses.LossConfig, value_head: str, mesh: Mesh):
+  """Returns jitted update(state, batch) -> (state, metrics).
+
+  `apply_fn(params, popart_stats, obs, first, core_state)` runs the network;
+  `value_head` names the value head's entry in params and the popart collection.
+  """
+  loss_fn = losses.impala_loss(apply_fn, loss_cfg, axis_name=AXIS)
+
+  def per_device_update(state: LearnerState, batch: Unroll):
+    stats = state.popart[value_head]
+    grads, out = jax.grad(loss_fn, has_aux=True)(state.params, stats, batch)
+    # The loss sums over the global batch, so its gradient is the sum of the
+    # per-device gradients (the device mean times the device count).
+    grads = jax.lax.psum(grads, AXIS)
+    grad_norm = optax.global_norm(grads)
+
+    params = state.params
+    new_stats = out.new_stats
+    if loss_cfg.popart_enabled:
+      params = {**params, value_head: popart.preserve_outputs(
+          params[value_head], stats, new_stats)}
+      # The gradient was taken at the head before its rescale; at the rescaled
+      # head (w' = w sigma / sigma') the gradient is sigma' / sigma times it.
+      ratio = popart.sigma(new_stats) / popart.sigma(stats)
+      grads = {**grads, value_head: jax.tree.map(lambda g: g * ratio,
+                                                 grads[value_head])}
+    updates, opt_state = optimizer.update(grads, state.opt_state, params)
+    params = optax.apply_updates(params, updates)
+
+    metrics = dict(out.metrics)
+    metrics['grad_norm'] = grad_norm
+    metrics['learning_rate'] = schedule(state.step)
+    metrics['popart/mu'] = new_stats['mu']
+    metrics['popart/sigma'] = popart.sigma(new_stats)
+    new_state = LearnerState(
+        params=params,
+        popart={**state.popart, value_head: new_stats},
+        opt_state=opt_state,
+        step=state.step + 1)
+    return new_state, metrics
+
+  sharded = jax.shard_map(
+      per_device_update, mesh=mesh,
+      in_specs=(P(), _batch_specs()), out_specs=(P(), P()),
+      check_vma=False)
+  return jax.jit(sharded)
+
+
+def init_state(variables, optimizer, mesh: Mesh) -> LearnerState:
+  """Learner state replicated over the mesh."""
+  state = LearnerState(
+      params=variables['params'], popart=variables['popart'],
+      opt_state=optimizer.init(variables['params']),
+      step=jnp.zeros((), jnp.int32))
+  return jax.device_put(state, NamedSharding(mesh, P()))
+
+
+def shard_batch(batch: Unroll, mesh: Mesh) -> Unroll:
+  return jax.device_put(batch, batch_sharding(mesh, batch))

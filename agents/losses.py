@@ -1,0 +1,136 @@
+"""The IMPALA loss with V-trace targets and per-task PopArt normalisation.
+
+Written for one device's shard of the batch; statistics and counts are summed
+across `axis_name` so every device sees global PopArt updates.
+
+Reduction: losses are summed over time and batch, as in IMPALA's released code
+(its RMSProp epsilon of 0.01 assumes summed gradients). Reported loss metrics
+are per valid step.
+"""
+
+from typing import Callable, NamedTuple, Optional
+
+import chex
+import jax
+import jax.numpy as jnp
+import rlax
+
+from agents import popart
+from agents import rewards as rewards_lib
+from agents.types import Unroll
+
+
+class LossConfig(NamedTuple):
+  discount: float
+  baseline_cost: float
+  entropy_cost: float
+  reward_mode: str
+  popart_enabled: bool
+  popart_beta: float
+
+
+class LossOutput(NamedTuple):
+  loss: jax.Array
+  new_stats: popart.Stats
+  metrics: dict
+
+
+def vtrace_returns(values, rewards, discounts, rhos):
+  """V-trace targets v_s and q_s = r_s + gamma_s v_{s+1}, time-major [T, B].
+
+  `values` has T+1 rows; rho_bar = c_bar = 1. rlax works on one trajectory,
+  so it is vmapped over the batch axis.
+  """
+  vtrace = jax.vmap(
+      lambda v, r, d, rho: rlax.vtrace_td_error_and_advantage(
+          v_tm1=v[:-1], v_t=v[1:], r_t=r, discount_t=d, rho_tm1=rho,
+          lambda_=1.0, clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0),
+      in_axes=1, out_axes=1)
+  out = vtrace(values, rewards, discounts, rhos)
+  vs = jax.lax.stop_gradient(values[:-1] + out.errors)
+  return vs, jax.lax.stop_gradient(out.q_estimate)
+
+
+def impala_loss(apply_fn: Callable, cfg: LossConfig,
+                axis_name: Optional[str] = None) -> Callable:
+  """Returns loss_fn(params, stats, batch) -> (loss, LossOutput).
+
+  `apply_fn(params, stats, obs, first, core_state)` returns logits [T+1, B, A]
+  and normalised values [T+1, B, K].
+  """
+
+  def loss_fn(params, stats: popart.Stats, batch: Unroll):
+    logits, norm_values, _ = apply_fn(params, stats, batch.obs, batch.first,
+                                      batch.core_state)
+    t_plus_1, b = batch.action.shape
+    chex.assert_shape(logits, (t_plus_1, b, None))
+    value_idx = batch.task_id if cfg.popart_enabled else jnp.zeros_like(batch.task_id)
+    n = jnp.take_along_axis(norm_values, value_idx[..., None], axis=-1)[..., 0]
+    values = popart.unnormalize(stats, n, value_idx)  # in h-space for mode 'h'
+    raw_values = rewards_lib.h_inv(values) if cfg.reward_mode == 'h' else values
+
+    # Transition t goes from x_t to x_{t+1}; the one from a terminal
+    # observation (a reset step) is masked out and given target = value, so a
+    # truncated episode bootstraps from V(x_terminal) and nothing leaks across
+    # the episode boundary.
+    reset = batch.first[1:]
+    mask = 1.0 - reset.astype(jnp.float32)
+    r = rewards_lib.transform_rewards(batch.reward[:-1], cfg.reward_mode)
+    r = jnp.where(reset, jax.lax.stop_gradient(raw_values[:-1]), r)
+    discounts = jnp.where(reset, 0.0, cfg.discount * batch.discount[:-1])
+
+    log_pi = jax.nn.log_softmax(logits[:-1])
+    log_mu = jax.nn.log_softmax(batch.behaviour_logits[:-1])
+    action = batch.action[:-1]
+    log_pi_a = jnp.take_along_axis(log_pi, action[..., None], axis=-1)[..., 0]
+    log_mu_a = jnp.take_along_axis(log_mu, action[..., None], axis=-1)[..., 0]
+    rhos = jnp.exp(jax.lax.stop_gradient(log_pi_a) - log_mu_a)
+
+    vs, qs = vtrace_returns(jax.lax.stop_gradient(raw_values), r, discounts, rhos)
+    if cfg.reward_mode == 'h':
+      vs, qs = rewards_lib.h(vs), rewards_lib.h(qs)
+
+    task_tm1 = value_idx[:-1]
+    if cfg.popart_enabled:
+      new_stats = popart.update_stats(stats, vs, task_tm1, mask,
+                                      cfg.popart_beta, axis_name)
+    else:
+      new_stats = stats
+    # Output of the value head after the output-preserving rescale, so the
+    # loss is the one the rescaled network would see.
+    sigma_old = popart.sigma(stats)[task_tm1]
+    sigma_new = popart.sigma(new_stats)[task_tm1]
+    norm_value = (sigma_old * n[:-1] + stats['mu'][task_tm1]
+                  - new_stats['mu'][task_tm1]) / sigma_new
+    norm_target = popart.normalize(new_stats, vs, task_tm1)
+    baseline_loss = 0.5 * jnp.sum(mask * (norm_target - norm_value) ** 2)
+
+    # rho_s (q_s - V(x_s)) / sigma_i: the per-task normalised advantage.
+    pg_advantage = jnp.minimum(rhos, 1.0) * (qs - values[:-1]) / sigma_new
+    pg_advantage = jax.lax.stop_gradient(pg_advantage)
+    pg_loss = -jnp.sum(mask * pg_advantage * log_pi_a)
+
+    entropy = -jnp.sum(jnp.exp(log_pi) * log_pi, axis=-1)
+    entropy_loss = -jnp.sum(mask * entropy)
+
+    total = (pg_loss + cfg.baseline_cost * baseline_loss
+             + cfg.entropy_cost * entropy_loss)
+    num_valid = jnp.sum(mask)
+    if axis_name is not None:
+      num_valid = jax.lax.psum(num_valid, axis_name)
+    num_valid = jnp.maximum(num_valid, 1.0)
+    metrics = {
+        'loss/total': total / num_valid,
+        'loss/policy': pg_loss / num_valid,
+        'loss/baseline': baseline_loss / num_valid,
+        'loss/entropy': entropy_loss / num_valid,
+        'entropy': jnp.sum(mask * entropy) / num_valid,
+        'rho_mean': jnp.sum(mask * rhos) / num_valid,
+        'value_mean': jnp.sum(mask * values[:-1]) / num_valid,
+    }
+    if axis_name is not None:
+      # Sums of per-device sums: every device reports the global figure.
+      metrics = jax.lax.psum(metrics, axis_name)
+    return total, LossOutput(total, new_stats, metrics)
+
+  return loss_fn

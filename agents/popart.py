@@ -1,0 +1,84 @@
+"""Multi-task PopArt (van Hasselt et al. 2016; Hessel et al. 2019).
+
+Each task i keeps a first moment mu_i and a second moment nu_i of its value
+targets; sigma_i = sqrt(nu_i - mu_i^2), clipped to [1e-4, 1e6]. The value head
+outputs normalised values n_i(x); the unnormalised value is sigma_i n_i + mu_i.
+After the statistics move, the task's column of the value head is rescaled so
+the unnormalised outputs are unchanged ("preserve outputs").
+
+The statistics are a dict {'mu': [K], 'nu': [K]}, stored in the Flax variable
+collection `popart` of the network's value head.
+"""
+
+from typing import Dict, Optional
+
+import jax
+import jax.numpy as jnp
+
+SIGMA_MIN = 1e-4
+SIGMA_MAX = 1e6
+
+Stats = Dict[str, jax.Array]
+
+
+def init_stats(num_tasks: int) -> Stats:
+  """mu = 0 and nu = 1, so sigma starts at 1: the identity normalisation."""
+  return {'mu': jnp.zeros((num_tasks,), jnp.float32),
+          'nu': jnp.ones((num_tasks,), jnp.float32)}
+
+
+def sigma(stats: Stats) -> jax.Array:
+  # nu - mu^2 can round below zero in float32; floor it before the sqrt.
+  variance = jnp.maximum(stats['nu'] - stats['mu'] ** 2, SIGMA_MIN ** 2)
+  return jnp.clip(jnp.sqrt(variance), SIGMA_MIN, SIGMA_MAX)
+
+
+def normalize(stats: Stats, x: jax.Array, task_ids: jax.Array) -> jax.Array:
+  """(x - mu_i) / sigma_i for each element's task i."""
+  return (x - stats['mu'][task_ids]) / sigma(stats)[task_ids]
+
+
+def unnormalize(stats: Stats, n: jax.Array, task_ids: jax.Array) -> jax.Array:
+  """sigma_i * n + mu_i for each element's task i."""
+  return sigma(stats)[task_ids] * n + stats['mu'][task_ids]
+
+
+def update_stats(stats: Stats, targets: jax.Array, task_ids: jax.Array,
+                 mask: jax.Array, beta: float,
+                 axis_name: Optional[str] = None) -> Stats:
+  """One PopArt step per task, on the batch mean of that task's targets.
+
+  mu_i <- (1 - beta) mu_i + beta * mean(targets of task i), likewise nu_i with
+  the squared targets. The means run over every valid target of task i in the
+  global batch (summed across `axis_name` devices), so the step is beta per
+  update whatever the batch size; rlax.art instead sums its per-sample steps.
+  Tasks with no valid target in the batch keep their statistics.
+  """
+  num_tasks = stats['mu'].shape[0]
+  weights = jax.nn.one_hot(task_ids, num_tasks) * mask[..., None]
+  sum_axes = tuple(range(targets.ndim))
+  count = jnp.sum(weights, axis=sum_axes)
+  sum1 = jnp.sum(weights * targets[..., None], axis=sum_axes)
+  sum2 = jnp.sum(weights * (targets ** 2)[..., None], axis=sum_axes)
+  if axis_name is not None:
+    count, sum1, sum2 = jax.lax.psum((count, sum1, sum2), axis_name)
+  present = count > 0
+  safe_count = jnp.maximum(count, 1.0)
+  mu = jnp.where(present, (1 - beta) * stats['mu'] + beta * sum1 / safe_count,
+                 stats['mu'])
+  nu = jnp.where(present, (1 - beta) * stats['nu'] + beta * sum2 / safe_count,
+                 stats['nu'])
+  return {'mu': mu, 'nu': nu}
+
+
+def preserve_outputs(head_params: Dict[str, jax.Array], old: Stats,
+                     new: Stats) -> Dict[str, jax.Array]:
+  """Rescale a Dense value head (kernel [H, K], bias [K]) for new statistics.
+
+  w' = w sigma / sigma',  b' = (sigma b + mu - mu') / sigma', so that
+  sigma' (w' h + b') + mu' == sigma (w h + b) + mu for every input h.
+  """
+  sigma_old, sigma_new = sigma(old), sigma(new)
+  kernel = head_params['kernel'] * (sigma_old / sigma_new)
+  bias = (sigma_old * head_params['bias'] + old['mu'] - new['mu']) / sigma_new
+  return {**head_params, 'kernel': kernel, 'bias': bias}

@@ -1,0 +1,30 @@
+"""The data that crosses between actors and the learner."""
+
+from typing import Any, Dict, NamedTuple
+
+import jax
+
+
+class Unroll(NamedTuple):
+  """T+1 consecutive steps of B envs, time-major [T+1, B, ...].
+
+  Step t holds the observation x_t, the action taken there and its outcome.
+  The last step (t = T) is the first step of the next unroll: its value is the
+  bootstrap. Under the auto-reset convention of `envs/base.py`, the step from a
+  terminal observation is a reset step, recognisable as the step whose next
+  observation has `first` set.
+  """
+  obs: Dict[str, jax.Array]      # [T+1, B, ...]
+  first: jax.Array               # bool [T+1, B]: x_t starts an episode
+  action: jax.Array              # int32 [T+1, B]: a_t
+  behaviour_logits: jax.Array    # float32 [T+1, B, A]: actor's logits at x_t
+  reward: jax.Array              # float32 [T+1, B]: r_t for a_t (scaled, unclipped)
+  discount: jax.Array            # float32 [T+1, B]: 0 if a_t terminated the episode
+  task_id: jax.Array             # int32 [T+1, B]
+  core_state: Any                # recurrent state before x_0, leaves [B, ...]
+
+
+def time_major_axis(unroll: Unroll) -> Unroll:
+  """Which axis of each field is the batch axis (for sharding specs)."""
+  return Unroll(obs=1, first=1, action=1, behaviour_logits=1, reward=1,
+                discount=1, task_id=1, core_state=0)

@@ -1,0 +1,121 @@
+"""Defaults shared by every experiment, and variant-argument parsing.
+
+Defaults follow IMPALA's Atari table (Espeholt et al. 2018, Table G.1).
+Experiment files start from `base_config()` and override what differs.
+"""
+
+import ml_collections
+
+
+def task(name: str, env_id: str, **env_kwargs) -> dict:
+  """One task: a unique `name` (used in metric keys), its env id (EnvPool or
+  NLE) and the kwargs its env is made with. Task ids follow list order."""
+  return {'name': name, 'env_id': env_id, 'env_kwargs': dict(env_kwargs)}
+
+
+def base_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.config_name = ''            # experiment name: default workdir prefix and wandb tag
+  c.workdir = ''                # run folder; '' = runs/<config_name>-<timestamp>
+  c.seed = 0                    # seeds params, actors' sampling and envs
+  c.total_env_steps = 50_000_000  # agent steps summed over all envs (Atari: 4 frames each)
+
+  # Learner.
+  c.batch_size = 32             # unrolls per learner step (global, split over learner devices)
+  c.unroll_length = 20          # T: steps per unroll (each unroll holds T + 1 observations)
+  c.learning_rate = 6e-4        # annealed linearly to 0 over total_env_steps
+  c.discount = 0.99             # gamma; 0 at termination, bootstrapped at truncation
+  c.baseline_cost = 0.5         # weight of the value loss 0.5 * sum (target - value)^2
+  c.entropy_cost = 0.01         # weight of the entropy bonus
+  c.reward_mode = 'clip'        # 'clip' to [-1, 1], 'none', or 'h': values learnt in h(x) space
+  c.reward_scales = ()          # per-task reward multipliers (applied in the env); () = all 1
+  c.num_learner_devices = 0     # learner devices (data parallel); 0 = all local devices
+  c.actor_device_id = 0         # index of the local device that runs the actors' policy
+
+  c.optimizer = ml_collections.ConfigDict()
+  c.optimizer.rmsprop_decay = 0.99   # RMSProp second-moment decay (public IMPALA ports)
+  c.optimizer.rmsprop_eps = 0.01     # IMPALA's epsilon; it assumes losses summed over the batch
+  c.optimizer.momentum = 0.0         # RMSProp momentum
+  c.optimizer.max_grad_norm = 40.0   # global gradient-norm clip
+
+  c.popart = ml_collections.ConfigDict()
+  c.popart.enabled = False      # one value output per task with PopArt; off = plain IMPALA
+  c.popart.beta = 3e-4          # step size of the per-task moment updates
+
+  c.network = ml_collections.ConfigDict()
+  c.network.name = 'mlp'        # torso: 'mlp', 'shallow' (Nature CNN), 'nle_simple'
+  c.network.lstm_size = 0       # LSTM core size; 0 = feed-forward
+  c.network.torso_kwargs = ml_collections.ConfigDict()  # extra torso arguments
+
+  # Tasks: a tuple of common.task(...) dicts; their order gives the task ids.
+  c.tasks = ()
+
+  c.actors = ml_collections.ConfigDict()
+  c.actors.num_actors = 1       # actor threads
+  c.actors.envs_per_actor = 16  # envs per actor thread, split evenly over the tasks
+  c.actors.envpool_threads = 0  # EnvPool threads per pool; 0 = EnvPool's default
+  c.actors.nle_workers = 2      # NLE worker processes per actor
+  c.actors.queue_size = 4       # unroll blocks the actors may have waiting for the learner
+  c.actors.nle_ttyrecs = False  # write NLE ttyrecs into <workdir>/nle
+
+  c.log = ml_collections.ConfigDict()
+  c.log.every_seconds = 10.0    # metrics.jsonl / wandb / progress-line cadence
+  c.log.progress = True         # print a progress line at each log step
+
+  c.wandb = ml_collections.ConfigDict()
+  c.wandb.mode = 'offline'      # 'offline' (no account needed), 'online' or 'disabled'
+  c.wandb.project = 'popart-impala'  # wandb project
+  c.wandb.entity = ''           # wandb entity (team); '' = your default
+  c.wandb.group = ''            # wandb group; '' = config_name
+  c.wandb.tags = ()             # extra wandb tags
+  return c
+
+
+def parse_variant(arg, defaults: dict) -> dict:
+  """Parses 'key=value,flag,list=a+b' against `defaults` (name -> default value).
+
+  A bare key sets a bool to True; values are converted to the default's
+  type; tuples are joined with '+'. Unknown keys raise ValueError naming
+  the allowed ones.
+  """
+  values = dict(defaults)
+  if not arg:
+    return values
+  for item in str(arg).split(','):
+    item = item.strip()
+    if not item:
+      continue
+    key, sep, raw = item.partition('=')
+    if key not in defaults:
+      raise ValueError(f'unknown config variant {key!r}; allowed: {", ".join(sorted(defaults))}')
+    default = defaults[key]
+    if not sep:
+      if not isinstance(default, bool):
+        raise ValueError(f'config variant {key!r} needs a value ({key}=...)')
+      values[key] = True
+    elif isinstance(default, bool):
+      values[key] = raw.lower() in ('1', 'true', 'yes', 'on')
+    elif isinstance(default, tuple):
+      values[key] = tuple(v for v in raw.split('+') if v)
+    elif isinstance(default, int):
+      values[key] = int(raw)
+    elif isinstance(default, float):
+      values[key] = float(raw)
+    else:
+      values[key] = raw
+  return values
+
+
+def apply_smoke(c: ml_collections.ConfigDict) -> None:
+  """Shrinks a run to seconds: two learner steps on tiny batches (call after
+  the tasks are set: every task gets two envs)."""
+  envs = 2 * max(1, len(c.tasks))
+  c.batch_size = envs
+  c.unroll_length = 4
+  c.total_env_steps = 2 * c.unroll_length * c.batch_size
+  c.actors.num_actors = 1
+  c.actors.envs_per_actor = envs
+  c.actors.nle_workers = 1
+  c.actors.queue_size = 2
+  c.log.every_seconds = 0.0
+  c.wandb.mode = 'disabled'

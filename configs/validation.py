@@ -1,0 +1,181 @@
+"""Start-up checks of a config, and the sizes derived from it (computed once here).
+
+Every user mistake becomes a `ConfigError` naming the field and what it
+allows, raised before any env, thread or compilation starts.
+"""
+
+import dataclasses
+import math
+from typing import List, Sequence, Tuple
+
+import jax
+
+from agents.rewards import REWARD_MODES
+from envs import registry
+from networks.torsos import OBS_KEYS, TORSOS
+
+WANDB_MODES = ('offline', 'online', 'disabled')
+
+
+class ConfigError(ValueError):
+  def __init__(self, field: str, message: str):
+    super().__init__(f'config field {field}: {message}')
+    self.field = field
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+  """Sizes and assignments derived from a valid config."""
+  task_names: Tuple[str, ...]
+  num_values: int                      # value outputs: tasks with PopArt, else 1
+  learner_devices: Tuple[jax.Device, ...]
+  actor_device: jax.Device
+  actor_env_groups: Tuple[Tuple[registry.EnvGroup, ...], ...]  # per actor
+  blocks_per_batch: int                # actor unroll blocks per learner batch
+  env_steps_per_update: int            # T * batch_size
+  total_learner_steps: int
+  observation_keys: Tuple[str, ...]
+  frames_per_step: int                 # 4 for Atari (action repeat), else 1
+
+  @property
+  def num_tasks(self) -> int:
+    return len(self.task_names)
+
+
+def _positive(config, names: Sequence[str]) -> None:
+  for name in names:
+    value = config
+    for part in name.split('.'):
+      value = value[part]
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+      raise ConfigError(name, f'must be a positive number, got {value!r}')
+
+
+def _check_choice(field: str, value, allowed) -> None:
+  if value not in allowed:
+    raise ConfigError(field, f'{value!r} is not allowed; choose one of {", ".join(map(str, allowed))}')
+
+
+def _env_observation_key(env_id: str, env_kwargs: dict, field: str) -> str:
+  """The observation key the env gives, checking its kwargs on the way."""
+  import envpool  # local: only EnvPool tasks need it here
+  from envs.envpool_env import observation_key
+  try:
+    spec = envpool.make_spec(env_id, **env_kwargs)
+  except TypeError:
+    allowed = ', '.join(k for k in envpool.make_spec(env_id).config._fields
+                        if k not in ('num_envs', 'batch_size', 'num_threads', 'seed',
+                                     'max_num_players', 'thread_affinity_offset',
+                                     'base_path', 'env_seed', 'gym_reset_return_info'))
+    raise ConfigError(field, f'{env_kwargs} is not valid for {env_id}; allowed keys: {allowed}')
+  return observation_key(spec.observation_space.shape)
+
+
+def _check_tasks(config) -> List[dict]:
+  tasks = list(config.tasks)
+  if not tasks:
+    raise ConfigError('tasks', 'no tasks; list at least one common.task(name, env_id)')
+  names = []
+  for i, t in enumerate(tasks):
+    field = f'tasks[{i}]'
+    if not isinstance(t, dict) or not {'name', 'env_id'} <= set(t):
+      raise ConfigError(field, 'each task needs a name and an env_id (use configs.common.task)')
+    if t['name'] in names:
+      raise ConfigError(f'{field}.name', f'{t["name"]!r} is used twice; task names must be unique')
+    names.append(t['name'])
+    try:
+      registry.env_family(t['env_id'])
+    except KeyError:
+      raise ConfigError(f'{field}.env_id',
+                        f'unknown env id {t["env_id"]!r}; use {registry.known_env_ids_hint()}')
+  return tasks
+
+
+def validate(config) -> RunPlan:
+  """Checks every field a run depends on; returns the derived RunPlan."""
+  _positive(config, ['total_env_steps', 'batch_size', 'unroll_length', 'learning_rate',
+                     'actors.num_actors', 'actors.envs_per_actor', 'actors.queue_size',
+                     'actors.nle_workers', 'optimizer.max_grad_norm',
+                     'optimizer.rmsprop_eps', 'popart.beta'])
+  for name in ('baseline_cost', 'entropy_cost', 'optimizer.momentum', 'network.lstm_size',
+               'actors.envpool_threads', 'log.every_seconds', 'num_learner_devices',
+               'actor_device_id'):
+    group, _, leaf = name.rpartition('.')
+    value = (config[group] if group else config)[leaf]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+      raise ConfigError(name, f'must be a number >= 0, got {value!r}')
+  if not 0.0 <= config.discount <= 1.0:
+    raise ConfigError('discount', f'must be in [0, 1], got {config.discount}')
+  if not 0.0 < config.popart.beta <= 1.0:
+    raise ConfigError('popart.beta', f'must be in (0, 1], got {config.popart.beta}')
+  if not 0.0 <= config.optimizer.rmsprop_decay < 1.0:
+    raise ConfigError('optimizer.rmsprop_decay', f'must be in [0, 1), got {config.optimizer.rmsprop_decay}')
+  _check_choice('reward_mode', config.reward_mode, REWARD_MODES)
+  _check_choice('network.name', config.network.name, sorted(TORSOS))
+  _check_choice('wandb.mode', config.wandb.mode, WANDB_MODES)
+
+  tasks = _check_tasks(config)
+  num_tasks = len(tasks)
+  scales = tuple(config.reward_scales)
+  if scales and len(scales) != num_tasks:
+    raise ConfigError('reward_scales', f'has {len(scales)} values for {num_tasks} tasks; '
+                      'give one per task or () for all 1.0')
+  if any(not isinstance(s, (int, float)) or not math.isfinite(s) for s in scales):
+    raise ConfigError('reward_scales', f'must be finite numbers, got {scales}')
+  scales = scales or (1.0,) * num_tasks
+
+  obs_keys = OBS_KEYS[config.network.name]
+  frames_per_step = 1
+  for i, t in enumerate(tasks):
+    if registry.env_family(t['env_id']) == 'envpool':
+      key = _env_observation_key(t['env_id'], dict(t.get('env_kwargs', {})),
+                                 f'tasks[{i}].env_kwargs')
+      if key == 'frames':
+        frames_per_step = int(dict(t.get('env_kwargs', {})).get('frame_skip', 4))
+      provided = (key,)
+    else:
+      provided = ('glyphs', 'chars', 'colors', 'specials', 'blstats', 'message',
+                  'inv_glyphs', 'inv_letters', 'inv_oclasses', 'inv_strs',
+                  'tty_chars', 'tty_colors', 'tty_cursor')
+    missing = [k for k in obs_keys if k not in provided]
+    if missing:
+      raise ConfigError('network.name', f'{config.network.name!r} reads {missing} but '
+                        f'{t["env_id"]} (task {t["name"]}) gives {list(provided)}')
+
+  devices = jax.local_devices()
+  n_learn = config.num_learner_devices or len(devices)
+  if n_learn > len(devices):
+    raise ConfigError('num_learner_devices', f'{n_learn} requested but only '
+                      f'{len(devices)} local devices; use 0 for all or 1..{len(devices)}')
+  if config.actor_device_id >= len(devices):
+    raise ConfigError('actor_device_id', f'must be in 0..{len(devices) - 1}')
+  if config.batch_size % n_learn:
+    raise ConfigError('batch_size', f'{config.batch_size} is not divisible by the '
+                      f'{n_learn} learner devices; use a multiple of {n_learn}')
+  envs = config.actors.envs_per_actor
+  if envs % num_tasks:
+    raise ConfigError('actors.envs_per_actor', f'{envs} does not split evenly over '
+                      f'{num_tasks} tasks; use a multiple of {num_tasks}')
+  if config.batch_size % envs:
+    raise ConfigError('batch_size', f'{config.batch_size} unrolls is not a whole number '
+                      f'of actor blocks of {envs} envs (actors.envs_per_actor)')
+
+  per_task = envs // num_tasks
+  groups = tuple(
+      tuple(registry.EnvGroup(task_id=i, env_id=t['env_id'],
+                              env_kwargs=dict(t.get('env_kwargs', {})),
+                              reward_scale=float(scales[i]), num_envs=per_task)
+            for i, t in enumerate(tasks))
+      for _ in range(config.actors.num_actors))
+  steps_per_update = config.unroll_length * config.batch_size
+  return RunPlan(
+      task_names=tuple(t['name'] for t in tasks),
+      num_values=num_tasks if config.popart.enabled else 1,
+      learner_devices=tuple(devices[:n_learn]),
+      actor_device=devices[config.actor_device_id],
+      actor_env_groups=groups,
+      blocks_per_batch=config.batch_size // envs,
+      env_steps_per_update=steps_per_update,
+      total_learner_steps=max(1, -(-config.total_env_steps // steps_per_update)),
+      observation_keys=tuple(obs_keys),
+      frames_per_step=frames_per_step)

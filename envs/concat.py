@@ -1,0 +1,58 @@
+"""Several batched envs (e.g. one pool per task) stepped as one batch."""
+
+from typing import Sequence
+
+import numpy as np
+
+from envs.base import StepResult
+
+
+class ConcatEnv:
+  """Concatenates sub-envs along the env axis; they must share observation specs.
+
+  Sub-envs that can step asynchronously (`step_async` / `step_wait`) are all
+  started before any is waited on, so their threads or processes overlap.
+  """
+
+  def __init__(self, envs: Sequence):
+    specs = [e.observation_spec for e in envs]
+    if any(s != specs[0] for s in specs):
+      raise ValueError(f'tasks in one run need the same observation spec, got {specs}')
+    actions = {e.num_actions for e in envs}
+    if len(actions) != 1:
+      raise ValueError(f'tasks in one run need the same action count, got {sorted(actions)}')
+    self._envs = list(envs)
+    self.num_envs = sum(e.num_envs for e in envs)
+    self.num_actions = actions.pop()
+    self.observation_spec = specs[0]
+    self._splits = np.cumsum([e.num_envs for e in envs])[:-1]
+
+  @property
+  def envs(self):
+    return tuple(self._envs)
+
+  @staticmethod
+  def _concat(results: Sequence[StepResult]) -> StepResult:
+    if len(results) == 1:
+      return results[0]
+    return StepResult(
+        obs={k: np.concatenate([r.obs[k] for r in results]) for k in results[0].obs},
+        reward=np.concatenate([r.reward for r in results]),
+        terminated=np.concatenate([r.terminated for r in results]),
+        truncated=np.concatenate([r.truncated for r in results]),
+        task_id=np.concatenate([r.task_id for r in results]))
+
+  def reset(self) -> StepResult:
+    return self._concat([e.reset() for e in self._envs])
+
+  def step(self, actions: np.ndarray) -> StepResult:
+    parts = np.split(np.asarray(actions), self._splits)
+    if all(hasattr(e, 'step_async') for e in self._envs):
+      for env, a in zip(self._envs, parts):
+        env.step_async(a)
+      return self._concat([e.step_wait() for e in self._envs])
+    return self._concat([e.step(a) for e, a in zip(self._envs, parts)])
+
+  def close(self) -> None:
+    for e in self._envs:
+      e.close()

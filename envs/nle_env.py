@@ -1,0 +1,373 @@
+"""NetHack (NLE) behind the `BatchedEnv` interface, stepped in worker processes.
+
+NLE holds the GIL while it steps, so threads would not run in parallel: each
+worker *process* owns a contiguous slice of the envs. Observations, rewards,
+flags and actions live in one shared-memory block that the parent and every
+worker map, so only tiny command messages cross the pipes. A step writes the
+actions, sends `step` to every worker, then waits for all of them.
+
+NLE segfaults now and then on long runs. A worker that dies, raises or does not
+answer within `step_timeout_s` is killed (its traceback, if any, is logged) and
+replaced, and `restarts` goes up by one. The replacement starts new episodes, so
+that step reports the worker's envs as `truncated=True` with reward 0 and the
+*new* episode's first observation (the old episode's last one is lost with the
+worker; bootstrapping from a fresh start is a small, rare bias). The step after
+is the usual reset step (action ignored, reward 0, flags False, that same first
+observation), so the auto-reset convention of `envs/base.py` holds throughout.
+"""
+
+import dataclasses
+import logging
+import multiprocessing as mp
+import multiprocessing.connection
+import os
+import signal
+import time
+import traceback
+import weakref
+from typing import Dict, List, Optional, Sequence
+
+import gymnasium as gym
+import nle  # noqa: F401  (registers the NetHack*-v0 ids with gymnasium)
+import nle.nethack
+import numpy as np
+
+from envs.base import StepResult
+
+log = logging.getLogger(__name__)
+
+NLE_ENV_IDS = tuple(
+    env_id for env_id, spec in gym.registry.items()
+    if isinstance(spec.entry_point, str) and spec.entry_point.startswith('nle.'))
+
+_ALIGN = 64             # keeps every shared array cache-line aligned
+_START_TRIES = 3        # replacements in a row before we call the failure systematic
+_MIN_START_TIMEOUT_S = 60.0  # spawning and building envs may be slow on a busy host
+_RUNNING, _NEEDS_RESET, _FRESH = 0, 1, 2  # per-env state inside a worker
+
+
+def is_nle_env(env_id: str) -> bool:
+  return env_id in NLE_ENV_IDS
+
+
+def _layout(num_envs: int, observation_keys: Sequence[str]):
+  """(name, byte offset, shape, dtype) of each shared array, and the total size."""
+  desc = nle.nethack.OBSERVATION_DESC
+  fields = [('obs/' + k, tuple(desc[k]['shape']), desc[k]['dtype']) for k in observation_keys]
+  fields += [('reward', (), np.float32), ('terminated', (), np.bool_),
+             ('truncated', (), np.bool_), ('action', (), np.int64)]
+  layout, offset = [], 0
+  for name, shape, dtype in fields:
+    shape, dtype = (num_envs,) + shape, np.dtype(dtype)
+    layout.append((name, offset, shape, dtype.str))
+    offset += -(-int(np.prod(shape)) * dtype.itemsize // _ALIGN) * _ALIGN
+  return layout, max(offset, 1)
+
+
+def _views(raw, layout, lo: int = 0, hi: Optional[int] = None) -> Dict[str, np.ndarray]:
+  """Numpy views of the shared block, restricted to envs [lo, hi)."""
+  buf = np.frombuffer(raw, dtype=np.uint8)
+  views = {}
+  for name, offset, shape, dtype in layout:
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    views[name] = buf[offset:offset + nbytes].view(dtype).reshape(shape)[lo:hi]
+  return views
+
+
+def _make_env(env_id: str, kwargs: dict, observation_keys, savedir: Optional[str]):
+  kwargs = dict(kwargs)
+  max_steps = kwargs.pop('max_episode_steps', None)
+  kwargs.pop('savedir', None)
+  if savedir is None:
+    kwargs['save_ttyrec_every'] = 0
+  else:
+    kwargs['savedir'] = savedir
+    kwargs.setdefault('save_ttyrec_every', 1)
+  env = gym.make(env_id, observation_keys=tuple(observation_keys),
+                 max_episode_steps=max_steps, disable_env_checker=True, **kwargs)
+  if max_steps is not None:
+    # gym.make keeps `max_episode_steps` for its TimeLimit wrapper; NLE has its
+    # own cap (5000 by default) that would otherwise cut longer episodes first.
+    env.unwrapped._max_episode_steps = max_steps
+  return env
+
+
+def _worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys, seeds, savedirs):
+  # Ctrl-C reaches the whole process group; the parent decides how to shut down.
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  envs = []
+  try:
+    views = _views(raw, layout, lo, hi)
+    obs_views = [(k[4:], v) for k, v in views.items() if k.startswith('obs/')]
+    reward, term, trunc, action = (views[k] for k in ('reward', 'terminated', 'truncated', 'action'))
+    for kwargs, (core, disp), savedir in zip(env_kwargs, seeds, savedirs):
+      env = _make_env(env_id, kwargs, observation_keys, savedir)
+      # NLE ignores reset(seed=...): NetHack's own RNGs are set here and apply
+      # from the next reset on; reseed=False keeps runs reproducible.
+      env.unwrapped.seed(core, disp, reseed=False)
+      envs.append(env)
+    state = np.full(len(envs), _NEEDS_RESET)
+
+    def write_obs(i, obs):
+      for key, view in obs_views:  # NLE reuses its arrays, so copy right away
+        view[i] = obs[key]
+
+    conn.send(('ready', int(envs[0].action_space.n)))
+    while True:
+      cmd, arg = conn.recv()
+      reply = None
+      if cmd == 'close':
+        break
+      elif cmd == 'reset':
+        for i, env in enumerate(envs):
+          write_obs(i, env.reset()[0])
+        reward[:], term[:], trunc[:] = 0, False, False
+        state[:] = _FRESH if arg else _RUNNING
+      elif cmd == 'step':
+        for i, env in enumerate(envs):
+          if state[i] == _RUNNING:
+            obs, r, te, tr, _ = env.step(int(action[i]))
+            write_obs(i, obs)
+            # At its step cap NLE quits the game, so it reports terminated too;
+            # a time limit must stay a bootstrapped truncation.
+            reward[i], term[i], trunc[i] = r, te and not tr, tr
+            state[i] = _NEEDS_RESET if te or tr else _RUNNING
+          else:
+            if state[i] == _NEEDS_RESET:
+              write_obs(i, env.reset()[0])
+            reward[i], term[i], trunc[i] = 0, False, False
+            state[i] = _RUNNING
+      elif cmd == 'getattr':
+        reply = [getattr(env.unwrapped, arg) for env in envs]
+      conn.send(('ok', reply))
+  except (EOFError, KeyboardInterrupt):
+    pass  # the parent is gone
+  except Exception:  # pylint: disable=broad-except
+    try:
+      conn.send(('error', traceback.format_exc()))
+    except OSError:
+      pass
+  finally:
+    for env in envs:
+      env.close()
+
+
+@dataclasses.dataclass
+class _Worker:
+  process: mp.process.BaseProcess
+  conn: mp.connection.Connection
+  lo: int
+  hi: int
+
+
+def _stop(worker: _Worker, graceful: bool = False) -> None:
+  if graceful:
+    try:
+      worker.conn.send(('close', None))
+      worker.process.join(timeout=2.0)
+    except OSError:
+      pass
+  if worker.process.is_alive():
+    worker.process.kill()
+  worker.process.join(timeout=5.0)
+  worker.conn.close()
+
+
+def _shutdown(workers: List[Optional[_Worker]]) -> None:
+  """Stops all workers; also run by weakref.finalize if close() never was."""
+  alive = [w for w in workers if w is not None]
+  for worker in alive:  # ask all first, so they wind down in parallel
+    try:
+      worker.conn.send(('close', None))
+    except OSError:
+      pass
+  for worker in alive:
+    worker.process.join(timeout=2.0)
+    _stop(worker)
+  workers[:] = [None] * len(workers)
+
+
+class NLEBatchedEnv:
+  """`num_envs` NLE envs stepped in `num_workers` processes, EnvPool-style."""
+
+  def __init__(self, env_id: str, num_envs: int, task_ids: Sequence[int],
+               env_kwargs: Sequence[dict], observation_keys: Sequence[str] = ('glyphs', 'blstats'),
+               reward_scales: Optional[Sequence[float]] = None, num_workers: int = 1,
+               seed: int = 0, savedir: Optional[str] = None, step_timeout_s: float = 60.0):
+    if not is_nle_env(env_id):
+      raise ValueError(f'{env_id!r} is not an NLE env; known: {NLE_ENV_IDS}')
+    unknown = set(observation_keys) - set(nle.nethack.OBSERVATION_DESC)
+    if unknown:
+      raise ValueError(f'unknown NLE observation keys {sorted(unknown)}')
+    if len(task_ids) != num_envs or len(env_kwargs) != num_envs:
+      raise ValueError('task_ids and env_kwargs need one entry per env')
+    if reward_scales is not None and len(reward_scales) != num_envs:
+      raise ValueError('reward_scales needs one entry per env')
+    if num_envs < 1 or num_workers < 1:
+      raise ValueError('num_envs and num_workers must be positive')
+
+    self.num_envs = num_envs
+    self.restarts = 0
+    self._env_id = env_id
+    self._env_kwargs = [dict(kw) for kw in env_kwargs]
+    self._keys = tuple(observation_keys)
+    self._seed, self._savedir, self._timeout = seed, savedir, step_timeout_s
+    self._task_id = np.asarray(task_ids, np.int32)
+    self._scales = np.asarray(reward_scales if reward_scales is not None else [1.0] * num_envs,
+                              np.float32)
+    desc = nle.nethack.OBSERVATION_DESC
+    self.observation_spec = {k: (tuple(desc[k]['shape']), np.dtype(desc[k]['dtype']))
+                             for k in self._keys}
+
+    # RawArray is an anonymous mapping: there is no name to unlink or leak, and
+    # it goes away with the last process that maps it, however that one ends.
+    self._layout, size = _layout(num_envs, self._keys)
+    self._raw = mp.RawArray('B', size)
+    views = _views(self._raw, self._layout)
+    self._obs = {k: views['obs/' + k] for k in self._keys}
+    self._reward, self._terminated, self._truncated, self._action = (
+        views[k] for k in ('reward', 'terminated', 'truncated', 'action'))
+
+    # The parent runs JAX threads, so forking it is unsafe.
+    self._ctx = mp.get_context('spawn')
+    sizes = [len(c) for c in np.array_split(np.arange(num_envs), min(num_workers, num_envs))]
+    self._bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    self._generation = [0] * len(sizes)
+    self._workers: List[Optional[_Worker]] = [None] * len(sizes)
+    self._finalizer = weakref.finalize(self, _shutdown, self._workers)
+    for w in range(len(sizes)):  # start all before waiting, so they boot in parallel
+      self._workers[w] = self._start(w)
+    ready, failures = self._gather(range(len(sizes)), self._start_timeout)
+    if failures:
+      self.close()
+      raise RuntimeError('NLE workers failed to start:\n' + '\n'.join(failures.values()))
+    if len(set(ready.values())) != 1:
+      self.close()
+      raise ValueError(f'envs disagree on the number of actions: {ready}')
+    self.num_actions = next(iter(ready.values()))
+
+  @property
+  def worker_pids(self) -> List[int]:
+    return [w.process.pid for w in self._workers if w is not None]
+
+  @property
+  def _start_timeout(self) -> float:
+    return max(self._timeout, _MIN_START_TIMEOUT_S)
+
+  def reset(self) -> StepResult:
+    self._command('reset', False)
+    return self._result()
+
+  def step(self, actions: np.ndarray) -> StepResult:
+    self._action[:] = actions
+    self._command('step')
+    return self._result()
+
+  def env_attr(self, name: str) -> list:
+    """Debugging aid: `getattr(env.unwrapped, name)` of every env, in env order."""
+    replies = self._command('getattr', name)
+    return [x for w in range(len(self._workers)) for x in replies.get(w, [None] * self._size(w))]
+
+  def close(self) -> None:
+    self._finalizer()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc_info):
+    self.close()
+
+  def _size(self, w: int) -> int:
+    return self._bounds[w + 1] - self._bounds[w]
+
+  def _start(self, w: int) -> _Worker:
+    lo, hi = self._bounds[w], self._bounds[w + 1]
+    # A replacement gets new seeds (via its generation): replaying the crashed
+    # games would likely crash again.
+    seeds = [tuple(int(s) >> 1 for s in np.random.SeedSequence(
+        [self._seed, j, self._generation[w]]).generate_state(2, np.uint64)) for j in range(lo, hi)]
+    savedirs = [None if self._savedir is None else os.path.join(self._savedir, f'{w}_{j}')
+                for j in range(lo, hi)]
+    conn, child_conn = self._ctx.Pipe()
+    process = self._ctx.Process(
+        target=_worker_main, name=f'nle-worker-{w}', daemon=True,
+        args=(child_conn, self._raw, self._layout, self._env_id, lo, hi,
+              self._env_kwargs[lo:hi], self._keys, seeds, savedirs))
+    process.start()
+    child_conn.close()  # else our recv() would never see EOF when the worker dies
+    return _Worker(process, conn, lo, hi)
+
+  def _gather(self, ids, timeout: float):
+    """Waits for one reply from each worker in `ids`; returns (replies, failures)."""
+    pending = {self._workers[w].conn: w for w in ids}
+    replies, failures = {}, {}
+    deadline = time.monotonic() + timeout
+    while pending:
+      ready = mp.connection.wait(list(pending), max(0.0, deadline - time.monotonic()))
+      if not ready:
+        break
+      for conn in ready:
+        w = pending.pop(conn)
+        try:
+          kind, payload = conn.recv()
+        except (EOFError, OSError):
+          failures[w] = 'died'
+        else:
+          if kind == 'error':
+            failures[w] = 'raised:\n' + payload
+          else:
+            replies[w] = payload
+    for w in pending.values():
+      failures[w] = f'did not answer within {timeout:.1f}s'
+    return replies, failures
+
+  def _command(self, cmd: str, arg=None) -> dict:
+    if not self._finalizer.alive:
+      raise RuntimeError('NLEBatchedEnv is closed')
+    failures, sent = {}, []
+    for w, worker in enumerate(self._workers):
+      try:
+        worker.conn.send((cmd, arg))
+        sent.append(w)
+      except OSError:
+        failures[w] = 'died'
+    replies, more = self._gather(sent, self._timeout)
+    failures.update(more)
+    for w, why in sorted(failures.items()):
+      self._replace(w, why, truncate=cmd != 'reset')
+    return replies
+
+  def _replace(self, w: int, why: str, truncate: bool) -> None:
+    for attempt in range(_START_TRIES):
+      old = self._workers[w]
+      _stop(old)
+      if why == 'died':
+        why = f'died (exit code {old.process.exitcode})'
+      log.error('NLE worker %d (pid %s, envs %d..%d) %s; replacing it (attempt %d).',
+                w, old.process.pid, old.lo, old.hi - 1, why, attempt + 1)
+      self.restarts += 1
+      self._generation[w] += 1
+      self._workers[w] = self._start(w)
+      _, failures = self._gather([w], self._start_timeout)
+      if not failures:
+        try:
+          self._workers[w].conn.send(('reset', truncate))
+        except OSError:
+          failures = {w: 'died'}
+        else:
+          _, failures = self._gather([w], self._start_timeout)
+      if not failures:
+        break
+      why = failures[w]
+    else:
+      raise RuntimeError(f'NLE worker {w} failed {_START_TRIES} times in a row; last: {why}')
+    if truncate:
+      self._truncated[old.lo:old.hi] = True
+
+  def _result(self) -> StepResult:
+    # Copies: the shared arrays are overwritten by the next step.
+    return StepResult(obs={k: v.copy() for k, v in self._obs.items()},
+                      reward=self._reward * self._scales,
+                      terminated=self._terminated.copy(),
+                      truncated=self._truncated.copy(),
+                      task_id=self._task_id.copy())

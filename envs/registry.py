@@ -1,0 +1,65 @@
+"""Which family an env id belongs to, and building an actor's batch of envs."""
+
+import dataclasses
+from typing import Any, Dict, List, Sequence
+
+import envpool
+
+from envs.concat import ConcatEnv
+from envs.envpool_env import EnvPoolEnv
+from envs.nle_env import NLE_ENV_IDS, NLEBatchedEnv, is_nle_env
+
+ENVPOOL_IDS = tuple(envpool.list_all_envs())
+
+
+def env_family(env_id: str) -> str:
+  """'envpool' or 'nle'; KeyError for ids neither knows."""
+  if env_id in ENVPOOL_IDS:
+    return 'envpool'
+  if is_nle_env(env_id):
+    return 'nle'
+  raise KeyError(env_id)
+
+
+def known_env_ids_hint() -> str:
+  classic = [e for e in ENVPOOL_IDS if not e.endswith('-v5')]
+  return (f'an EnvPool id (e.g. {", ".join(classic[:4])}, or any Atari "<Game>-v5" '
+          f'such as Pong-v5) or an NLE id ({", ".join(NLE_ENV_IDS)})')
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvGroup:
+  """`num_envs` envs of one task inside one actor."""
+  task_id: int
+  env_id: str
+  env_kwargs: Dict[str, Any]
+  reward_scale: float
+  num_envs: int
+
+
+def make_actor_envs(groups: Sequence[EnvGroup], seed: int, envpool_threads: int,
+                    nle_workers: int, observation_keys: Sequence[str],
+                    nle_savedir=None) -> ConcatEnv:
+  """One batched env for an actor: an EnvPool pool per task, and NLE tasks
+  sharing one set of worker processes per NLE env id."""
+  parts: List = []
+  nle_groups: Dict[str, List[EnvGroup]] = {}
+  for i, g in enumerate(groups):
+    if env_family(g.env_id) == 'envpool':
+      parts.append(EnvPoolEnv(
+          g.env_id, g.num_envs, g.task_id, dict(g.env_kwargs), g.reward_scale,
+          seed=seed + 1000 * i,
+          num_threads=min(envpool_threads, g.num_envs) if envpool_threads else 0))
+    else:
+      nle_groups.setdefault(g.env_id, []).append(g)
+  for j, (env_id, gs) in enumerate(nle_groups.items()):
+    num_envs = sum(g.num_envs for g in gs)
+    parts.append(NLEBatchedEnv(
+        env_id, num_envs,
+        task_ids=[g.task_id for g in gs for _ in range(g.num_envs)],
+        env_kwargs=[dict(g.env_kwargs) for g in gs for _ in range(g.num_envs)],
+        observation_keys=tuple(observation_keys),
+        reward_scales=[g.reward_scale for g in gs for _ in range(g.num_envs)],
+        num_workers=max(1, min(nle_workers, num_envs)),
+        seed=seed + 7919 * (j + 1), savedir=nle_savedir))
+  return ConcatEnv(parts)

@@ -1,0 +1,72 @@
+"""Where a run's results go: <workdir>/config.json, metrics.jsonl, wandb, terminal.
+
+Every metrics line is flushed as it is written, so nothing logged before a
+crash or Ctrl-C is lost. wandb keeps its files inside the workdir; its
+default mode is offline, so no account is needed.
+"""
+
+import json
+import math
+import os
+import sys
+import time
+from typing import Dict, Sequence
+
+
+def _jsonable(value):
+  if isinstance(value, float) and not math.isfinite(value):
+    return str(value)
+  return value
+
+
+class RunLogger:
+
+  def __init__(self, workdir: str, config, task_names: Sequence[str]):
+    self.workdir = workdir
+    self._task_names = tuple(task_names)
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, 'config.json'), 'w') as f:
+      f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+    self._metrics = open(os.path.join(workdir, 'metrics.jsonl'), 'a', buffering=1)
+    self._start = time.time()
+    self._progress = bool(config.log.progress)
+    self._last_returns: Dict[str, float] = {}
+    self._wandb = None
+    if config.wandb.mode != 'disabled':
+      import wandb  # imported only when used: it is slow to import
+      os.environ.setdefault('WANDB_SILENT', 'true')
+      self._wandb = wandb.init(
+          project=config.wandb.project, entity=config.wandb.entity or None,
+          group=config.wandb.group or config.config_name, mode=config.wandb.mode,
+          dir=workdir, config=config.to_dict(),
+          tags=[config.config_name, *config.wandb.tags],
+          name=os.path.basename(os.path.normpath(workdir)))
+
+  def write(self, metrics: Dict) -> None:
+    record = {'time': round(time.time() - self._start, 3), **metrics}
+    self._metrics.write(json.dumps({k: _jsonable(v) for k, v in record.items()}) + '\n')
+    if self._wandb is not None:
+      self._wandb.log(metrics, step=int(metrics['env_steps']))
+    if self._progress:
+      self._print_progress(metrics)
+
+  def _print_progress(self, m: Dict) -> None:
+    for name in self._task_names:
+      if f'episode_return/{name}' in m:
+        self._last_returns[name] = m[f'episode_return/{name}']
+    returns = ' '.join(f'{n}={self._last_returns[n]:.4g}' for n in self._task_names
+                       if n in self._last_returns)
+    line = (f'[{time.time() - self._start:7.0f}s] steps {m["env_steps"]:,} '
+            f'learner {m["learner_steps"]:,} sps {m["sps"]:,.0f} '
+            f'loss {m["loss/total"]:.4g} entropy {m["entropy"]:.3f} '
+            f'lag {m["policy_lag"]:.1f} | return {returns or "(no episode yet)"}')
+    print(line, file=sys.stdout, flush=True)
+
+  def message(self, text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+  def close(self) -> None:
+    self._metrics.close()
+    if self._wandb is not None:
+      self._wandb.finish()
+      self._wandb = None

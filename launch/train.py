@@ -1,0 +1,75 @@
+"""Trains an IMPALA (+ PopArt) agent from an ml_collections config.
+
+  python launch/train.py --config=configs/nethack_popart.py
+  python launch/train.py --config=configs/atari_single.py:game=Pong,smoke
+  python launch/train.py --config=configs/cartpole.py --config.learning_rate=1e-3
+
+Wires config -> validation -> run folder and logger -> Sebulba trainer.
+A config mistake stops the run before any work with one line naming the field.
+"""
+
+import datetime
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file(
+    'config', None, 'Experiment config: path/to/config.py[:variant,key=value]',
+    lock_config=True)
+
+
+def resolve_workdir(config) -> str:
+  """The run folder: config.workdir, or runs/<config_name>-<timestamp>."""
+  if config.workdir:
+    return config.workdir
+  stamp = datetime.datetime.now().strftime('%Y%m%d-%H%M%S')
+  return os.path.join('runs', f'{config.config_name or "run"}-{stamp}')
+
+
+def train(config):
+  """Validates, trains and logs; returns (final learner state, workdir).
+
+  Raises configs.validation.ConfigError before any work on a bad config.
+  """
+  from agents.sebulba import Trainer
+  from configs import validation
+  from launch.run_logger import RunLogger
+
+  plan = validation.validate(config)
+  with config.unlocked():
+    config.workdir = resolve_workdir(config)
+  logger = RunLogger(config.workdir, config, plan.task_names)
+  logger.message(f'run folder: {config.workdir}')
+  trainer, state = None, None
+  try:
+    trainer = Trainer(config, plan)
+    state = trainer.run(logger.write)
+  except KeyboardInterrupt:
+    logger.message(f'interrupted at env step {trainer.env_steps if trainer else 0:,}; '
+                   f'metrics so far are in {config.workdir}/metrics.jsonl')
+  finally:
+    if trainer is not None:
+      trainer.close()
+    logger.close()
+  return state, config.workdir
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  from configs.validation import ConfigError
+  try:
+    train(_CONFIG.value)
+  except ConfigError as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == '__main__':
+  flags.mark_flag_as_required('config')
+  app.run(main)

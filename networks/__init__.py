@@ -1,0 +1,1 @@
+"""Flax Linen networks: torsos, recurrent core, policy and PopArt value heads."""

@@ -1,0 +1,34 @@
+"""An LSTM core that resets its state at episode starts, scanned over time."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+
+class _ResettingLSTMStep(nn.Module):
+  size: int
+
+  @nn.compact
+  def __call__(self, carry, inputs):
+    x, first = inputs
+    # Zero the state of envs whose observation starts a new episode.
+    carry = jax.tree.map(lambda c: jnp.where(first[:, None], 0.0, c), carry)
+    carry, y = nn.OptimizedLSTMCell(self.size, name='lstm')(carry, x)
+    return carry, y
+
+
+class ResettingLSTM(nn.Module):
+  """inputs [T, B, F], first [T, B], state (c, h) each [B, size]."""
+  size: int
+
+  @nn.compact
+  def __call__(self, inputs, first, state):
+    scan = nn.scan(_ResettingLSTMStep, variable_broadcast='params',
+                   split_rngs={'params': False}, in_axes=0, out_axes=0)
+    state, outputs = scan(self.size, name='step')(state, (inputs, first))
+    return outputs, state
+
+  @staticmethod
+  def initial_state(size: int, batch: int):
+    return (jnp.zeros((batch, size), jnp.float32),
+            jnp.zeros((batch, size), jnp.float32))

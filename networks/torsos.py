@@ -1,0 +1,85 @@
+"""Observation encoders ("torsos"), each reading the observation keys it needs.
+
+Inputs arrive with one flat batch axis [N, ...]; outputs are [N, F].
+"""
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from networks.conv import Conv2D
+
+NLE_NUM_GLYPHS = 5976 + 1  # nle.nethack.MAX_GLYPH + 1; kept literal so networks/ needs no NLE import.
+
+
+class MLPTorso(nn.Module):
+  """For low-dimensional state vectors (classic control): obs['state'] [N, D]."""
+  hidden_sizes: tuple = (64, 64)
+
+  @nn.compact
+  def __call__(self, obs):
+    x = obs['state'].astype(jnp.float32)
+    for size in self.hidden_sizes:
+      x = nn.relu(nn.Dense(size)(x))
+    return x
+
+
+class NatureCNNTorso(nn.Module):
+  """The Nature DQN CNN (Mnih et al. 2015), IMPALA's shallow network.
+
+  obs['frames'] uint8 [N, 4, 84, 84] (EnvPool's stacked, channel-first frames).
+  """
+  hidden_size: int = 512
+
+  @nn.compact
+  def __call__(self, obs):
+    x = jnp.transpose(obs['frames'], (0, 2, 3, 1)).astype(jnp.float32) / 255.0
+    x = nn.relu(Conv2D(32, (8, 8), strides=(4, 4), name='conv1')(x))
+    x = nn.relu(Conv2D(64, (4, 4), strides=(2, 2), name='conv2')(x))
+    x = nn.relu(Conv2D(64, (3, 3), strides=(1, 1), name='conv3')(x))
+    x = x.reshape((x.shape[0], -1))
+    return nn.relu(nn.Dense(self.hidden_size, name='fc')(x))
+
+
+def normalise_blstats(blstats):
+  """Signed log scaling: blstats mix coordinates, HP, gold and turn counters
+  spanning 0..1e5, and a log keeps all of them in a trainable range."""
+  x = blstats.astype(jnp.float32)
+  return jnp.sign(x) * jnp.log1p(jnp.abs(x))
+
+
+class NLESimpleTorso(nn.Module):
+  """A first NetHack encoder: glyph embedding + conv over the map + blstats MLP.
+
+  obs['glyphs'] int [N, 21, 79], obs['blstats'] int [N, 27].
+  """
+  embedding_size: int = 32
+  channels: tuple = (16, 16)
+  hidden_size: int = 256
+
+  @nn.compact
+  def __call__(self, obs):
+    glyphs = obs['glyphs'].astype(jnp.int32)
+    x = nn.Embed(NLE_NUM_GLYPHS, self.embedding_size, name='glyph_embed')(glyphs)
+    for i, c in enumerate(self.channels):
+      x = nn.elu(Conv2D(c, (3, 3), padding='SAME', name=f'conv{i + 1}')(x))
+    x = x.reshape((x.shape[0], -1))
+    x = nn.relu(nn.Dense(self.hidden_size, name='map_fc')(x))
+    b = normalise_blstats(obs['blstats'])
+    b = nn.relu(nn.Dense(32, name='blstats_fc1')(b))
+    b = nn.relu(nn.Dense(32, name='blstats_fc2')(b))
+    x = jnp.concatenate([x, b], axis=-1)
+    return nn.relu(nn.Dense(self.hidden_size, name='fc')(x))
+
+
+TORSOS = {
+    'mlp': MLPTorso,
+    'shallow': NatureCNNTorso,
+    'nle_simple': NLESimpleTorso,
+}
+
+# The observation keys each torso reads (NLE envs are asked for exactly these).
+OBS_KEYS = {
+    'mlp': ('state',),
+    'shallow': ('frames',),
+    'nle_simple': ('glyphs', 'blstats'),
+}
