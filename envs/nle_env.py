@@ -21,6 +21,8 @@ import logging
 import multiprocessing as mp
 import multiprocessing.connection
 import os
+import pickle
+import select
 import signal
 import time
 import traceback
@@ -44,10 +46,19 @@ _ALIGN = 64             # keeps every shared array cache-line aligned
 _START_TRIES = 3        # replacements in a row before we call the failure systematic
 _MIN_START_TIMEOUT_S = 60.0  # spawning and building envs may be slow on a busy host
 _RUNNING, _NEEDS_RESET, _FRESH = 0, 1, 2  # per-env state inside a worker
+_STEP = b'S'  # the per-step command, and its empty reply, skip pickling
 
 
 def is_nle_env(env_id: str) -> bool:
   return env_id in NLE_ENV_IDS
+
+
+def _send(conn, cmd: str, arg=None) -> None:
+  conn.send_bytes(_STEP if cmd == 'step' else pickle.dumps((cmd, arg)))
+
+
+def _reply(conn, kind: str, payload=None) -> None:
+  conn.send_bytes(b'' if (kind, payload) == ('ok', None) else pickle.dumps((kind, payload)))
 
 
 def _layout(num_envs: int, observation_keys: Sequence[str]):
@@ -92,7 +103,8 @@ def _make_env(env_id: str, kwargs: dict, observation_keys, savedir: Optional[str
   return env
 
 
-def _worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys, seeds, savedirs):
+def _worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys, seeds,
+                 savedirs):
   # Ctrl-C reaches the whole process group; the parent decides how to shut down.
   signal.signal(signal.SIGINT, signal.SIG_IGN)
   envs = []
@@ -112,9 +124,10 @@ def _worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys
       for key, view in obs_views:  # NLE reuses its arrays, so copy right away
         view[i] = obs[key]
 
-    conn.send(('ready', int(envs[0].action_space.n)))
+    _reply(conn, 'ready', int(envs[0].action_space.n))
     while True:
-      cmd, arg = conn.recv()
+      data = conn.recv_bytes()
+      cmd, arg = ('step', None) if data == _STEP else pickle.loads(data)
       reply = None
       if cmd == 'close':
         break
@@ -139,12 +152,12 @@ def _worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys
             state[i] = _RUNNING
       elif cmd == 'getattr':
         reply = [getattr(env.unwrapped, arg) for env in envs]
-      conn.send(('ok', reply))
+      _reply(conn, 'ok', reply)
   except (EOFError, KeyboardInterrupt):
     pass  # the parent is gone
   except Exception:  # pylint: disable=broad-except
     try:
-      conn.send(('error', traceback.format_exc()))
+      _reply(conn, 'error', traceback.format_exc())
     except OSError:
       pass
   finally:
@@ -160,13 +173,7 @@ class _Worker:
   hi: int
 
 
-def _stop(worker: _Worker, graceful: bool = False) -> None:
-  if graceful:
-    try:
-      worker.conn.send(('close', None))
-      worker.process.join(timeout=2.0)
-    except OSError:
-      pass
+def _stop(worker: _Worker) -> None:
   if worker.process.is_alive():
     worker.process.kill()
   worker.process.join(timeout=5.0)
@@ -178,7 +185,7 @@ def _shutdown(workers: List[Optional[_Worker]]) -> None:
   alive = [w for w in workers if w is not None]
   for worker in alive:  # ask all first, so they wind down in parallel
     try:
-      worker.conn.send(('close', None))
+      _send(worker.conn, 'close')
     except OSError:
       pass
   for worker in alive:
@@ -196,13 +203,12 @@ class NLEBatchedEnv:
                seed: int = 0, savedir: Optional[str] = None, step_timeout_s: float = 60.0):
     if not is_nle_env(env_id):
       raise ValueError(f'{env_id!r} is not an NLE env; known: {NLE_ENV_IDS}')
-    unknown = set(observation_keys) - set(nle.nethack.OBSERVATION_DESC)
-    if unknown:
-      raise ValueError(f'unknown NLE observation keys {sorted(unknown)}')
-    if len(task_ids) != num_envs or len(env_kwargs) != num_envs:
-      raise ValueError('task_ids and env_kwargs need one entry per env')
-    if reward_scales is not None and len(reward_scales) != num_envs:
-      raise ValueError('reward_scales needs one entry per env')
+    desc = nle.nethack.OBSERVATION_DESC
+    if not set(observation_keys) <= set(desc):
+      raise ValueError(f'unknown NLE observation keys in {observation_keys}')
+    reward_scales = [1.0] * num_envs if reward_scales is None else reward_scales
+    if not len(task_ids) == len(env_kwargs) == len(reward_scales) == num_envs:
+      raise ValueError('task_ids, env_kwargs and reward_scales need one entry per env')
     if num_envs < 1 or num_workers < 1:
       raise ValueError('num_envs and num_workers must be positive')
 
@@ -213,9 +219,7 @@ class NLEBatchedEnv:
     self._keys = tuple(observation_keys)
     self._seed, self._savedir, self._timeout = seed, savedir, step_timeout_s
     self._task_id = np.asarray(task_ids, np.int32)
-    self._scales = np.asarray(reward_scales if reward_scales is not None else [1.0] * num_envs,
-                              np.float32)
-    desc = nle.nethack.OBSERVATION_DESC
+    self._scales = np.asarray(reward_scales, np.float32)
     self.observation_spec = {k: (tuple(desc[k]['shape']), np.dtype(desc[k]['dtype']))
                              for k in self._keys}
 
@@ -264,9 +268,14 @@ class NLEBatchedEnv:
     return self._result()
 
   def env_attr(self, name: str) -> list:
-    """Debugging aid: `getattr(env.unwrapped, name)` of every env, in env order."""
+    """Debugging aid: `getattr(env.unwrapped, name)` of every env, in env order.
+
+    Not for use mid-training: a worker replaced during this call starts new
+    episodes that no step reports as truncated.
+    """
     replies = self._command('getattr', name)
-    return [x for w in range(len(self._workers)) for x in replies.get(w, [None] * self._size(w))]
+    return [x for w, worker in enumerate(self._workers)
+            for x in replies.get(w, [None] * (worker.hi - worker.lo))]
 
   def close(self) -> None:
     self._finalizer()
@@ -276,9 +285,6 @@ class NLEBatchedEnv:
 
   def __exit__(self, *exc_info):
     self.close()
-
-  def _size(self, w: int) -> int:
-    return self._bounds[w + 1] - self._bounds[w]
 
   def _start(self, w: int) -> _Worker:
     lo, hi = self._bounds[w], self._bounds[w + 1]
@@ -299,17 +305,23 @@ class NLEBatchedEnv:
 
   def _gather(self, ids, timeout: float):
     """Waits for one reply from each worker in `ids`; returns (replies, failures)."""
-    pending = {self._workers[w].conn: w for w in ids}
+    # mp.connection.wait builds a selector per call; on this per-step path a
+    # bare poll object is noticeably cheaper.
+    poller, pending = select.poll(), {self._workers[w].conn.fileno(): w for w in ids}
+    for fd in pending:
+      poller.register(fd, select.POLLIN)
     replies, failures = {}, {}
     deadline = time.monotonic() + timeout
     while pending:
-      ready = mp.connection.wait(list(pending), max(0.0, deadline - time.monotonic()))
-      if not ready:
+      events = poller.poll(max(0.0, deadline - time.monotonic()) * 1000)
+      if not events:
         break
-      for conn in ready:
-        w = pending.pop(conn)
+      for fd, _ in events:
+        w = pending.pop(fd)
+        poller.unregister(fd)
         try:
-          kind, payload = conn.recv()
+          data = self._workers[w].conn.recv_bytes()
+          kind, payload = pickle.loads(data) if data else ('ok', None)
         except (EOFError, OSError):
           failures[w] = 'died'
         else:
@@ -327,7 +339,7 @@ class NLEBatchedEnv:
     failures, sent = {}, []
     for w, worker in enumerate(self._workers):
       try:
-        worker.conn.send((cmd, arg))
+        _send(worker.conn, cmd, arg)
         sent.append(w)
       except OSError:
         failures[w] = 'died'
@@ -351,11 +363,10 @@ class NLEBatchedEnv:
       _, failures = self._gather([w], self._start_timeout)
       if not failures:
         try:
-          self._workers[w].conn.send(('reset', truncate))
+          _send(self._workers[w].conn, 'reset', truncate)
+          _, failures = self._gather([w], self._start_timeout)
         except OSError:
           failures = {w: 'died'}
-        else:
-          _, failures = self._gather([w], self._start_timeout)
       if not failures:
         break
       why = failures[w]

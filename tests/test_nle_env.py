@@ -149,7 +149,7 @@ def test_worker_restart_after_exception(caplog):
 
 
 def test_worker_restart_after_timeout():
-  with make(step_timeout_s=1.0) as env:
+  with make(step_timeout_s=2.0) as env:
     env.reset()
     before = env.worker_pids
     os.kill(before[0], signal.SIGSTOP)  # hangs without dying
