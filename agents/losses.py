@@ -33,6 +33,7 @@ class LossOutput(NamedTuple):
   loss: jax.Array
   new_stats: popart.Stats
   metrics: dict
+  extras: dict    # per-step intermediates for tests and analysis (dead code under jit)
 
 
 def vtrace_returns(values, rewards, discounts, rhos):
@@ -49,6 +50,25 @@ def vtrace_returns(values, rewards, discounts, rhos):
   out = vtrace(values, rewards, discounts, rhos)
   vs = jax.lax.stop_gradient(values[:-1] + out.errors)
   return vs, jax.lax.stop_gradient(out.q_estimate)
+
+
+def episode_aware_vtrace(raw_values, rewards, discounts, first, rhos, gamma):
+  """V-trace over unrolls that may cross episode boundaries.
+
+  raw_values [T+1, B]; rewards, discounts (1 - terminated), rhos [T, B];
+  first [T+1, B]. Transition t goes from x_t to x_{t+1}. The one from a
+  terminal observation (a reset step: x_{t+1} is `first`) is masked out and
+  given reward V(x_t) with discount 0, so its target equals its value: a
+  truncated episode then bootstraps from V(x_terminal), a terminated one has
+  discount 0 on its last action, and nothing leaks across the boundary.
+  Returns (vs, qs, mask), each [T, B].
+  """
+  reset = first[1:]
+  mask = 1.0 - reset.astype(jnp.float32)
+  rewards = jnp.where(reset, jax.lax.stop_gradient(raw_values[:-1]), rewards)
+  discounts = jnp.where(reset, 0.0, gamma * discounts)
+  vs, qs = vtrace_returns(jax.lax.stop_gradient(raw_values), rewards, discounts, rhos)
+  return vs, qs, mask
 
 
 def impala_loss(apply_fn: Callable, cfg: LossConfig,
@@ -69,16 +89,6 @@ def impala_loss(apply_fn: Callable, cfg: LossConfig,
     values = popart.unnormalize(stats, n, value_idx)  # in h-space for mode 'h'
     raw_values = rewards_lib.h_inv(values) if cfg.reward_mode == 'h' else values
 
-    # Transition t goes from x_t to x_{t+1}; the one from a terminal
-    # observation (a reset step) is masked out and given target = value, so a
-    # truncated episode bootstraps from V(x_terminal) and nothing leaks across
-    # the episode boundary.
-    reset = batch.first[1:]
-    mask = 1.0 - reset.astype(jnp.float32)
-    r = rewards_lib.transform_rewards(batch.reward[:-1], cfg.reward_mode)
-    r = jnp.where(reset, jax.lax.stop_gradient(raw_values[:-1]), r)
-    discounts = jnp.where(reset, 0.0, cfg.discount * batch.discount[:-1])
-
     log_pi = jax.nn.log_softmax(logits[:-1])
     log_mu = jax.nn.log_softmax(batch.behaviour_logits[:-1])
     action = batch.action[:-1]
@@ -86,7 +96,9 @@ def impala_loss(apply_fn: Callable, cfg: LossConfig,
     log_mu_a = jnp.take_along_axis(log_mu, action[..., None], axis=-1)[..., 0]
     rhos = jnp.exp(jax.lax.stop_gradient(log_pi_a) - log_mu_a)
 
-    vs, qs = vtrace_returns(jax.lax.stop_gradient(raw_values), r, discounts, rhos)
+    r = rewards_lib.transform_rewards(batch.reward[:-1], cfg.reward_mode)
+    vs, qs, mask = episode_aware_vtrace(raw_values, r, batch.discount[:-1],
+                                        batch.first, rhos, cfg.discount)
     if cfg.reward_mode == 'h':
       vs, qs = rewards_lib.h(vs), rewards_lib.h(qs)
 
@@ -131,6 +143,8 @@ def impala_loss(apply_fn: Callable, cfg: LossConfig,
     if axis_name is not None:
       # Sums of per-device sums: every device reports the global figure.
       metrics = jax.lax.psum(metrics, axis_name)
-    return total, LossOutput(total, new_stats, metrics)
+    extras = {'vs': vs, 'qs': qs, 'mask': mask, 'pg_advantage': pg_advantage,
+              'norm_target': norm_target, 'norm_value': norm_value, 'rhos': rhos}
+    return total, LossOutput(total, new_stats, metrics, extras)
 
   return loss_fn

@@ -1,0 +1,87 @@
+"""The IMPALA + PopArt loss on a tiny batch with a fixed "network"."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agents import losses, popart
+from agents.types import Unroll
+
+
+def _fixed_apply(logits, norm_values):
+  def apply(params, stats, obs, first, core_state):
+    return logits * params['scale'], norm_values, core_state
+  return apply
+
+
+def _batch(t1=3, b=2, num_actions=2):
+  return Unroll(obs={}, first=jnp.zeros((t1, b), bool),
+                action=jnp.zeros((t1, b), jnp.int32),
+                behaviour_logits=jnp.zeros((t1, b, num_actions)),
+                reward=jnp.asarray([[1.0, 10.0], [2.0, 20.0], [0.0, 0.0]]),
+                discount=jnp.ones((t1, b)),
+                task_id=jnp.asarray([[0, 1]] * t1, jnp.int32), core_state=())
+
+
+def _config(popart_enabled=True, beta=0.5):
+  return losses.LossConfig(discount=0.5, baseline_cost=0.5, entropy_cost=0.01,
+                           reward_mode='none', popart_enabled=popart_enabled,
+                           popart_beta=beta)
+
+
+def test_popart_targets_advantages_and_stats_by_hand():
+  # Uniform policy equal to the behaviour policy: rho = 1 everywhere.
+  logits = jnp.zeros((3, 2, 2))
+  n = jnp.asarray([[[0.0, 0.0], [0.0, 1.0]],
+                   [[1.0, 0.0], [0.0, 2.0]],
+                   [[2.0, 0.0], [0.0, 3.0]]])          # [T+1, B, K]; column b uses task b
+  stats = {'mu': jnp.asarray([0.0, 10.0]), 'nu': jnp.asarray([1.0, 104.0])}  # sigma 1, 2
+  loss_fn = losses.impala_loss(_fixed_apply(logits, n), _config())
+  _, out = loss_fn({'scale': jnp.ones(())}, stats, _batch())
+  # Unnormalised values: task 0: [0, 1, 2]; task 1: 10 + 2 n = [12, 14, 16].
+  # Targets (gamma 0.5, rho 1): task 0: v_1 = 2 + 0.5 * 2 = 3, v_0 = 1 + 0.5 * 3 = 2.5
+  #                            task 1: v_1 = 20 + 8 = 28,     v_0 = 10 + 14 = 24
+  np.testing.assert_allclose(out.extras['vs'], [[2.5, 24.0], [3.0, 28.0]], rtol=1e-6)
+  # Stats (beta 0.5): task 0 mean 2.75, mean sq (6.25 + 9) / 2 = 7.625
+  #   mu0 = 1.375, nu0 = 0.5 + 3.8125 = 4.3125 -> sigma0 = sqrt(4.3125 - 1.890625)
+  #   task 1 mean 26, mean sq (576 + 784) / 2 = 680: mu1 = 18, nu1 = 52 + 340 = 392
+  np.testing.assert_allclose(out.new_stats['mu'], [1.375, 18.0], rtol=1e-6)
+  np.testing.assert_allclose(out.new_stats['nu'], [4.3125, 392.0], rtol=1e-6)
+  sigma_new = np.sqrt([4.3125 - 1.375 ** 2, 392.0 - 18.0 ** 2])
+  # Normalised targets (v - mu') / sigma'.
+  expected_targets = (np.asarray([[2.5, 24.0], [3.0, 28.0]]) - [1.375, 18.0]) / sigma_new
+  np.testing.assert_allclose(out.extras['norm_target'], expected_targets, rtol=1e-5)
+  # The rescaled head's normalised value: (V - mu') / sigma', V unnormalised.
+  expected_values = (np.asarray([[0.0, 12.0], [1.0, 14.0]]) - [1.375, 18.0]) / sigma_new
+  np.testing.assert_allclose(out.extras['norm_value'], expected_values, rtol=1e-5)
+  # Advantage rho ((r + gamma v_{s+1} - mu') / sigma' - n'(x_s)): q = r + gamma v_{s+1}
+  q = np.asarray([[1.0 + 0.5 * 3.0, 10.0 + 0.5 * 28.0], [2.0 + 0.5 * 2.0, 20.0 + 0.5 * 16.0]])
+  expected_pg = (q - [1.375, 18.0]) / sigma_new - expected_values
+  np.testing.assert_allclose(out.extras['pg_advantage'], expected_pg, rtol=1e-5, atol=1e-6)
+
+
+def test_without_popart_one_value_output_and_fixed_stats():
+  logits = jnp.zeros((3, 2, 2))
+  n = jnp.asarray([[[0.0]] * 2, [[1.0]] * 2, [[2.0]] * 2])  # one output for all tasks
+  stats = popart.init_stats(1)
+  loss_fn = losses.impala_loss(_fixed_apply(logits, n), _config(popart_enabled=False))
+  _, out = loss_fn({'scale': jnp.ones(())}, stats, _batch())
+  np.testing.assert_allclose(out.new_stats['mu'], [0.0])
+  np.testing.assert_allclose(out.new_stats['nu'], [1.0])
+  # Unnormalised advantage: q - V with V = [0, 1]: column 1 (rewards 10, 20).
+  q1 = [10.0 + 0.5 * (20.0 + 0.5 * 2.0), 20.0 + 0.5 * 2.0]
+  np.testing.assert_allclose(out.extras['pg_advantage'][:, 1],
+                             np.asarray(q1) - [0.0, 1.0], rtol=1e-6)
+
+
+def test_policy_gradient_pushes_up_advantaged_actions():
+  logits = jnp.zeros((3, 2, 2))
+  n = jnp.zeros((3, 2, 2))
+  loss_fn = losses.impala_loss(_fixed_apply(logits, n), _config(popart_enabled=False))
+  batch = _batch()._replace(reward=jnp.ones((3, 2)))
+  params = {'scale': jnp.ones(())}
+  logits_grad = jax.grad(
+      lambda lg: losses.impala_loss(_fixed_apply(lg, n[..., :1]), _config(popart_enabled=False))(
+          params, popart.init_stats(1), batch)[0])(logits)
+  # Action 0 was taken with positive advantage: its logit's gradient is negative.
+  assert float(logits_grad[0, 0, 0]) < 0 < float(logits_grad[0, 0, 1])
