@@ -78,7 +78,7 @@ def build_update(apply_fn: Callable, optimizer, schedule,
     # The loss sums over the global batch, so its gradient is the sum of the
     # per-device gradients (the device mean times the device count).
     grads = jax.lax.psum(grads, AXIS)
-    grad_norm = optax.global_norm(grads)
+    grad_norm = optax.tree.norm(grads)
 
     params = state.params
     new_stats = out.new_stats

@@ -11,11 +11,13 @@ A config mistake stops the run before any work with one line naming the field.
 import datetime
 import os
 import sys
+import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -59,12 +61,42 @@ def train(config):
   return state, config.workdir
 
 
+_USER_ERRORS = (flags.Error, AttributeError, KeyError, ValueError, TypeError, OSError)
+
+
+def _exit_with_config_error(e: BaseException, argv) -> None:
+  """One line naming the mistake instead of a traceback; exit status 2."""
+  if isinstance(e, (AttributeError, KeyError)):  # override of a field the config lacks
+    text = str(e).strip('\'"').replace("\\'", "'").replace('\\n', ' ')
+    reason = f'unknown config field {text}'
+  else:
+    # config_flags embeds get_config's traceback; its last line is the reason.
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    reason = lines[-1] if lines else type(e).__name__
+  overrides = ' '.join(a for a in argv[1:] if a.startswith('--config'))
+  print(f'error: {reason} (in: {overrides or "no --config given"})', file=sys.stderr)
+  sys.exit(2)
+
+
+def parse_flags(argv):
+  try:
+    return flags.FLAGS(argv)
+  except _USER_ERRORS as e:
+    _exit_with_config_error(e, argv)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   from configs.validation import ConfigError
+  logging.set_verbosity(logging.WARNING)
+  warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
   try:
-    train(_CONFIG.value)
+    config = _CONFIG.value  # config_flags loads the file lazily, here
+  except _USER_ERRORS as e:
+    _exit_with_config_error(e, sys.argv)
+  try:
+    train(config)
   except ConfigError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
@@ -72,4 +104,4 @@ def main(argv):
 
 if __name__ == '__main__':
   flags.mark_flag_as_required('config')
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

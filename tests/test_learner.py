@@ -1,0 +1,95 @@
+"""The sharded learner update: 4 fake CPU devices equal 1 device, and PopArt
+preserves the unnormalised values through a real update."""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from agents import learner, losses, popart
+from agents.types import Unroll
+from networks import agent as agent_net
+
+T, B, A, TASKS = 5, 8, 3, 2
+
+
+def _network(lstm_size):
+  cfg = ml_collections.ConfigDict({'name': 'mlp', 'lstm_size': lstm_size,
+                                   'torso_kwargs': {}})
+  return agent_net.make_network(cfg, num_actions=A, num_values=TASKS)
+
+
+def _batch(network, seed=0):
+  rng = np.random.default_rng(seed)
+  first = rng.random((T + 1, B)) < 0.2
+  first[0] = True
+  core = jax.tree.map(lambda x: np.asarray(rng.normal(size=x.shape), np.float32),
+                      network.initial_state(B))
+  return Unroll(
+      obs={'state': rng.normal(size=(T + 1, B, 4)).astype(np.float32)},
+      first=first,
+      action=rng.integers(0, A, (T + 1, B)).astype(np.int32),
+      behaviour_logits=rng.normal(size=(T + 1, B, A)).astype(np.float32),
+      reward=(rng.normal(size=(T + 1, B)) * np.array([1.0, 100.0] * (B // 2))).astype(np.float32),
+      discount=(rng.random((T + 1, B)) > 0.1).astype(np.float32),
+      task_id=np.tile(np.arange(B) % TASKS, (T + 1, 1)).astype(np.int32),
+      core_state=core)
+
+
+def _run(network, devices, steps=2):
+  mesh = learner.make_mesh(devices)
+  obs = {'state': np.zeros((4,), np.float32)}
+  variables = agent_net.init_variables(network, jax.random.key(0), obs)
+  optimizer, schedule = learner.make_optimizer(6e-4, 100, 40.0, 0.99, 0.01, 0.0)
+  cfg = losses.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=0.01,
+                          reward_mode='none', popart_enabled=True, popart_beta=0.1)
+  update = learner.build_update(agent_net.apply_fn(network), optimizer, schedule, cfg,
+                                agent_net.VALUE_HEAD, mesh)
+  state = learner.init_state(variables, optimizer, mesh)
+  for i in range(steps):
+    state, metrics = update(state, learner.shard_batch(_batch(network, seed=i), mesh))
+  return jax.device_get(state), jax.device_get(metrics)
+
+
+@pytest.mark.parametrize('lstm_size', [0, 16])
+def test_four_devices_match_one_device(lstm_size):
+  assert len(jax.devices()) >= 4, 'conftest should fake 4 CPU devices'
+  network = _network(lstm_size)
+  one, m1 = _run(network, jax.devices()[:1])
+  four, m4 = _run(network, jax.devices()[:4])
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6),
+               one.params, four.params)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+               one.popart, four.popart)
+  np.testing.assert_allclose(m1['loss/total'], m4['loss/total'], rtol=1e-4)
+  assert int(one.step) == int(four.step) == 2
+  # The statistics moved, so the comparison covers the PopArt path.
+  assert not np.allclose(one.popart[agent_net.VALUE_HEAD]['mu'], 0.0)
+
+
+def test_update_preserves_unnormalised_values_apart_from_the_gradient_step():
+  """With a zero learning rate, an update only changes PopArt statistics and
+  the head's rescale, so unnormalised values stay equal to 1e-5."""
+  network = _network(0)
+  mesh = learner.make_mesh(jax.devices()[:1])
+  obs = {'state': np.zeros((4,), np.float32)}
+  variables = agent_net.init_variables(network, jax.random.key(1), obs)
+  optimizer, schedule = learner.make_optimizer(0.0, 100, 40.0, 0.99, 0.01, 0.0)
+  cfg = losses.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=0.01,
+                          reward_mode='none', popart_enabled=True, popart_beta=0.3)
+  update = learner.build_update(agent_net.apply_fn(network), optimizer, schedule, cfg,
+                                agent_net.VALUE_HEAD, mesh)
+  state = learner.init_state(variables, optimizer, mesh)
+  batch = _batch(network)
+
+  def unnormalised(s):
+    _, n, _ = agent_net.apply_fn(network)(s.params, s.popart[agent_net.VALUE_HEAD],
+                                          batch.obs, batch.first, batch.core_state)
+    return popart.sigma(s.popart[agent_net.VALUE_HEAD]) * n + s.popart[agent_net.VALUE_HEAD]['mu']
+
+  before = unnormalised(state)
+  new_state, _ = update(state, learner.shard_batch(batch, mesh))
+  after = unnormalised(new_state)
+  assert not np.allclose(new_state.popart[agent_net.VALUE_HEAD]['mu'], 0.0)
+  np.testing.assert_allclose(after, before, atol=1e-5)
