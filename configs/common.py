@@ -47,8 +47,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.network.lstm_size = 0       # LSTM core size; 0 = feed-forward
   c.network.torso_kwargs = ml_collections.ConfigDict()  # extra torso arguments
 
-  # Tasks: a tuple of common.task(...) dicts; their order gives the task ids.
-  c.tasks = ()
+  c.tasks = ()                  # tuple of task(...) dicts; their order gives the task ids
 
   c.actors = ml_collections.ConfigDict()
   c.actors.num_actors = 1       # actor threads
@@ -113,6 +112,7 @@ def apply_smoke(c: ml_collections.ConfigDict) -> None:
   c.batch_size = envs
   c.unroll_length = 4
   c.total_env_steps = 2 * c.unroll_length * c.batch_size
+  c.num_learner_devices = 1
   c.actors.num_actors = 1
   c.actors.envs_per_actor = envs
   c.actors.nle_workers = 1

@@ -92,7 +92,8 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
   try:
-    config = _CONFIG.value  # config_flags loads the file lazily, here
+    config = _CONFIG.value
+    config['seed']  # config_flags loads the file lazily: make it happen here
   except _USER_ERRORS as e:
     _exit_with_config_error(e, sys.argv)
   try:

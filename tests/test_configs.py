@@ -1,0 +1,126 @@
+"""Configs load, their variants parse, and mistakes stop the run with one line."""
+
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from configs import common
+from configs.validation import ConfigError, validate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = ['cartpole', 'cartpole_popart', 'atari_single', 'nethack_popart']
+
+
+def _load(name, arg=None):
+  return importlib.import_module(f'configs.{name}').get_config(arg)
+
+
+@pytest.mark.parametrize('name', CONFIGS)
+@pytest.mark.parametrize('arg', [None, 'smoke'])
+def test_configs_validate(name, arg):
+  config = _load(name, arg)
+  plan = validate(config)
+  assert plan.num_tasks == len(config.tasks)
+  assert config.batch_size % len(plan.learner_devices) == 0
+
+
+def test_defaults_follow_impala():
+  c = common.base_config()
+  assert (c.unroll_length, c.batch_size, c.discount) == (20, 32, 0.99)
+  assert (c.baseline_cost, c.entropy_cost, c.learning_rate) == (0.5, 0.01, 6e-4)
+  assert (c.optimizer.rmsprop_eps, c.optimizer.momentum, c.optimizer.max_grad_norm) == (0.01, 0.0, 40.0)
+  assert c.wandb.mode == 'offline'
+
+
+def test_every_config_field_is_commented():
+  """Each assignment in base_config carries a comment saying what it is."""
+  source = open(os.path.join(ROOT, 'configs', 'common.py')).read()
+  body = source[source.index('def base_config'):source.index('def parse_variant')]
+  for line in body.splitlines():
+    stripped = line.strip()
+    if stripped.startswith('c.') and '=' in stripped and 'ConfigDict()' not in stripped:
+      assert '#' in stripped, f'uncommented config field: {stripped}'
+
+
+def test_variant_parsing():
+  v = common.parse_variant('game=Breakout,smoke,games=Pong+Breakout,n=3',
+                           {'game': 'Pong', 'smoke': False, 'games': (), 'n': 1})
+  assert v == {'game': 'Breakout', 'smoke': True, 'games': ('Pong', 'Breakout'), 'n': 3}
+  with pytest.raises(ValueError, match='allowed: game'):
+    common.parse_variant('gmae=Pong', {'game': 'Pong'})
+
+
+def test_nethack_variants_choose_task_and_characters():
+  c = _load('nethack_popart', 'task=Staircase,chars=val-dwa-law-fem+wiz-elf-cha-mal')
+  assert [t['env_id'] for t in c.tasks] == ['NetHackStaircase-v0'] * 2
+  assert [t['env_kwargs']['character'] for t in c.tasks] == ['val-dwa-law-fem', 'wiz-elf-cha-mal']
+
+
+def test_reward_scales_override_is_a_tuple():
+  c = _load('cartpole_popart')
+  assert tuple(c.reward_scales) == (1.0, 1000.0)
+
+
+@pytest.mark.parametrize('field,value,match', [
+    ('batch_size', 0, 'batch_size'),
+    ('unroll_length', -3, 'unroll_length'),
+    ('total_env_steps', 0, 'total_env_steps'),
+    ('reward_mode', 'clipped', 'reward_mode.*clip, none, h'),
+    ('network.name', 'resnet50', 'network.name.*mlp'),
+    ('wandb.mode', 'cloud', 'wandb.mode.*offline'),
+    ('tasks', (), 'tasks'),
+    ('reward_scales', (1.0, 2.0, 3.0), 'reward_scales'),
+    ('num_learner_devices', 64, 'num_learner_devices'),
+    ('batch_size', 12, 'batch_size'),
+    ('network.name', 'shallow', 'network.name.*frames'),
+])
+def test_bad_fields_raise_config_error_naming_the_field(field, value, match):
+  config = _load('cartpole_popart')
+  group, _, leaf = field.rpartition('.')
+  with config.unlocked():
+    (config[group] if group else config)[leaf] = value
+  with pytest.raises(ConfigError, match=match):
+    validate(config)
+
+
+def test_unknown_env_id_names_the_task_field():
+  config = _load('cartpole')
+  config.tasks = (common.task('x', 'CartPoel-v1'),)
+  with pytest.raises(ConfigError, match=r'tasks\[0\].env_id.*CartPoel-v1'):
+    validate(config)
+
+
+def test_bad_env_kwargs_list_the_allowed_keys():
+  config = _load('atari_single', 'game=Pong')
+  config.tasks = (common.task('Pong', 'Pong-v5', episodic_lives=True),)
+  with pytest.raises(ConfigError, match='allowed keys:.*episodic_life'):
+    validate(config)
+
+
+def test_batch_must_divide_over_learner_devices():
+  config = _load('cartpole')
+  config.batch_size = 8
+  config.actors.envs_per_actor = 2
+  config.num_learner_devices = 3
+  with pytest.raises(ConfigError, match='divisible by the 3 learner devices'):
+    validate(config)
+
+
+@pytest.mark.parametrize('args,expected', [
+    (['--config=configs/cartpole.py', '--config.batch_size=0'], 'batch_size'),
+    (['--config=configs/cartpole.py', '--config.batch_sizee=3'], 'unknown config field'),
+    (['--config=configs/cartpole.py:smok'], "unknown config variant 'smok'"),
+    (['--config=configs/cartpole.py', '--config.reward_mode=foo'], 'reward_mode'),
+    (['--config=configs/atari_single.py:game=NotAGame'], 'env_id'),
+    (['--config=configs/missing.py'], 'No such file'),
+])
+def test_cli_reports_one_line_without_traceback(args, expected):
+  proc = subprocess.run([sys.executable, 'launch/train.py', *args], cwd=ROOT,
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 2, proc.stderr
+  assert 'Traceback' not in proc.stderr
+  errors = [l for l in proc.stderr.splitlines() if l.startswith('error:')]
+  assert len(errors) == 1 and expected in errors[0], proc.stderr
