@@ -1,0 +1,87 @@
+"""Every config family trains end to end in-process on its smoke variant."""
+
+import glob
+import json
+import os
+
+import pytest
+
+from configs import atari_single, cartpole, cartpole_popart, nethack_popart
+from launch.train import train
+
+REQUIRED = ['env_steps', 'learner_steps', 'sps', 'policy_lag', 'loss/total', 'loss/policy',
+            'loss/baseline', 'loss/entropy', 'entropy', 'grad_norm']
+
+
+def _metrics(workdir):
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    return [json.loads(line) for line in f]
+
+
+def _check_run(config, tmp_path):
+  with config.unlocked():
+    config.workdir = str(tmp_path / 'run')
+  state, workdir = train(config)
+  assert int(state.step) >= 1
+  assert os.path.exists(os.path.join(workdir, 'config.json'))
+  records = _metrics(workdir)
+  assert records, 'no metrics written'
+  last = records[-1]
+  for key in REQUIRED:
+    assert key in last, key
+  for task in config.tasks:
+    assert f'popart/mu/{task["name"]}' in last
+    assert f'popart/sigma/{task["name"]}' in last
+  assert last['env_steps'] >= config.total_env_steps
+  return records
+
+
+def test_cartpole_smoke(tmp_path):
+  _check_run(cartpole.get_config('smoke'), tmp_path)
+
+
+def test_cartpole_popart_smoke_on_four_learner_devices(tmp_path):
+  config = cartpole_popart.get_config('smoke')
+  config.num_learner_devices = 4
+  config.batch_size = 4
+  config.actors.envs_per_actor = 4
+  config.unroll_length = 3
+  _check_run(config, tmp_path)
+
+
+def test_cartpole_popart_with_lstm_and_two_actors(tmp_path):
+  config = cartpole_popart.get_config('smoke')
+  config.network.lstm_size = 8
+  config.actors.num_actors = 2
+  config.total_env_steps = 4 * config.unroll_length * config.batch_size
+  records = _check_run(config, tmp_path)
+  assert records[-1]['learner_steps'] == 4
+
+
+def test_atari_pong_smoke(tmp_path):
+  records = _check_run(atari_single.get_config('game=Pong,smoke'), tmp_path)
+  assert records[-1]['env_frames'] == 4 * records[-1]['env_steps']
+
+
+def test_nethack_main_job_smoke(tmp_path):
+  _check_run(nethack_popart.get_config('smoke'), tmp_path)
+
+
+def test_episode_returns_are_logged_per_task(tmp_path):
+  config = cartpole_popart.get_config('smoke')
+  config.reward_scales = (1.0, 10.0)
+  config.total_env_steps = 40 * config.unroll_length * config.batch_size
+  records = _check_run(config, tmp_path)
+  returns = {k: v for r in records for k, v in r.items() if k.startswith('episode_return/')}
+  assert set(returns) == {'episode_return/cartpole_a', 'episode_return/cartpole_b'}
+  lengths = [r['episode_length/cartpole_b'] for r in records if 'episode_length/cartpole_b' in r]
+  rets = [r['episode_return/cartpole_b'] for r in records if 'episode_return/cartpole_b' in r]
+  # CartPole gives +1 per step, scaled by 10 for task b.
+  assert rets[-1] == pytest.approx(10.0 * lengths[-1])
+
+
+def test_wandb_offline_writes_inside_the_workdir(tmp_path):
+  config = cartpole.get_config('smoke')
+  config.wandb.mode = 'offline'
+  _check_run(config, tmp_path)
+  assert glob.glob(str(tmp_path / 'run' / 'wandb' / 'offline-run-*'))
