@@ -108,7 +108,7 @@ class Trainer:
     last_log = time.perf_counter()
     last_steps = self.env_steps
     try:
-      while self.env_steps < config.total_env_steps:
+      while self.env_steps < config.total_env_steps and not self.stop.is_set():
         blocks = [self._next_block() for _ in range(plan.blocks_per_batch)]
         lags.extend(version - b.params_version for b in blocks)
         with self.timer.time('learner_h2d'):
@@ -121,7 +121,7 @@ class Trainer:
         self.env_steps += plan.env_steps_per_update
         window.append(metrics)
         now = time.perf_counter()
-        done = self.env_steps >= config.total_env_steps
+        done = self.env_steps >= config.total_env_steps or self.stop.is_set()
         if done or now - last_log >= config.log.every_seconds:
           summary = self._summarise(window, lags, (self.env_steps - last_steps) / (now - last_log))
           on_log(summary)

@@ -5,12 +5,21 @@ crash or Ctrl-C is lost. wandb keeps its files inside the workdir; its
 default mode is offline, so no account is needed.
 """
 
+import datetime
 import json
 import math
 import os
 import sys
 import time
 from typing import Dict, Sequence
+
+
+def resolve_workdir(config) -> str:
+  """The run folder: config.workdir, or runs/<config_name>-<timestamp>."""
+  if config.workdir:
+    return config.workdir
+  stamp = datetime.datetime.now().strftime('%Y%m%d-%H%M%S')
+  return os.path.join('runs', f'{config.config_name or "run"}-{stamp}')
 
 
 def _jsonable(value):

@@ -8,7 +8,6 @@ Wires config -> validation -> run folder and logger -> Sebulba trainer.
 A config mistake stops the run before any work with one line naming the field.
 """
 
-import datetime
 import os
 import sys
 import warnings
@@ -25,14 +24,6 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=True)
 
 
-def resolve_workdir(config) -> str:
-  """The run folder: config.workdir, or runs/<config_name>-<timestamp>."""
-  if config.workdir:
-    return config.workdir
-  stamp = datetime.datetime.now().strftime('%Y%m%d-%H%M%S')
-  return os.path.join('runs', f'{config.config_name or "run"}-{stamp}')
-
-
 def train(config):
   """Validates, trains and logs; returns (final learner state, workdir).
 
@@ -40,7 +31,7 @@ def train(config):
   """
   from agents.sebulba import Trainer
   from configs import validation
-  from launch.run_logger import RunLogger
+  from launch.run_logger import RunLogger, resolve_workdir
 
   plan = validation.validate(config)
   with config.unlocked():
