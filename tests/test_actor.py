@@ -1,0 +1,100 @@
+"""Actor bookkeeping on a scripted env: overlapping unrolls, first flags,
+reset steps, discounts and whole-episode returns."""
+
+import queue
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agents.actor import Actor, ParamsStore
+from agents.timing import StageTimer
+from envs.base import StepResult
+
+
+class CountingEnv:
+  """obs = steps into the episode; reward 1 per step; episodes of `length`
+  steps end by termination (env 0) or truncation (env 1); EnvPool's
+  auto-reset convention."""
+  num_envs, num_actions = 2, 3
+  observation_spec = {'state': ((1,), np.float32)}
+
+  def __init__(self, length=3):
+    self.length = length
+    self.count = np.zeros(2, int)
+    self.done = np.zeros(2, bool)
+
+  def _result(self, reward, term, trunc):
+    return StepResult(obs={'state': self.count[:, None].astype(np.float32)},
+                      reward=reward.astype(np.float32), terminated=term, truncated=trunc,
+                      task_id=np.array([0, 1], np.int32))
+
+  def reset(self):
+    self.count[:] = 0
+    return self._result(np.zeros(2), np.zeros(2, bool), np.zeros(2, bool))
+
+  def step(self, actions):
+    reward = np.where(self.done, 0.0, 1.0)
+    self.count = np.where(self.done, 0, self.count + 1)
+    ended = (self.count == self.length) & ~self.done
+    term = ended & np.array([True, False])
+    trunc = ended & np.array([False, True])
+    self.done = ended
+    return self._result(reward, term, trunc)
+
+  def close(self):
+    pass
+
+
+def _act(variables, obs, first, state, rng):
+  return jnp.zeros(obs['state'].shape[0], jnp.int32), jnp.zeros((obs['state'].shape[0], 3)), state, rng
+
+
+def _collect(num_blocks, unroll_length=4):
+  store, unrolls, episodes = ParamsStore(), queue.Queue(), queue.SimpleQueue()
+  store.publish({}, 7)
+  stop = threading.Event()
+  actor = Actor(0, CountingEnv(), _act, (), store, unrolls, episodes, StageTimer(), stop,
+                unroll_length, jax.devices()[0], seed=0)
+  actor.start()
+  blocks = [unrolls.get(timeout=30) for _ in range(num_blocks)]
+  stop.set()
+  actor.join(timeout=10)
+  assert actor.error is None, actor.error
+  eps = []
+  while not episodes.empty():
+    eps.append(episodes.get())
+  return blocks, eps
+
+
+def test_unrolls_overlap_by_one_step_and_mark_episode_starts():
+  blocks, _ = _collect(3)
+  u0, u1 = blocks[0].unroll, blocks[1].unroll
+  assert u0.obs['state'].shape == (5, 2, 1)
+  assert blocks[0].params_version == 7
+  # The last step of one unroll is the first step of the next.
+  np.testing.assert_array_equal(u0.obs['state'][-1], u1.obs['state'][0])
+  np.testing.assert_array_equal(u0.first[-1], u1.first[0])
+  # Episode of 3 steps: obs 0,1,2,3(terminal), then the reset step returns 0 (first).
+  obs = np.concatenate([u0.obs['state'][:, 0, 0], u1.obs['state'][1:, 0, 0]])
+  first = np.concatenate([u0.first[:, 0], u1.first[1:, 0]])
+  np.testing.assert_array_equal(obs, [0, 1, 2, 3, 0, 1, 2, 3, 0])
+  np.testing.assert_array_equal(first, [1, 0, 0, 0, 1, 0, 0, 0, 1])
+
+
+def test_discounts_and_rewards_follow_termination_and_truncation():
+  blocks, _ = _collect(2)
+  u0 = blocks[0].unroll
+  # Env 0 terminates on the action at obs 2; env 1 is truncated there instead.
+  np.testing.assert_array_equal(u0.discount[:, 0], [1, 1, 0, 1, 1])
+  np.testing.assert_array_equal(u0.discount[:, 1], [1, 1, 1, 1, 1])
+  # The reset step (from the terminal obs 3) gives no reward.
+  np.testing.assert_array_equal(u0.reward[:, 0], [1, 1, 1, 0, 1])
+
+
+def test_episode_returns_count_whole_episodes():
+  _, eps = _collect(4)
+  assert eps, 'no episode recorded'
+  assert {e.task_id for e in eps} == {0, 1}
+  assert all(e.episode_return == 3.0 and e.episode_length == 3 for e in eps)
