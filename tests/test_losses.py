@@ -85,3 +85,18 @@ def test_policy_gradient_pushes_up_advantaged_actions():
           params, popart.init_stats(1), batch)[0])(logits)
   # Action 0 was taken with positive advantage: its logit's gradient is negative.
   assert float(logits_grad[0, 0, 0]) < 0 < float(logits_grad[0, 0, 1])
+
+
+def test_h_mode_runs_vtrace_on_raw_values_and_learns_in_h_space():
+  from agents import rewards
+  logits = jnp.zeros((3, 2, 2))
+  raw = np.asarray([[0.0, 0.0], [3.0, 8.0], [15.0, 24.0]])  # raw values per step / env
+  n = rewards.h(jnp.asarray(raw))[..., None]                   # network outputs h(V)
+  cfg = losses.LossConfig(discount=0.5, baseline_cost=0.5, entropy_cost=0.0,
+                          reward_mode='h', popart_enabled=False, popart_beta=0.1)
+  _, out = losses.impala_loss(_fixed_apply(logits, n), cfg)(
+      {'scale': jnp.ones(())}, popart.init_stats(1), _batch())
+  # Raw targets, rho = 1: env 0: v_1 = 2 + 0.5 * 15 = 9.5, v_0 = 1 + 0.5 * 9.5 = 5.75
+  #                       env 1: v_1 = 20 + 12 = 32,      v_0 = 10 + 16 = 26
+  expected = rewards.h(jnp.asarray([[5.75, 26.0], [9.5, 32.0]]))
+  np.testing.assert_allclose(out.extras['vs'], expected, rtol=1e-4)
