@@ -50,10 +50,11 @@ def normalise_blstats(blstats):
 class NLESimpleTorso(nn.Module):
   """A first NetHack encoder: glyph embedding + conv over the map + blstats MLP.
 
-  obs['glyphs'] int [N, 21, 79], obs['blstats'] int [N, 27].
+  obs['glyphs'] int [N, 21, 79], obs['blstats'] int [N, 27]. Kept small so the
+  main job trains at a useful rate on a CPU: the second conv has stride 2.
   """
-  embedding_size: int = 32
-  channels: tuple = (16, 16)
+  embedding_size: int = 16
+  channels: tuple = (16, 32)
   hidden_size: int = 256
 
   @nn.compact
@@ -61,7 +62,8 @@ class NLESimpleTorso(nn.Module):
     glyphs = obs['glyphs'].astype(jnp.int32)
     x = nn.Embed(NLE_NUM_GLYPHS, self.embedding_size, name='glyph_embed')(glyphs)
     for i, c in enumerate(self.channels):
-      x = nn.elu(Conv2D(c, (3, 3), padding='SAME', name=f'conv{i + 1}')(x))
+      x = nn.elu(Conv2D(c, (3, 3), strides=(1, 1) if i == 0 else (2, 2), padding='SAME',
+                        name=f'conv{i + 1}')(x))
     x = x.reshape((x.shape[0], -1))
     x = nn.relu(nn.Dense(self.hidden_size, name='map_fc')(x))
     b = normalise_blstats(obs['blstats'])
