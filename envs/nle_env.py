@@ -4,7 +4,9 @@ NLE holds the GIL while it steps, so threads would not run in parallel: each
 worker *process* owns a contiguous slice of the envs. Observations, rewards,
 flags and actions live in one shared-memory block that the parent and every
 worker map, so only tiny command messages cross the pipes. A step writes the
-actions, sends `step` to every worker, then waits for all of them.
+actions, sends `step` to every worker, then waits for all of them. Workers are
+spawned (the parent runs JAX threads, so forking it is unsafe), which means a
+script that builds this env needs the `if __name__ == '__main__':` guard.
 
 NLE segfaults now and then on long runs. A worker that dies, raises or does not
 answer within `step_timeout_s` is killed (its traceback, if any, is logged) and
@@ -24,6 +26,7 @@ import os
 import pickle
 import select
 import signal
+import struct
 import time
 import traceback
 import weakref
@@ -46,19 +49,44 @@ _ALIGN = 64             # keeps every shared array cache-line aligned
 _START_TRIES = 3        # replacements in a row before we call the failure systematic
 _MIN_START_TIMEOUT_S = 60.0  # spawning and building envs may be slow on a busy host
 _RUNNING, _NEEDS_RESET, _FRESH = 0, 1, 2  # per-env state inside a worker
-_STEP = b'S'  # the per-step command, and its empty reply, skip pickling
 
 
 def is_nle_env(env_id: str) -> bool:
   return env_id in NLE_ENV_IDS
 
 
-def _send(conn, cmd: str, arg=None) -> None:
-  conn.send_bytes(_STEP if cmd == 'step' else pickle.dumps((cmd, arg)))
+# The per-step round trip is one byte each way (_STEP, then _OK); any other
+# message is pickled and framed after _MSG. Bare os.read/os.write on the pipe
+# cost a fraction of Connection.send_bytes/recv_bytes, and the parent's share
+# of every step is time the workers sit idle.
+_STEP, _OK, _MSG = b'S', b'K', b'M'
 
 
-def _reply(conn, kind: str, payload=None) -> None:
-  conn.send_bytes(b'' if (kind, payload) == ('ok', None) else pickle.dumps((kind, payload)))
+def _send(fd: int, msg) -> None:
+  if isinstance(msg, bytes):
+    os.write(fd, msg)
+    return
+  data = pickle.dumps(msg)
+  view = memoryview(_MSG + struct.pack('<I', len(data)) + data)
+  while view:
+    view = view[os.write(fd, view):]
+
+
+def _read(fd: int, size: int) -> bytes:
+  data = b''
+  while len(data) < size:
+    chunk = os.read(fd, size - len(data))
+    if not chunk:
+      raise EOFError
+    data += chunk
+  return data
+
+
+def _recv(fd: int):
+  head = _read(fd, 1)
+  if head != _MSG:
+    return head
+  return pickle.loads(_read(fd, struct.unpack('<I', _read(fd, 4))[0]))
 
 
 def _layout(num_envs: int, observation_keys: Sequence[str]):
@@ -78,11 +106,8 @@ def _layout(num_envs: int, observation_keys: Sequence[str]):
 def _views(raw, layout, lo: int = 0, hi: Optional[int] = None) -> Dict[str, np.ndarray]:
   """Numpy views of the shared block, restricted to envs [lo, hi)."""
   buf = np.frombuffer(raw, dtype=np.uint8)
-  views = {}
-  for name, offset, shape, dtype in layout:
-    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    views[name] = buf[offset:offset + nbytes].view(dtype).reshape(shape)[lo:hi]
-  return views
+  return {name: buf[off:off + int(np.prod(shape)) * np.dtype(dt).itemsize].view(dt)
+          .reshape(shape)[lo:hi] for name, off, shape, dt in layout}
 
 
 def _make_env(env_id: str, kwargs: dict, observation_keys, savedir: Optional[str]):
@@ -118,16 +143,17 @@ def _worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys
       # from the next reset on; reseed=False keeps runs reproducible.
       env.unwrapped.seed(core, disp, reseed=False)
       envs.append(env)
-    state = np.full(len(envs), _NEEDS_RESET)
+    state = [_NEEDS_RESET] * len(envs)
 
     def write_obs(i, obs):
       for key, view in obs_views:  # NLE reuses its arrays, so copy right away
         view[i] = obs[key]
 
-    _reply(conn, 'ready', int(envs[0].action_space.n))
+    fd = conn.fileno()
+    _send(fd, ('ready', int(envs[0].action_space.n)))
     while True:
-      data = conn.recv_bytes()
-      cmd, arg = ('step', None) if data == _STEP else pickle.loads(data)
+      msg = _recv(fd)
+      cmd, arg = ('step', None) if msg == _STEP else msg
       reply = None
       if cmd == 'close':
         break
@@ -135,11 +161,11 @@ def _worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys
         for i, env in enumerate(envs):
           write_obs(i, env.reset()[0])
         reward[:], term[:], trunc[:] = 0, False, False
-        state[:] = _FRESH if arg else _RUNNING
+        state = [_FRESH if arg else _RUNNING] * len(envs)
       elif cmd == 'step':
-        for i, env in enumerate(envs):
+        for i, (env, a) in enumerate(zip(envs, action.tolist())):
           if state[i] == _RUNNING:
-            obs, r, te, tr, _ = env.step(int(action[i]))
+            obs, r, te, tr, _ = env.step(a)
             write_obs(i, obs)
             # At its step cap NLE quits the game, so it reports terminated too;
             # a time limit must stay a bootstrapped truncation.
@@ -152,12 +178,12 @@ def _worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys
             state[i] = _RUNNING
       elif cmd == 'getattr':
         reply = [getattr(env.unwrapped, arg) for env in envs]
-      _reply(conn, 'ok', reply)
+      _send(fd, _OK if reply is None else ('ok', reply))
   except (EOFError, KeyboardInterrupt):
     pass  # the parent is gone
   except Exception:  # pylint: disable=broad-except
     try:
-      _reply(conn, 'error', traceback.format_exc())
+      _send(conn.fileno(), ('error', traceback.format_exc()))
     except OSError:
       pass
   finally:
@@ -169,6 +195,7 @@ def _worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys
 class _Worker:
   process: mp.process.BaseProcess
   conn: mp.connection.Connection
+  fd: int  # conn.fileno(), cached: the per-step path reads and writes it directly
   lo: int
   hi: int
 
@@ -185,7 +212,7 @@ def _shutdown(workers: List[Optional[_Worker]]) -> None:
   alive = [w for w in workers if w is not None]
   for worker in alive:  # ask all first, so they wind down in parallel
     try:
-      _send(worker.conn, 'close')
+      _send(worker.fd, ('close', None))
     except OSError:
       pass
   for worker in alive:
@@ -218,6 +245,7 @@ class NLEBatchedEnv:
     self._env_kwargs = [dict(kw) for kw in env_kwargs]
     self._keys = tuple(observation_keys)
     self._seed, self._savedir, self._timeout = seed, savedir, step_timeout_s
+    self._start_timeout = max(step_timeout_s, _MIN_START_TIMEOUT_S)
     self._task_id = np.asarray(task_ids, np.int32)
     self._scales = np.asarray(reward_scales, np.float32)
     self.observation_spec = {k: (tuple(desc[k]['shape']), np.dtype(desc[k]['dtype']))
@@ -232,7 +260,6 @@ class NLEBatchedEnv:
     self._reward, self._terminated, self._truncated, self._action = (
         views[k] for k in ('reward', 'terminated', 'truncated', 'action'))
 
-    # The parent runs JAX threads, so forking it is unsafe.
     self._ctx = mp.get_context('spawn')
     sizes = [len(c) for c in np.array_split(np.arange(num_envs), min(num_workers, num_envs))]
     self._bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
@@ -253,10 +280,6 @@ class NLEBatchedEnv:
   @property
   def worker_pids(self) -> List[int]:
     return [w.process.pid for w in self._workers if w is not None]
-
-  @property
-  def _start_timeout(self) -> float:
-    return max(self._timeout, _MIN_START_TIMEOUT_S)
 
   def reset(self) -> StepResult:
     self._command('reset', False)
@@ -301,13 +324,12 @@ class NLEBatchedEnv:
               self._env_kwargs[lo:hi], self._keys, seeds, savedirs))
     process.start()
     child_conn.close()  # else our recv() would never see EOF when the worker dies
-    return _Worker(process, conn, lo, hi)
+    return _Worker(process, conn, conn.fileno(), lo, hi)
 
   def _gather(self, ids, timeout: float):
     """Waits for one reply from each worker in `ids`; returns (replies, failures)."""
-    # mp.connection.wait builds a selector per call; on this per-step path a
-    # bare poll object is noticeably cheaper.
-    poller, pending = select.poll(), {self._workers[w].conn.fileno(): w for w in ids}
+    # Cheaper per step than mp.connection.wait, which builds a selector per call.
+    poller, pending = select.poll(), {self._workers[w].fd: w for w in ids}
     for fd in pending:
       poller.register(fd, select.POLLIN)
     replies, failures = {}, {}
@@ -320,15 +342,15 @@ class NLEBatchedEnv:
         w = pending.pop(fd)
         poller.unregister(fd)
         try:
-          data = self._workers[w].conn.recv_bytes()
-          kind, payload = pickle.loads(data) if data else ('ok', None)
+          msg = _recv(fd)
+          kind, payload = ('ok', None) if msg == _OK else msg
         except (EOFError, OSError):
           failures[w] = 'died'
+          continue
+        if kind == 'error':
+          failures[w] = 'raised:\n' + payload
         else:
-          if kind == 'error':
-            failures[w] = 'raised:\n' + payload
-          else:
-            replies[w] = payload
+          replies[w] = payload
     for w in pending.values():
       failures[w] = f'did not answer within {timeout:.1f}s'
     return replies, failures
@@ -339,7 +361,7 @@ class NLEBatchedEnv:
     failures, sent = {}, []
     for w, worker in enumerate(self._workers):
       try:
-        _send(worker.conn, cmd, arg)
+        _send(worker.fd, _STEP if cmd == 'step' else (cmd, arg))
         sent.append(w)
       except OSError:
         failures[w] = 'died'
@@ -363,7 +385,7 @@ class NLEBatchedEnv:
       _, failures = self._gather([w], self._start_timeout)
       if not failures:
         try:
-          _send(self._workers[w].conn, 'reset', truncate)
+          _send(self._workers[w].fd, ('reset', truncate))
           _, failures = self._gather([w], self._start_timeout)
         except OSError:
           failures = {w: 'died'}
