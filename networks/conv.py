@@ -1,22 +1,24 @@
 """`Conv2D`: a drop-in for `flax.linen.Conv` (2-D, NHWC) that is fast on XLA:CPU.
 
-Why it exists: on CPU, XLA's convolutions -- above all their gradients (the
-strided input-gradient needs lhs dilation and falls back to a slow loop) --
-ran the Nature-CNN learner step at ~11 GFLOP/s while a plain matmul reaches
-~150.  Here a convolution is an explicit im2col + one matmul, with a
-hand-written backward pass made of matmuls too:
+Why it exists: in the Nature-CNN learner step (batch 640, 2-core CPU), XLA's
+own convolutions ran at 10-30 GFLOP/s -- the first layer's forward pass and
+kernel gradient alone took ~0.5 s -- while a plain matmul reaches ~150.  Here
+a convolution is an explicit im2col + one matmul, forward and backward:
 
-* stride s: space-to-depth (s x s pixel blocks become channels) turns it
-  into a stride-1 conv with a ceil(k/s)-sized kernel; the patches are then the
-  concatenation of a few shifted slices, and one dot against the
-  correspondingly reordered kernel gives the output.
-* The batch is processed in chunks (a `lax.scan`) so each chunk's patch
-  matrix (~4 MB) stays in cache.  Materialising the patches for a whole
-  640-frame batch (~260 MB for the first Nature layer) was slower: every
-  fresh buffer costs page faults, and it evicts everything else.
-* The backward pass recomputes the patches chunk by chunk instead of saving
-  them, for the same reason: dW accumulates patches^T @ dy, and dX is dy @ W^T
-  folded back (col2im) by the transpose of the patch extraction.
+* Stride s: space-to-depth (s x s pixel blocks become channels) turns it into
+  a stride-1 conv with a ceil(k/s)-sized kernel, whose patches are a
+  concatenation of a few shifted slices; one dot against the reordered
+  kernel gives the output.
+* The batch goes through in chunks (a `lax.scan`) so that each chunk's patch
+  matrix (~4 MB) stays in cache.  Whole-batch patches (~260 MB for the first
+  Nature layer) were ~2x slower: they evict everything, and each fresh
+  buffer costs page faults on every call.
+* The backward pass recomputes the patches chunk by chunk rather than saving
+  them, for the same reason: dW accumulates dy^T @ patches, and dX is
+  dy @ W^T folded back (col2im) by the transpose of the patch extraction.
+* Forward-only calls (actors) of stride-1 convs use XLA's conv: its forward
+  pass is fast at small batches, and the chunk loop's extra copies of large
+  activations made the IMPALA and NetHack nets slower there.
 
 Parameters are exactly nn.Conv's: `kernel` [kh, kw, cin, cout], `bias`
 [cout], same initialisers, so checkpoints and kernel-inspection tools see an
@@ -62,9 +64,9 @@ def _geometry(x_shape, w_shape, strides, pads):
   return dims
 
 
-def _patches(x, geo):
-  """[B, H, W, C] -> [B, oh, ow, kbh * kbw * sh * sw * C] (im2col after space-to-depth)."""
-  (h, _, sh, loh, oh, kbh, nh), (w, _, sw, low, ow, kbw, nw) = geo
+def _space_to_depth(x, geo):
+  """[B, H, W, C] -> [B, nh, nw, sh * sw * C]: padded, stride blocks as channels."""
+  (h, _, sh, loh, _, _, nh), (w, _, sw, low, _, _, nw) = geo
   # Pad (or crop) to exactly nh x nw whole stride blocks; the extra rows only
   # ever meet the zero taps that _kernel_matrix pads the kernel with.
   x = lax.pad(x, jnp.zeros((), x.dtype),
@@ -72,6 +74,13 @@ def _patches(x, geo):
   if sh > 1 or sw > 1:
     b, c = x.shape[0], x.shape[-1]
     x = x.reshape(b, nh, sh, nw, sw, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, nh, nw, sh * sw * c)
+  return x
+
+
+def _patches(x, geo):
+  """[B, H, W, C] -> [B, oh, ow, kbh * kbw * sh * sw * C] (im2col after space-to-depth)."""
+  (_, _, _, _, oh, kbh, _), (_, _, _, _, ow, kbw, _) = geo
+  x = _space_to_depth(x, geo)
   if kbh * kbw == 1:
     return x
   return jnp.concatenate(
@@ -104,9 +113,33 @@ def _chunked(body, carry, xs, floats_per_sample):
   return carry, out.reshape((n * size,) + out.shape[2:])[:batch]
 
 
+def _kn2row(x, kernel, bias, geo):
+  """The same convolution with the shifts on the output side: one matmul of the
+  space-to-depth input against every kernel tap at once, then a shifted sum.
+  For the actors' small inference batches this beats im2col (no patch matrix
+  to write); the learner's large batches keep the chunked im2col."""
+  (_, _, _, _, oh, kbh, _), (_, _, _, _, ow, kbw, _) = geo
+  xs = _space_to_depth(x, geo)
+  o = kernel.shape[-1]
+  wm = _kernel_matrix(kernel, geo).reshape(kbh, kbw, xs.shape[-1], o)
+  z = xs @ wm.transpose(2, 0, 1, 3).reshape(xs.shape[-1], kbh * kbw * o)
+  z = z.reshape(z.shape[:3] + (kbh, kbw, o))
+  y = bias
+  for i in range(kbh):
+    for j in range(kbw):
+      y = y + z[:, i:i + oh, j:j + ow, i, j]
+  return y
+
+
+# Batches up to this size use _kn2row when no gradient is taken (acting).
+_KN2ROW_MAX_BATCH = 64
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
 def conv2d(x, kernel, bias, strides, pads):
   """NHWC x HWIO convolution plus bias [O]; equals lax.conv_general_dilated + bias."""
+  if x.shape[0] <= _KN2ROW_MAX_BATCH:
+    return _kn2row(x, kernel, bias, _geometry(x.shape, kernel.shape, strides, pads))
   return _conv_fwd(x, kernel, bias, strides, pads)[0]
 
 
