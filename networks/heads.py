@@ -1,8 +1,6 @@
 """Policy head and the multi-task PopArt value head."""
 
 import flax.linen as nn
-import jax
-import jax.numpy as jnp
 
 from agents import popart
 

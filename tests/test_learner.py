@@ -2,7 +2,6 @@
 preserves the unnormalised values through a real update."""
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest

@@ -77,7 +77,6 @@ def test_without_popart_one_value_output_and_fixed_stats():
 def test_policy_gradient_pushes_up_advantaged_actions():
   logits = jnp.zeros((3, 2, 2))
   n = jnp.zeros((3, 2, 2))
-  loss_fn = losses.impala_loss(_fixed_apply(logits, n), _config(popart_enabled=False))
   batch = _batch()._replace(reward=jnp.ones((3, 2)))
   params = {'scale': jnp.ones(())}
   logits_grad = jax.grad(

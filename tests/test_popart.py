@@ -1,6 +1,5 @@
 """PopArt statistics, normalisation and output preservation, by hand."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
