@@ -16,9 +16,10 @@ a convolution is an explicit im2col + one matmul, forward and backward:
 * The backward pass recomputes the patches chunk by chunk rather than saving
   them, for the same reason: dW accumulates dy^T @ patches, and dX is
   dy @ W^T folded back (col2im) by the transpose of the patch extraction.
-* Forward-only calls (actors) of stride-1 convs use XLA's conv: its forward
-  pass is fast at small batches, and the chunk loop's extra copies of large
-  activations made the IMPALA and NetHack nets slower there.
+* Forward-only calls (actors) take other paths: stride-1 convs use XLA's own
+  conv, which is fast forward (the chunk loop's extra copies of large
+  activations, and _kn2row's 9x wider product, made the IMPALA and NetHack
+  nets 1.5-2.5x slower); strided ones use _kn2row up to _KN2ROW_MAX_BATCH.
 
 Parameters are exactly nn.Conv's: `kernel` [kh, kw, cin, cout], `bias`
 [cout], same initialisers, so checkpoints and kernel-inspection tools see an
@@ -138,6 +139,9 @@ _KN2ROW_MAX_BATCH = 64
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
 def conv2d(x, kernel, bias, strides, pads):
   """NHWC x HWIO convolution plus bias [O]; equals lax.conv_general_dilated + bias."""
+  if tuple(strides) == (1, 1):
+    return lax.conv_general_dilated(x, kernel, strides, pads,
+                                    dimension_numbers=('NHWC', 'HWIO', 'NHWC')) + bias
   if x.shape[0] <= _KN2ROW_MAX_BATCH:
     return _kn2row(x, kernel, bias, _geometry(x.shape, kernel.shape, strides, pads))
   return _conv_fwd(x, kernel, bias, strides, pads)[0]

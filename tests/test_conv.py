@@ -27,6 +27,9 @@ CASES = {
     'odd_same': ((2, 10, 11, 3), 4, (5, 3), (3, 2), 'SAME'),
     'odd_valid': ((2, 10, 11, 3), 4, (5, 3), (3, 2), 'VALID'),
     'stride_gt_kernel': ((2, 9, 9, 3), 4, (2, 2), (3, 3), 'VALID'),
+    # Even kernels: SAME pads one more at the end than at the start.
+    'even_same': ((2, 9, 10, 3), 4, (4, 2), (1, 2), 'SAME'),
+    'even_same_stride1': ((2, 7, 8, 3), 4, (2, 2), (1, 1), 'SAME'),
 }
 
 
@@ -56,10 +59,12 @@ def _compare(shape, features, kernel, strides, padding, **kw):
     def run(module):
       y, vjp = jax.vjp(module.apply, params, x)
       return y, vjp(ct)
-    return run(ref), run(ours)
+    return run(ref), run(ours), ours.apply(params, x)
 
-  (y_ref, g_ref), (y, g) = outputs_and_grads(params, x, ct)
+  # Both of Conv2D's forward paths: plain (inference) and under differentiation.
+  (y_ref, g_ref), (y, g), y_plain = outputs_and_grads(params, x, ct)
   _close(y_ref, y)
+  _close(y_ref, y_plain)
   jax.tree.map(_close, g_ref, g)  # wrt params and x
 
 
@@ -88,6 +93,7 @@ def test_leading_dims():
 
 def test_chunked_batches(monkeypatch):
   """Test batches fit in one chunk; force the scan, incl. zero-padding to whole chunks."""
+  monkeypatch.setattr(conv, '_KN2ROW_MAX_BATCH', 0)  # the learner's path, gradient or not
   monkeypatch.setattr(conv, '_CHUNK_BYTES', 1)  # one sample per chunk
   _compare((3, 11, 11, 8), 8, (3, 3), (1, 1), 'SAME')
   monkeypatch.setattr(conv, '_CHUNK_BYTES', 600_000)  # 7 samples -> 2 chunks of 4
