@@ -141,7 +141,7 @@ class Actor(threading.Thread):
     buf = _Buffers(self._length, n, env.num_actions, env.observation_spec)
     start_state, t = state, 0
     while not self._stop_event.is_set():
-      if t == 0 or (t == 1 and local_version is not None):
+      if variables is None or t == 1:  # the start of every unroll
         variables_host, version = self._store.get()
         if version != local_version:
           variables = jax.device_put(variables_host, self._device)

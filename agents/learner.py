@@ -18,7 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from agents import losses
 from agents import popart
-from agents.types import Unroll, time_major_axis
+from agents.types import BATCH_AXES, Unroll
 
 AXIS = 'learner'
 
@@ -47,20 +47,18 @@ def make_mesh(devices: Sequence[jax.Device]) -> Mesh:
   return Mesh(np.asarray(devices), (AXIS,))
 
 
+def _batch_spec(axis: int) -> P:
+  return P(*([None] * axis), AXIS)
+
+
+# shard_map in_specs for an Unroll: each field split along its batch axis.
+_BATCH_SPECS = Unroll(*[_batch_spec(axis) for axis in BATCH_AXES])
+
+
 def batch_sharding(mesh: Mesh, unroll: Unroll):
   """NamedShardings that split every field of an unroll along its batch axis."""
-  def spec(axis):
-    return NamedSharding(mesh, P(*([None] * axis), AXIS))
-  axes = time_major_axis(unroll)
-  return Unroll(*[jax.tree.map(lambda _, a=axis: spec(a), field)
-                  for field, axis in zip(unroll, axes)])
-
-
-def _batch_specs():
-  return Unroll(obs=P(None, AXIS), first=P(None, AXIS), action=P(None, AXIS),
-                behaviour_logits=P(None, AXIS), reward=P(None, AXIS),
-                discount=P(None, AXIS), task_id=P(None, AXIS),
-                core_state=P(AXIS))
+  return Unroll(*[jax.tree.map(lambda _, spec=spec: NamedSharding(mesh, spec), field)
+                  for field, spec in zip(unroll, _BATCH_SPECS)])
 
 
 def build_update(apply_fn: Callable, optimizer, schedule,
@@ -107,7 +105,7 @@ def build_update(apply_fn: Callable, optimizer, schedule,
 
   sharded = jax.shard_map(
       per_device_update, mesh=mesh,
-      in_specs=(P(), _batch_specs()), out_specs=(P(), P()),
+      in_specs=(P(), _BATCH_SPECS), out_specs=(P(), P()),
       check_vma=False)
   return jax.jit(sharded)
 

@@ -24,7 +24,6 @@ class Unroll(NamedTuple):
   core_state: Any                # recurrent state before x_0, leaves [B, ...]
 
 
-def time_major_axis(unroll: Unroll) -> Unroll:
-  """Which axis of each field is the batch axis (for sharding specs)."""
-  return Unroll(obs=1, first=1, action=1, behaviour_logits=1, reward=1,
-                discount=1, task_id=1, core_state=0)
+# Which axis of each Unroll field is the batch axis (for sharding).
+BATCH_AXES = Unroll(obs=1, first=1, action=1, behaviour_logits=1, reward=1,
+                    discount=1, task_id=1, core_state=0)
