@@ -4,6 +4,11 @@ Each actor owns a batched env and a jitted `act` on its actor device. It
 collects unrolls of T + 1 steps (the last is the first of the next unroll),
 puts them on a bounded queue for the learner, and picks up the newest
 parameters the learner published at the start of every unroll.
+
+Besides the env's own keys, every observation carries `prev_action` (int32)
+and `prev_reward` (float32, the env's reward, unclipped): what the agent did
+and got on the step before, 0 at an episode's first step. IMPALA's core
+reads them; torsos ignore them.
 """
 
 import dataclasses
@@ -70,11 +75,20 @@ def host_dtype(dtype) -> np.dtype:
           np.dtype(np.float64): np.dtype(np.float32)}.get(dtype, dtype)
 
 
+PREV_KEYS = {'prev_action': ((), np.dtype(np.int32)), 'prev_reward': ((), np.dtype(np.float32))}
+
+
+def observation_spec_with_prev(env_spec):
+  """The env's observation spec plus the keys the actor adds."""
+  return {**env_spec, **PREV_KEYS}
+
+
 class _Buffers:
   """Preallocated host arrays for one unroll [T + 1, B, ...]."""
 
   def __init__(self, length: int, num_envs: int, num_actions: int, obs_spec):
     shape = (length, num_envs)
+    obs_spec = observation_spec_with_prev(obs_spec)
     self.obs = {k: np.zeros(shape + tuple(s), host_dtype(d)) for k, (s, d) in obs_spec.items()}
     self.first = np.zeros(shape, bool)
     self.action = np.zeros(shape, np.int32)
@@ -132,6 +146,8 @@ class Actor(threading.Thread):
     env, n = self._env, self._env.num_envs
     result = env.reset()
     obs = result.obs
+    prev_action = np.zeros((n,), np.int32)
+    prev_reward = np.zeros((n,), np.float32)
     first = np.ones((n,), bool)
     terminal = np.zeros((n,), bool)
     ep_return = np.zeros((n,), np.float64)
@@ -150,6 +166,8 @@ class Actor(threading.Thread):
         next_start_state = state
       for k, v in obs.items():
         buf.obs[k][t] = v
+      buf.obs['prev_action'][t] = np.where(first, 0, prev_action)
+      buf.obs['prev_reward'][t] = np.where(first, 0.0, prev_reward)
       buf.first[t] = first
       buf.task_id[t] = result.task_id
       with self._timer.time('inference'):
@@ -162,16 +180,20 @@ class Actor(threading.Thread):
       self.env_steps += n
       buf.reward[t] = result.reward
       buf.discount[t] = 1.0 - result.terminated
+      prev_action, prev_reward = buf.action[t].copy(), result.reward
 
       # The step from a terminal observation is a reset step: no reward, no length.
       live = ~terminal
       ep_return += np.where(live, result.reward, 0.0)
       ep_length += live
       done = result.terminated | result.truncated
-      for i in np.flatnonzero(done & live):
+      # Logged episodes are whole games: an Atari life lost ends the
+      # learner's episode (`done`) but not the game.
+      game_ended = result.game_ended
+      for i in np.flatnonzero(game_ended & live):
         self._episodes.put(Episode(int(result.task_id[i]), float(ep_return[i]), int(ep_length[i])))
-      ep_return[done] = 0.0
-      ep_length[done] = 0
+      ep_return[game_ended] = 0.0
+      ep_length[game_ended] = 0
       first, terminal, obs = terminal, done, result.obs
 
       t += 1

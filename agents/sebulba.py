@@ -17,9 +17,11 @@ import numpy as np
 
 from agents import learner as learner_lib
 from agents import losses
-from agents.actor import Actor, ParamsStore, UnrollBlock, host_dtype, make_act_fn
+from agents.actor import (Actor, ParamsStore, UnrollBlock, host_dtype, make_act_fn,
+                          observation_spec_with_prev)
 from agents.timing import StageTimer
 from agents.types import Unroll
+from envs import atari
 from envs import registry
 from networks import agent as agent_net
 
@@ -53,7 +55,8 @@ class Trainer:
         for i, groups in enumerate(plan.actor_env_groups)]
     env = self.envs[0]
     self.network = agent_net.make_network(config.network, env.num_actions, plan.num_values)
-    example = {k: np.zeros(s, host_dtype(d)) for k, (s, d) in env.observation_spec.items()}
+    example = {k: np.zeros(s, host_dtype(d))
+               for k, (s, d) in observation_spec_with_prev(env.observation_spec).items()}
     variables = agent_net.init_variables(self.network, jax.random.key(config.seed), example)
 
     o = config.optimizer
@@ -80,6 +83,7 @@ class Trainer:
               plan.actor_device, seed=config.seed * 7_919 + i)
         for i, e in enumerate(self.envs)]
     self.env_steps = 0
+    self._latest_hns: Dict[str, float] = {}
 
   def _variables(self):
     return {'params': self.state.params, 'popart': self.state.popart}
@@ -164,6 +168,13 @@ class Trainer:
       out[f'episode_return/{name}'] = float(np.mean([e.episode_return for e in eps]))
       out[f'episode_length/{name}'] = float(np.mean([e.episode_length for e in eps]))
       out[f'episodes/{name}'] = len(eps)
+      game = plan.task_games[task_id] if plan.task_games else None
+      hns = atari.human_normalised(game, out[f'episode_return/{name}']) if game else None
+      if hns is not None:
+        out[f'hns/{name}'] = self._latest_hns[name] = hns
+    if len(self._latest_hns) > 1:  # over each task's latest window with episodes
+      for stat, value in atari.hns_summary(self._latest_hns).items():
+        out[f'hns/{stat}'] = value
     out.update(self.timer.drain())
     return out
 

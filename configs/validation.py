@@ -6,15 +6,17 @@ allows, raised before any env, thread or compilation starts.
 
 import dataclasses
 import math
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import jax
 
 from agents.rewards import REWARD_MODES
+from envs import atari
 from envs import registry
 from networks.torsos import OBS_KEYS, TORSOS
 
 WANDB_MODES = ('offline', 'online', 'disabled')
+RECURRENT_NETWORKS = ('attention',)  # networks with a built-in core
 
 
 class ConfigError(ValueError):
@@ -36,6 +38,7 @@ class RunPlan:
   total_learner_steps: int
   observation_keys: Tuple[str, ...]
   frames_per_step: int                 # 4 for Atari (action repeat), else 1
+  task_games: Tuple[Optional[str], ...] = ()  # Atari game of each task (None: not Atari)
 
   @property
   def num_tasks(self) -> int:
@@ -91,6 +94,38 @@ def _check_tasks(config) -> List[dict]:
   return tasks
 
 
+def _atari_group(config):
+  """The config's `atari` group, or the protocol defaults where it has none."""
+  from configs.atari_common import atari_group
+  defaults = atari_group()
+  group = config.get('atari')
+  if group is None:
+    return defaults
+  unknown = sorted(set(group.keys()) - set(defaults.keys()))
+  if unknown:
+    raise ConfigError(f'atari.{unknown[0]}', f'unknown field; allowed: {", ".join(defaults.keys())}')
+  _check_choice('atari.action_set', group.action_set, atari.ACTION_SETS)
+  for name in ('episodic_life', 'sticky_actions', 'fire_reset'):
+    if not isinstance(group[name], bool):
+      raise ConfigError(f'atari.{name}', f'must be True or False, got {group[name]!r}')
+  if isinstance(group.noop_max, bool) or not isinstance(group.noop_max, int) or group.noop_max < 0:
+    raise ConfigError('atari.noop_max', f'must be an integer >= 0, got {group.noop_max!r}')
+  return group
+
+
+def _task_env_kwargs(config, t: dict, num_tasks: int) -> dict:
+  """A task's env kwargs: IMPALA's Atari protocol for Atari games (from the
+  `atari` group), then the task's own kwargs on top."""
+  own = dict(t.get('env_kwargs', {}))
+  if atari.game_of(t['env_id']) is None:
+    return own
+  group = _atari_group(config)
+  if num_tasks > 1 and group.action_set == 'minimal':
+    raise ConfigError('atari.action_set', "'minimal' cannot hold several games (their action "
+                      "sets differ); use 'auto' or 'full'")
+  return {**atari.protocol_kwargs(group, num_tasks), **own}
+
+
 def validate(config) -> RunPlan:
   """Checks every field a run depends on; returns the derived RunPlan."""
   _positive(config, ['total_env_steps', 'batch_size', 'unroll_length', 'learning_rate',
@@ -113,6 +148,9 @@ def validate(config) -> RunPlan:
   _check_choice('reward_mode', config.reward_mode, REWARD_MODES)
   _check_choice('network.name', config.network.name, sorted(TORSOS))
   _check_choice('wandb.mode', config.wandb.mode, WANDB_MODES)
+  if config.network.name in RECURRENT_NETWORKS and not config.network.lstm_size:
+    raise ConfigError('network.lstm_size', f'{config.network.name!r} is recurrent and needs '
+                      'an LSTM size > 0 (e.g. 256)')
 
   tasks = _check_tasks(config)
   num_tasks = len(tasks)
@@ -123,15 +161,15 @@ def validate(config) -> RunPlan:
   if any(not isinstance(s, (int, float)) or not math.isfinite(s) for s in scales):
     raise ConfigError('reward_scales', f'must be finite numbers, got {scales}')
   scales = scales or (1.0,) * num_tasks
+  env_kwargs = [_task_env_kwargs(config, t, num_tasks) for t in tasks]
 
   obs_keys = OBS_KEYS[config.network.name]
   frames_per_step = 1
   for i, t in enumerate(tasks):
     if registry.env_family(t['env_id']) == 'envpool':
-      key = _env_observation_key(t['env_id'], dict(t.get('env_kwargs', {})),
-                                 f'tasks[{i}].env_kwargs')
+      key = _env_observation_key(t['env_id'], env_kwargs[i], f'tasks[{i}].env_kwargs')
       if key == 'frames':
-        frames_per_step = int(dict(t.get('env_kwargs', {})).get('frame_skip', 4))
+        frames_per_step = int(env_kwargs[i].get('frame_skip', 4))
       provided = (key,)
     else:
       provided = ('glyphs', 'chars', 'colors', 'specials', 'blstats', 'message',
@@ -163,7 +201,7 @@ def validate(config) -> RunPlan:
   per_task = envs // num_tasks
   groups = tuple(
       tuple(registry.EnvGroup(task_id=i, env_id=t['env_id'],
-                              env_kwargs=dict(t.get('env_kwargs', {})),
+                              env_kwargs=env_kwargs[i],
                               reward_scale=float(scales[i]), num_envs=per_task)
             for i, t in enumerate(tasks))
       for _ in range(config.actors.num_actors))
@@ -178,4 +216,5 @@ def validate(config) -> RunPlan:
       env_steps_per_update=steps_per_update,
       total_learner_steps=max(1, -(-config.total_env_steps // steps_per_update)),
       observation_keys=tuple(obs_keys),
-      frames_per_step=frames_per_step)
+      frames_per_step=frames_per_step,
+      task_games=tuple(atari.game_of(t['env_id']) for t in tasks))

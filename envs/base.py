@@ -13,7 +13,7 @@ learner handle every environment the same way:
 """
 
 import dataclasses
-from typing import Dict, Protocol
+from typing import Dict, Optional, Protocol
 
 import numpy as np
 
@@ -26,6 +26,16 @@ class StepResult:
   terminated: np.ndarray       # bool [B]: episode ended, do not bootstrap
   truncated: np.ndarray        # bool [B]: episode cut (time limit), bootstrap
   task_id: np.ndarray          # int32 [B]: task index of each env
+  # bool [B]: the whole game ended. Differs from `terminated` only for Atari
+  # with end-of-life episodes (training), where a lost life terminates the
+  # learner's episode but the game goes on; logged returns follow games.
+  game_over: Optional[np.ndarray] = None
+
+  @property
+  def game_ended(self) -> np.ndarray:
+    """bool [B]: a whole game ended here (game over or truncation)."""
+    over = self.terminated if self.game_over is None else self.game_over
+    return over | self.truncated
 
 
 class BatchedEnv(Protocol):

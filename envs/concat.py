@@ -40,7 +40,10 @@ class ConcatEnv:
         reward=np.concatenate([r.reward for r in results]),
         terminated=np.concatenate([r.terminated for r in results]),
         truncated=np.concatenate([r.truncated for r in results]),
-        task_id=np.concatenate([r.task_id for r in results]))
+        task_id=np.concatenate([r.task_id for r in results]),
+        game_over=(None if all(r.game_over is None for r in results) else
+                   np.concatenate([r.terminated if r.game_over is None else r.game_over
+                                   for r in results])))
 
   def reset(self) -> StepResult:
     return self._concat([e.reset() for e in self._envs])

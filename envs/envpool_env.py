@@ -37,15 +37,21 @@ class EnvPoolEnv:
 
   def _result(self, obs, reward, terminated, truncated, info) -> StepResult:
     env_id = info['env_id']
+    # Atari: info['terminated'] is the real game over (with end-of-life
+    # episodes, `terminated` is also set at every lost life).
+    game_over = info.get('terminated')
     if not np.array_equal(env_id, self._all_ids):  # async recv may reorder envs
       order = np.argsort(env_id)
       obs, reward, terminated, truncated = (
           obs[order], reward[order], terminated[order], truncated[order])
+      if game_over is not None:
+        game_over = game_over[order]
     return StepResult(
         obs={self._key: obs},
         reward=reward.astype(np.float32) * self._reward_scale,
         terminated=terminated.astype(bool), truncated=truncated.astype(bool),
-        task_id=self._task_ids)
+        task_id=self._task_ids,
+        game_over=None if game_over is None else game_over.astype(bool))
 
   def reset(self) -> StepResult:
     obs, info = self._pool.reset()

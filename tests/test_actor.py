@@ -47,15 +47,38 @@ class CountingEnv:
     pass
 
 
+class LivesEnv(CountingEnv):
+  """Like CountingEnv (env 0 only terminates) but a game has two lives: each
+  life ends in `terminated`, and only the second also sets `game_over`, as
+  EnvPool Atari does with end-of-life episodes."""
+
+  def __init__(self, length=3):
+    super().__init__(length)
+    self.lives = np.full(2, 2)
+
+  def step(self, actions):
+    reset = self.done.copy()
+    self.lives = np.where(reset & (self.lives == 0), 2, self.lives)
+    reward = np.where(self.done, 0.0, 1.0)
+    self.count = np.where(self.done, 0, self.count + 1)
+    ended = (self.count == self.length) & ~self.done
+    self.lives = self.lives - ended
+    self.done = ended
+    result = self._result(reward, ended, np.zeros(2, bool))
+    result.game_over = ended & (self.lives == 0)
+    return result
+
+
 def _act(variables, obs, first, state, rng):
-  return jnp.zeros(obs['state'].shape[0], jnp.int32), jnp.zeros((obs['state'].shape[0], 3)), state, rng
+  n = obs['state'].shape[0]
+  return jnp.full(n, 2, jnp.int32), jnp.zeros((n, 3)), state, rng
 
 
-def _collect(num_blocks, unroll_length=4):
+def _collect(num_blocks, unroll_length=4, env=None):
   store, unrolls, episodes = ParamsStore(), queue.Queue(), queue.SimpleQueue()
   store.publish({}, 7)
   stop = threading.Event()
-  actor = Actor(0, CountingEnv(), _act, (), store, unrolls, episodes, StageTimer(), stop,
+  actor = Actor(0, env or CountingEnv(), _act, (), store, unrolls, episodes, StageTimer(), stop,
                 unroll_length, jax.devices()[0], seed=0)
   actor.start()
   blocks = [unrolls.get(timeout=30) for _ in range(num_blocks)]
@@ -98,3 +121,24 @@ def test_episode_returns_count_whole_episodes():
   assert eps, 'no episode recorded'
   assert {e.task_id for e in eps} == {0, 1}
   assert all(e.episode_return == 3.0 and e.episode_length == 3 for e in eps)
+
+
+def test_observations_carry_the_previous_action_and_reward_zeroed_at_episode_starts():
+  blocks, _ = _collect(2)
+  u0, u1 = blocks[0].unroll, blocks[1].unroll
+  first = np.concatenate([u0.first[:, 0], u1.first[1:, 0]])
+  prev_a = np.concatenate([u0.obs['prev_action'][:, 0], u1.obs['prev_action'][1:, 0]])
+  prev_r = np.concatenate([u0.obs['prev_reward'][:, 0], u1.obs['prev_reward'][1:, 0]])
+  assert u0.obs['prev_action'].dtype == np.int32 and u0.obs['prev_reward'].dtype == np.float32
+  np.testing.assert_array_equal(first, [1, 0, 0, 0, 1, 0, 0, 0, 1])
+  np.testing.assert_array_equal(prev_a, [0, 2, 2, 2, 0, 2, 2, 2, 0])
+  np.testing.assert_array_equal(prev_r, [0, 1, 1, 1, 0, 1, 1, 1, 0])
+
+
+def test_logged_returns_are_whole_games_summed_across_lives():
+  blocks, eps = _collect(6, env=LivesEnv())
+  # The learner sees one episode per life (discount 0 at every life lost) ...
+  np.testing.assert_array_equal(blocks[0].unroll.discount[:, 0], [1, 1, 0, 1, 1])
+  # ... while logged episodes are games of two 3-step lives.
+  assert eps, 'no game recorded'
+  assert all(e.episode_return == 6.0 and e.episode_length == 6 for e in eps)

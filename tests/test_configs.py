@@ -11,7 +11,8 @@ from configs import common
 from configs.validation import ConfigError, validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIGS = ['cartpole', 'cartpole_popart', 'atari_single', 'nethack_popart']
+CONFIGS = ['cartpole', 'cartpole_popart', 'atari_single', 'atari_multitask', 'atari_popart',
+           'nethack_popart']
 
 
 def _load(name, arg=None):
@@ -114,7 +115,10 @@ def test_batch_must_divide_over_learner_devices():
     (['--config=configs/cartpole.py', '--config.batch_sizee=3'], 'unknown config field'),
     (['--config=configs/cartpole.py:smok'], "unknown config variant 'smok'"),
     (['--config=configs/cartpole.py', '--config.reward_mode=foo'], 'reward_mode'),
-    (['--config=configs/atari_single.py:game=NotAGame'], 'env_id'),
+    (['--config=configs/atari_single.py:game=NotAGame'], 'unknown Atari game(s) NotAGame; valid games: Adventure'),
+    (['--config=configs/atari_popart.py:games=Pong+Pnog'], 'unknown Atari game(s) Pnog'),
+    (['--config=configs/atari_popart.py', '--config.atari.action_set=minimal'], 'atari.action_set'),
+    (['--config=configs/atari_single.py', '--config.network.name=attention'], 'network.lstm_size'),
     (['--config=configs/missing.py'], 'No such file'),
 ])
 def test_cli_reports_one_line_without_traceback(args, expected):

@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from configs import atari_single, cartpole, cartpole_popart, nethack_popart
+from configs import (atari_multitask, atari_popart, atari_single, cartpole, cartpole_popart,
+                     nethack_popart)
 from launch.train import train
 
 REQUIRED = ['env_steps', 'learner_steps', 'sps', 'policy_lag', 'loss/total', 'loss/policy',
@@ -61,6 +62,13 @@ def test_cartpole_popart_with_lstm_and_two_actors(tmp_path):
 def test_atari_pong_smoke(tmp_path):
   records = _check_run(atari_single.get_config('game=Pong,smoke'), tmp_path)
   assert records[-1]['env_frames'] == 4 * records[-1]['env_steps']
+
+
+@pytest.mark.parametrize('module', [atari_multitask, atari_popart])
+def test_six_game_atari_smoke(module, tmp_path):
+  config = module.get_config('smoke')
+  assert len(config.tasks) == 6
+  _check_run(config, tmp_path)
 
 
 def test_nethack_main_job_smoke(tmp_path):

@@ -1,0 +1,60 @@
+"""What the three Atari experiments share: IMPALA's protocol switches, the
+game list, and the network variants.
+
+The EnvPool options themselves are built from the `atari` group in one
+place, `envs/atari.py`, when the run starts; so `--config.atari.*`
+overrides (and sweeps) reach every task.
+"""
+
+import ml_collections
+
+from configs import common
+from envs import atari
+
+SEED_GAMES = ('AirRaid', 'Carnival', 'DemonAttack', 'NameThisGame', 'Pong', 'SpaceInvaders')
+NETWORKS = ('shallow', 'resnet', 'attention')
+
+
+def atari_group() -> ml_collections.ConfigDict:
+  a = ml_collections.ConfigDict()
+  a.episodic_life = True     # end the learner's episode at each life lost (training only)
+  a.sticky_actions = False   # repeat the last action with p=0.25 (Machado et al. 2018)
+  a.action_set = 'auto'      # 'auto' (full 18 for several games, minimal for one), 'full', 'minimal'
+  a.noop_max = 30            # up to this many no-op actions at the start of a game
+  a.fire_reset = False       # press FIRE after reset (IMPALA's protocol does not)
+  return a
+
+
+def atari_config(name: str, games, variant: dict, *, popart: bool,
+                 reward_mode: str) -> ml_collections.ConfigDict:
+  """A full IMPALA Atari config for `games` (task ids follow their order)."""
+  games = atari.check_games(games)
+  if variant['net'] not in NETWORKS:
+    raise ValueError(f'unknown Atari network {variant["net"]!r}; choose one of {", ".join(NETWORKS)}')
+  c = common.base_config()
+  c.config_name = name
+  c.reward_mode = reward_mode
+  c.popart.enabled = popart
+  c.atari = atari_group()
+  c.network.name = variant['net']
+  # IMPALA: the LSTM core is optional for the CNNs; the attention agent is recurrent.
+  c.network.lstm_size = 256 if (variant['lstm'] or variant['net'] == 'attention') else 0
+  c.tasks = tuple(common.task(g, atari.env_id(g)) for g in games)
+  c.actors.num_actors = 2
+  c.actors.envpool_threads = 2
+  if len(games) == 1:
+    c.total_env_steps = 50_000_000   # 200M frames, IMPALA's single-task budget
+    c.actors.envs_per_actor = 16
+    c.batch_size = 32
+  else:
+    c.total_env_steps = 50_000_000 * len(games)  # the seed: 300M steps for six games
+    c.actors.envs_per_actor = 2 * len(games)   # two envs of every game per actor
+    # IMPALA's batch of 32, rounded to whole actor blocks.
+    c.batch_size = c.actors.envs_per_actor * max(1, round(32 / c.actors.envs_per_actor))
+  if variant['smoke']:
+    common.apply_smoke(c)
+  return c
+
+
+def variant_defaults(**extra) -> dict:
+  return {'net': 'shallow', 'lstm': False, 'smoke': False, **extra}
