@@ -14,7 +14,7 @@ reads them; torsos ignore them.
 import dataclasses
 import queue
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 import jax
 import numpy as np
@@ -51,6 +51,7 @@ class Episode:
   task_id: int
   episode_return: float    # sum of the env's (scaled, unclipped) rewards
   episode_length: int      # agent steps, reset steps excluded
+  stats: Optional[Dict[str, float]] = None  # the env's end-of-game stats (NetHack: score, depth, turns)
 
 
 def make_act_fn(network):
@@ -190,8 +191,11 @@ class Actor(threading.Thread):
       # Logged episodes are whole games: an Atari life lost ends the
       # learner's episode (`done`) but not the game.
       game_ended = result.game_ended
+      stats = getattr(result, 'episode_stats', None)
       for i in np.flatnonzero(game_ended & live):
-        self._episodes.put(Episode(int(result.task_id[i]), float(ep_return[i]), int(ep_length[i])))
+        self._episodes.put(Episode(
+            int(result.task_id[i]), float(ep_return[i]), int(ep_length[i]),
+            None if stats is None else {k: float(v[i]) for k, v in stats.items()}))
       ep_return[game_ended] = 0.0
       ep_length[game_ended] = 0
       first, terminal, obs = terminal, done, result.obs

@@ -15,7 +15,10 @@ from typing import Callable, Dict, List
 import jax
 import numpy as np
 
+from absl import logging
+
 from agents import learner as learner_lib
+from agents.action_stats import ActionStats
 from agents import losses
 from agents.actor import (Actor, ParamsStore, UnrollBlock, host_dtype, make_act_fn,
                           observation_spec_with_prev)
@@ -84,6 +87,9 @@ class Trainer:
         for i, e in enumerate(self.envs)]
     self.env_steps = 0
     self._latest_hns: Dict[str, float] = {}
+    group = plan.actor_env_groups[0][0]
+    self.action_names = registry.action_names(group.env_id, group.env_kwargs, env.num_actions)
+    self.action_stats = ActionStats(plan.num_tasks, env.num_actions)
 
   def _variables(self):
     return {'params': self.state.params, 'popart': self.state.popart}
@@ -115,8 +121,10 @@ class Trainer:
       while self.env_steps < config.total_env_steps and not self.stop.is_set():
         blocks = [self._next_block() for _ in range(plan.blocks_per_batch)]
         lags.extend(version - b.params_version for b in blocks)
+        unroll = concat_blocks(blocks)
+        self.action_stats.add(unroll.task_id, unroll.action, unroll.behaviour_logits)
         with self.timer.time('learner_h2d'):
-          batch = learner_lib.shard_batch(concat_blocks(blocks), self.mesh)
+          batch = learner_lib.shard_batch(unroll, self.mesh)
         with self.timer.time('learner_step'):
           self.state, metrics = self.update(self.state, batch)
           jax.block_until_ready(metrics)
@@ -168,6 +176,8 @@ class Trainer:
       out[f'episode_return/{name}'] = float(np.mean([e.episode_return for e in eps]))
       out[f'episode_length/{name}'] = float(np.mean([e.episode_length for e in eps]))
       out[f'episodes/{name}'] = len(eps)
+      for stat in (eps[0].stats or {}):  # e.g. NetHack's in-game score, depth, turns
+        out[f'{stat}/{name}'] = float(np.nanmean([e.stats[stat] for e in eps]))
       game = plan.task_games[task_id] if plan.task_games else None
       hns = atari.human_normalised(game, out[f'episode_return/{name}']) if game else None
       if hns is not None:
@@ -175,6 +185,12 @@ class Trainer:
     if len(self._latest_hns) > 1:  # over each task's latest window with episodes
       for stat, value in atari.hns_summary(self._latest_hns).items():
         out[f'hns/{stat}'] = value
+    actions, collapsed = self.action_stats.summary(plan.task_names, self.action_names)
+    out.update(actions)
+    for line in collapsed:
+      logging.warning('%s', line)
+    out['env/restarts'] = sum(getattr(part, 'restarts', 0)
+                              for env in self.envs for part in getattr(env, 'envs', (env,)))
     out.update(self.timer.drain())
     return out
 

@@ -63,3 +63,40 @@ def make_actor_envs(groups: Sequence[EnvGroup], seed: int, envpool_threads: int,
         num_workers=max(1, min(nle_workers, num_envs)),
         seed=seed + 7919 * (j + 1), savedir=nle_savedir))
   return ConcatEnv(parts)
+
+
+# ALE's full action set, in its action-id order.
+ATARI_FULL_ACTIONS = (
+    'NOOP', 'FIRE', 'UP', 'RIGHT', 'LEFT', 'DOWN', 'UPRIGHT', 'UPLEFT', 'DOWNRIGHT',
+    'DOWNLEFT', 'UPFIRE', 'RIGHTFIRE', 'LEFTFIRE', 'DOWNFIRE', 'UPRIGHTFIRE',
+    'UPLEFTFIRE', 'DOWNRIGHTFIRE', 'DOWNLEFTFIRE')
+
+
+def _nle_action_name(action) -> str:
+  kind = type(action).__name__
+  if kind == 'CompassDirection':
+    return f'move_{action.name}'
+  if kind == 'CompassDirectionLonger':
+    return f'run_{action.name}'
+  return action.name.lower()
+
+
+def action_names(env_id: str, env_kwargs: Dict[str, Any], num_actions: int) -> tuple:
+  """Readable names of an env's actions, for the action-distribution metrics.
+
+  NLE: from the task's action set; Atari with the full action set: ALE's
+  names; otherwise (EnvPool does not expose minimal-set meanings, classic
+  control has none) 'a0', 'a1', ...
+  """
+  names = None
+  if env_family(env_id) == 'nle':
+    import nle.env.tasks
+    import nle.nethack
+    actions = env_kwargs.get('actions') or (
+        nle.nethack.ACTIONS if 'Challenge' in env_id else nle.env.tasks.TASK_ACTIONS)
+    names = [_nle_action_name(a) for a in actions]
+  elif env_kwargs.get('full_action_space'):
+    names = list(ATARI_FULL_ACTIONS)
+  if names is None or len(names) != num_actions or len(set(names)) != len(names):
+    names = [f'a{i}' for i in range(num_actions)]
+  return tuple(names)

@@ -55,9 +55,22 @@ class RunLogger:
     record = {'time': round(time.time() - self._start, 3), **metrics}
     self._metrics.write(json.dumps({k: _jsonable(v) for k, v in record.items()}) + '\n')
     if self._wandb is not None:
-      self._wandb.log(metrics, step=int(metrics['env_steps']))
+      self._wandb.log({**metrics, **self._action_histograms(metrics)},
+                      step=int(metrics['env_steps']))
     if self._progress:
       self._print_progress(metrics)
+
+  def _action_histograms(self, metrics: Dict) -> Dict:
+    """Each task's action frequencies as one wandb histogram (bin i = action i)."""
+    import wandb
+    out = {}
+    for name in self._task_names:
+      prefix = f'actions/{name}/'
+      freqs = [v for k, v in metrics.items() if k.startswith(prefix)]
+      if freqs:
+        out[f'action_histogram/{name}'] = wandb.Histogram(
+            np_histogram=(freqs, list(range(len(freqs) + 1))))
+    return out
 
   def _print_progress(self, m: Dict) -> None:
     for name in self._task_names:

@@ -30,9 +30,13 @@ def _check_run(config, tmp_path):
   last = records[-1]
   for key in REQUIRED:
     assert key in last, key
+  assert last['env/restarts'] == 0
   for task in config.tasks:
     assert f'popart/mu/{task["name"]}' in last
     assert f'popart/sigma/{task["name"]}' in last
+    assert f'entropy/{task["name"]}' in last and f'collapse/{task["name"]}' in last
+    freqs = [v for k, v in last.items() if k.startswith(f'actions/{task["name"]}/')]
+    assert len(freqs) > 1 and sum(freqs) == pytest.approx(1.0)
   assert last['env_steps'] >= config.total_env_steps
   return records
 

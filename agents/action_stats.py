@@ -1,0 +1,58 @@
+"""What the agent does, per task: action frequencies, policy entropy and
+collapse onto one action, accumulated over a log window from the unrolls
+the learner consumes (the actors' behaviour policy)."""
+
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+COLLAPSE_THRESHOLD = 0.9  # one action above this share of a task's window = collapse
+
+
+def _entropy(logits: np.ndarray) -> np.ndarray:
+  z = logits - logits.max(-1, keepdims=True)
+  log_p = z - np.log(np.exp(z).sum(-1, keepdims=True))
+  return -(np.exp(log_p) * log_p).sum(-1)
+
+
+class ActionStats:
+
+  def __init__(self, num_tasks: int, num_actions: int):
+    self._k, self._a = num_tasks, num_actions
+    self.reset()
+
+  def reset(self) -> None:
+    self._counts = np.zeros((self._k, self._a), np.int64)
+    self._entropy_sum = np.zeros(self._k)
+
+  def add(self, task_id: np.ndarray, action: np.ndarray, logits: np.ndarray) -> None:
+    """One batch: task_id, action [T, B] and behaviour logits [T, B, A]. The
+    last step of each unroll is the first of the next, so it is skipped."""
+    task_id, action, logits = task_id[:-1].ravel(), action[:-1].ravel(), logits[:-1]
+    self._counts += np.bincount(task_id * self._a + action,
+                                minlength=self._k * self._a).reshape(self._k, self._a)
+    self._entropy_sum += np.bincount(task_id, weights=_entropy(logits).ravel(),
+                                     minlength=self._k)
+
+  def summary(self, task_names: Sequence[str],
+              action_names: Sequence[str]) -> Tuple[Dict[str, float], List[str]]:
+    """Metrics `actions/<t>/<action>` (frequencies), `entropy/<t>` and
+    `collapse/<t>` (1.0 when one action took > 90% of the window), and a
+    warning line per collapsed task. Resets the window."""
+    out, warnings = {}, []
+    for k, name in enumerate(task_names):
+      total = self._counts[k].sum()
+      if not total:
+        continue
+      freqs = self._counts[k] / total
+      for a, action in enumerate(action_names):
+        out[f'actions/{name}/{action}'] = float(freqs[a])
+      out[f'entropy/{name}'] = float(self._entropy_sum[k] / total)
+      top = int(np.argmax(freqs))
+      collapsed = freqs[top] > COLLAPSE_THRESHOLD
+      out[f'collapse/{name}'] = float(collapsed)
+      if collapsed:
+        warnings.append(f'task {name}: action {action_names[top]!r} took {freqs[top]:.1%} of '
+                        f'its {total:,} actions this window (policy collapse?)')
+    self.reset()
+    return out, warnings
