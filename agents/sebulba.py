@@ -19,6 +19,7 @@ from absl import logging
 
 from agents import learner as learner_lib
 from agents.action_stats import ActionStats
+from agents.checkpoint import Checkpointer
 from agents import losses
 from agents.actor import (Actor, ParamsStore, UnrollBlock, host_dtype, make_act_fn,
                           observation_spec_with_prev)
@@ -51,8 +52,14 @@ class Trainer:
     self.timer = StageTimer()
     self.stop = threading.Event()
     a = config.actors
+    self.checkpointer = Checkpointer(config.workdir, config.keep_intermediate)
+    # A resumed run continues from its latest checkpoint; its envs and actors
+    # get fresh seeds (offset by the env step) rather than replaying the start.
+    self.resumed_from = self.checkpointer.latest_step()
+    offset = self.resumed_from or 0
     self.envs = [registry.make_actor_envs(
-        groups, seed=config.seed * 100_003 + 1_009 * i, envpool_threads=a.envpool_threads,
+        groups, seed=(config.seed * 100_003 + 1_009 * i + offset) % 2**31,
+        envpool_threads=a.envpool_threads,
         nle_workers=a.nle_workers, observation_keys=plan.observation_keys,
         nle_savedir=(f'{config.workdir}/nle' if a.nle_ttyrecs else None))
         for i, groups in enumerate(plan.actor_env_groups)]
@@ -68,6 +75,13 @@ class Trainer:
         o.rmsprop_decay, o.rmsprop_eps, o.momentum)
     self.mesh = learner_lib.make_mesh(plan.learner_devices)
     self.state = learner_lib.init_state(variables, optimizer, self.mesh)
+    self.rng = jax.random.key(config.seed)
+    self.env_steps = 0
+    if self.resumed_from is not None:
+      restored = self.checkpointer.restore(self.state, self.resumed_from)
+      self.state, self.env_steps, self.rng = (
+          restored['state'], restored['env_steps'], restored['rng'])
+    self._next_checkpoint = self._checkpoint_after(self.env_steps)
     loss_cfg = losses.LossConfig(
         discount=config.discount, baseline_cost=config.baseline_cost,
         entropy_cost=config.entropy_cost, reward_mode=config.reward_mode,
@@ -83,13 +97,24 @@ class Trainer:
     self.actors = [
         Actor(i, e, act, self.network.initial_state(e.num_envs), self.store, self.unrolls,
               self.episodes, self.timer, self.stop, config.unroll_length,
-              plan.actor_device, seed=config.seed * 7_919 + i)
+              plan.actor_device, seed=self._actor_seed(i))
         for i, e in enumerate(self.envs)]
-    self.env_steps = 0
     self._latest_hns: Dict[str, float] = {}
     group = plan.actor_env_groups[0][0]
     self.action_names = registry.action_names(group.env_id, group.env_kwargs, env.num_actions)
     self.action_stats = ActionStats(plan.num_tasks, env.num_actions)
+
+  def _actor_seed(self, i: int) -> int:
+    key = jax.random.fold_in(jax.random.fold_in(self.rng, self.env_steps), i)
+    return int(jax.random.randint(key, (), 0, 2**31 - 1))
+
+  def _checkpoint_after(self, env_steps: int) -> float:
+    every = self.config.checkpoint_every_steps
+    return (env_steps // every + 1) * every if every else float('inf')
+
+  def save_checkpoint(self) -> None:
+    """Saves the learner state at the current env step (once per step)."""
+    self.checkpointer.save(self.env_steps, self.state, self.rng)
 
   def _variables(self):
     return {'params': self.state.params, 'popart': self.state.popart}
@@ -126,12 +151,17 @@ class Trainer:
         with self.timer.time('learner_h2d'):
           batch = learner_lib.shard_batch(unroll, self.mesh)
         with self.timer.time('learner_step'):
-          self.state, metrics = self.update(self.state, batch)
+          state, metrics = self.update(self.state, batch)
           jax.block_until_ready(metrics)
+        self.state = state  # with env_steps below: what a checkpoint pairs
         version += 1
         self.store.publish(self._variables(), version)
         self.env_steps += plan.env_steps_per_update
         window.append(metrics)
+        if self.env_steps >= self._next_checkpoint:
+          with self.timer.time('checkpoint'):
+            self.save_checkpoint()
+          self._next_checkpoint = self._checkpoint_after(self.env_steps)
         now = time.perf_counter()
         done = self.env_steps >= config.total_env_steps or self.stop.is_set()
         if done or now - last_log >= config.log.every_seconds:

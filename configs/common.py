@@ -19,6 +19,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.workdir = ''                # run folder; '' = runs/<config_name>-<timestamp>
   c.seed = 0                    # seeds params, actors' sampling and envs
   c.total_env_steps = 50_000_000  # agent steps summed over all envs (Atari: 4 frames each)
+  c.checkpoint_every_steps = 5_000_000  # env steps between checkpoints; 0 = only at the end
+  c.keep_intermediate = False   # keep every checkpoint (for analyses); False = only the last 2
 
   # Learner.
   c.batch_size = 32             # unrolls per learner step (global, split over learner devices)

@@ -16,6 +16,7 @@ import json
 import os
 import resource
 import sys
+import tempfile
 import threading
 import time
 
@@ -109,12 +110,11 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   from configs.validation import validate
-  from launch.run_logger import resolve_workdir
   config = _CONFIG.value
   with config.unlocked():
     config.wandb.mode = 'disabled'
     config.log.progress = False
-    config.workdir = resolve_workdir(config)
+    config.workdir = tempfile.mkdtemp(prefix='benchmark-')  # no checkpoints left behind
   plan = validate(config)
   results = {'config': config.config_name, 'num_actors': config.actors.num_actors,
              'envs_per_actor': config.actors.envs_per_actor, 'network': config.network.name,

@@ -28,6 +28,19 @@ def _jsonable(value):
   return value
 
 
+def _wandb_run_id(workdir: str) -> str:
+  """The workdir's wandb run id, made on its first run and kept in the workdir."""
+  path = os.path.join(workdir, 'wandb_run_id.txt')
+  if os.path.exists(path):
+    with open(path) as f:
+      return f.read().strip()
+  import wandb
+  run_id = wandb.util.generate_id()
+  with open(path, 'w') as f:
+    f.write(run_id)
+  return run_id
+
+
 class RunLogger:
 
   def __init__(self, workdir: str, config, task_names: Sequence[str]):
@@ -45,6 +58,7 @@ class RunLogger:
       import wandb  # imported only when used: it is slow to import
       os.environ.setdefault('WANDB_SILENT', 'true')
       self._wandb = wandb.init(
+          id=_wandb_run_id(workdir), resume='allow',  # a resumed run continues its wandb run
           project=config.wandb.project, entity=config.wandb.entity or None,
           group=config.wandb.group or config.config_name, mode=config.wandb.mode,
           dir=workdir, config=config.to_dict(),

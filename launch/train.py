@@ -9,7 +9,9 @@ A config mistake stops the run before any work with one line naming the field.
 """
 
 import os
+import signal
 import sys
+import threading
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -39,17 +41,39 @@ def train(config):
   logger = RunLogger(config.workdir, config, plan.task_names)
   logger.message(f'run folder: {config.workdir}')
   trainer, state = None, None
+  previous_sigterm = _sigterm_interrupts()
   try:
     trainer = Trainer(config, plan)
+    if trainer.resumed_from is not None:
+      logger.message(f'resuming from the checkpoint at env step {trainer.resumed_from:,}')
     state = trainer.run(logger.write)
+    trainer.save_checkpoint()
   except KeyboardInterrupt:
+    if trainer is not None:
+      trainer.close()
+      trainer.save_checkpoint()
+      state = trainer.state
     logger.message(f'interrupted at env step {trainer.env_steps if trainer else 0:,}; '
-                   f'metrics so far are in {config.workdir}/metrics.jsonl')
+                   f'checkpoint and metrics are in {config.workdir}')
   finally:
+    if previous_sigterm is not None:
+      signal.signal(signal.SIGTERM, previous_sigterm)
     if trainer is not None:
       trainer.close()
     logger.close()
   return state, config.workdir
+
+
+def _raise_interrupt(signum, frame):
+  raise KeyboardInterrupt(f'signal {signum}')
+
+
+def _sigterm_interrupts():
+  """SIGTERM stops a run like Ctrl-C (final checkpoint first); returns the
+  previous handler, or None off the main thread where handlers cannot be set."""
+  if threading.current_thread() is not threading.main_thread():
+    return None
+  return signal.signal(signal.SIGTERM, _raise_interrupt)
 
 
 _USER_ERRORS = (flags.Error, AttributeError, KeyError, ValueError, TypeError, OSError)
