@@ -30,6 +30,7 @@ class Checkpointer:
         options=ocp.CheckpointManagerOptions(
             max_to_keep=None if keep_intermediate else KEEP_LAST,
             create=not read_only, read_only=read_only,
+            save_interval_steps=0 if read_only else 1,
             enable_async_checkpointing=False))
 
   def steps(self) -> Sequence[int]:
@@ -62,6 +63,14 @@ class Checkpointer:
     item = self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
     return {'state': LearnerState(**item['state']), 'env_steps': int(item['env_steps']),
             'rng': jax.random.wrap_key_data(np.asarray(item['rng']))}
+
+  def restore_raw(self, env_steps: int) -> Dict[str, Any]:
+    """A checkpoint as saved, as nested dicts of arrays, with no target
+    structure needed (for analyses: `['state']['params']`)."""
+    if env_steps not in self._manager.all_steps():
+      raise FileNotFoundError(f'no checkpoint at env step {env_steps} in '
+                              f'{self._manager.directory}; have {", ".join(map(str, self.steps()))}')
+    return self._manager.restore(env_steps, args=ocp.args.StandardRestore())
 
   def close(self) -> None:
     self._manager.close()

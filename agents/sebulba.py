@@ -135,6 +135,8 @@ class Trainer:
     """Trains until total_env_steps; returns the final learner state."""
     config, plan = self.config, self.plan
     version = int(self.state.step)
+    if self.config.keep_intermediate and self.env_steps == 0:
+      self.save_checkpoint()  # the initialisation, for analyses of training
     self.store.publish(self._variables(), version)
     for actor in self.actors:
       actor.start()

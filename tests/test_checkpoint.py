@@ -30,7 +30,7 @@ def test_every_checkpoint_is_kept_and_holds_the_final_state(tmp_path):
   state, workdir = train(config)
   per_update = config.unroll_length * config.batch_size
   ckpt = Checkpointer(workdir, read_only=True)
-  assert ckpt.steps() == (per_update, 2 * per_update, 3 * per_update)
+  assert ckpt.steps() == (0, per_update, 2 * per_update, 3 * per_update)  # 0: the init
   restored = ckpt.restore(state)
   assert restored['env_steps'] == 3 * per_update
   assert _equal(restored['state'], state)  # params, PopArt stats, optimiser state, step
