@@ -100,6 +100,7 @@ class Trainer:
               plan.actor_device, seed=self._actor_seed(i))
         for i, e in enumerate(self.envs)]
     self._latest_hns: Dict[str, float] = {}
+    self._latest_returns: Dict[str, float] = {}
     group = plan.actor_env_groups[0][0]
     self.action_names = registry.action_names(group.env_id, group.env_kwargs, env.num_actions)
     self.action_stats = ActionStats(plan.num_tasks, env.num_actions)
@@ -214,6 +215,11 @@ class Trainer:
       hns = atari.human_normalised(game, out[f'episode_return/{name}']) if game else None
       if hns is not None:
         out[f'hns/{name}'] = self._latest_hns[name] = hns
+    for name in plan.task_names:
+      if f'episode_return/{name}' in out:
+        self._latest_returns[name] = out[f'episode_return/{name}']
+    if self._latest_returns:  # each task's latest window with episodes; a sweep's target
+      out['mean_episode_return'] = float(np.mean(list(self._latest_returns.values())))
     if len(self._latest_hns) > 1:  # over each task's latest window with episodes
       for stat, value in atari.hns_summary(self._latest_hns).items():
         out[f'hns/{stat}'] = value

@@ -2,13 +2,23 @@
 
   python launch/train.py --config=configs/nethack_popart.py
   python launch/train.py --config=configs/nethack_popart.py:task=Staircase,chars=val-dwa-law-fem+wiz-elf-cha-mal
+  python launch/train.py --config=configs/nethack_popart.py:chars=@
   python launch/train.py --config=configs/nethack_popart.py:smoke
 
 Each character is a task with its own PopArt statistics and value output;
-rewards (in-game score deltas) are not clipped.
+rewards (in-game score deltas) are not clipped. Characters are
+'role-race-alignment-gender' in NetHack's codes (envs/nethack.py), checked
+against the game's rules here: NLE would silently play another character.
+
+chars=@ plays random characters, as NetHackChallenge does: 13 tasks, one per
+role, named by the role's code in envs.nethack.ROLES order ('arc', 'bar', ...,
+'wiz'; task ids 0..12). Every env is dealt a random character at each new game
+and that episode counts for the task of the role dealt, so the envs per task
+are nominal and the tasks' shares of the data follow NetHack's role draw.
 """
 
 from configs import common
+from envs import nethack
 
 NLE_TASKS = {
     'Score': 'NetHackScore-v0', 'Staircase': 'NetHackStaircase-v0',
@@ -17,6 +27,25 @@ NLE_TASKS = {
     'Challenge': 'NetHackChallenge-v0',
 }
 DEFAULT_CHARS = ('mon-hum-neu-mal', 'val-dwa-law-fem', 'wiz-elf-cha-mal', 'tou-hum-neu-fem')
+ENVS_PER_CHAR = 8        # envs (and batch unrolls) per fixed character
+ENVS_PER_ROLE = 4        # with chars=@: 52 envs for the 13 role tasks
+
+
+def _tasks(chars, env_id):
+  """(task tuple, envs per task) for the `chars` variant."""
+  if nethack.RANDOM in chars:
+    if len(chars) != 1:
+      raise ValueError(f"chars={nethack.RANDOM} plays one task per role and cannot be mixed "
+                       f"with fixed characters; got chars={'+'.join(chars)}")
+    return tuple(common.task(role, env_id, character=nethack.RANDOM)
+                 for role in nethack.ROLES), ENVS_PER_ROLE
+  if not chars:
+    raise ValueError('chars is empty; give characters like val-dwa-law-fem+wiz-elf-cha-mal, or @')
+  names = [str(nethack.parse_character(ch)) for ch in chars]
+  twice = sorted({n for n in names if names.count(n) > 1})
+  if twice:
+    raise ValueError(f'character(s) {", ".join(twice)} given twice in chars')
+  return tuple(common.task(n, env_id, character=n) for n in names), ENVS_PER_CHAR
 
 
 def get_config(arg=None):
@@ -25,15 +54,16 @@ def get_config(arg=None):
   if variant['task'] not in NLE_TASKS:
     raise ValueError(f'unknown NLE task {variant["task"]!r}; choose one of {", ".join(NLE_TASKS)}')
   env_id = NLE_TASKS[variant['task']]
+  tasks, envs_per_task = _tasks(variant['chars'], env_id)
   c = common.base_config()
   c.config_name = 'nethack_popart'
   c.total_env_steps = 1_000_000_000
   c.reward_mode = 'none'        # PopArt handles the scale of in-game score deltas
   c.popart.enabled = True
   c.network.name = 'nle_simple'
-  c.tasks = tuple(common.task(ch, env_id, character=ch) for ch in variant['chars'])
+  c.tasks = tasks
   c.actors.num_actors = 1
-  c.actors.envs_per_actor = 8 * len(variant['chars'])
+  c.actors.envs_per_actor = envs_per_task * len(tasks)
   c.actors.nle_workers = 2
   c.batch_size = c.actors.envs_per_actor
   c.log.every_seconds = 10.0

@@ -12,8 +12,9 @@ import jax
 
 from agents.rewards import REWARD_MODES
 from envs import atari
+from envs import nethack
 from envs import registry
-from networks.torsos import OBS_KEYS, TORSOS
+from networks.torsos import NETWORK_NAMES, OBS_KEYS
 
 WANDB_MODES = ('offline', 'online', 'disabled')
 RECURRENT_NETWORKS = ('attention',)  # networks with a built-in core
@@ -126,6 +127,27 @@ def _task_env_kwargs(config, t: dict, num_tasks: int) -> dict:
   return {**atari.protocol_kwargs(group, num_tasks), **own}
 
 
+def _random_character_tasks(tasks, env_kwargs):
+  """NetHack characters: each fixed one must be possible; tasks playing '@'
+  (random characters) get their task id from the role dealt each episode.
+  Returns (role -> task id table or None, indices of the '@' tasks)."""
+  random_tasks = {}
+  for i, t in enumerate(tasks):
+    if registry.env_family(t['env_id']) != 'nle' or 'character' not in env_kwargs[i]:
+      continue
+    try:
+      if nethack.parse_character(env_kwargs[i]['character']) is None:
+        random_tasks[t['name']] = i
+    except ValueError as e:
+      raise ConfigError(f'tasks[{i}].env_kwargs.character', str(e))
+  if not random_tasks:
+    return None, ()
+  try:
+    return nethack.role_task_ids(random_tasks), tuple(random_tasks.values())
+  except ValueError as e:
+    raise ConfigError('tasks', str(e))
+
+
 def validate(config) -> RunPlan:
   """Checks every field a run depends on; returns the derived RunPlan."""
   _positive(config, ['total_env_steps', 'batch_size', 'unroll_length', 'learning_rate',
@@ -148,7 +170,7 @@ def validate(config) -> RunPlan:
   if not 0.0 <= config.optimizer.rmsprop_decay < 1.0:
     raise ConfigError('optimizer.rmsprop_decay', f'must be in [0, 1), got {config.optimizer.rmsprop_decay}')
   _check_choice('reward_mode', config.reward_mode, REWARD_MODES)
-  _check_choice('network.name', config.network.name, sorted(TORSOS))
+  _check_choice('network.name', config.network.name, NETWORK_NAMES)
   _check_choice('wandb.mode', config.wandb.mode, WANDB_MODES)
   if config.network.name in RECURRENT_NETWORKS and not config.network.lstm_size:
     raise ConfigError('network.lstm_size', f'{config.network.name!r} is recurrent and needs '
@@ -164,6 +186,7 @@ def validate(config) -> RunPlan:
     raise ConfigError('reward_scales', f'must be finite numbers, got {scales}')
   scales = scales or (1.0,) * num_tasks
   env_kwargs = [_task_env_kwargs(config, t, num_tasks) for t in tasks]
+  role_ids, random_tasks = _random_character_tasks(tasks, env_kwargs)
 
   obs_keys = OBS_KEYS[config.network.name]
   frames_per_step = 1
@@ -204,6 +227,7 @@ def validate(config) -> RunPlan:
   groups = tuple(
       tuple(registry.EnvGroup(task_id=i, env_id=t['env_id'],
                               env_kwargs=env_kwargs[i],
+                              role_task_ids=role_ids if i in random_tasks else None,
                               reward_scale=float(scales[i]), num_envs=per_task)
             for i, t in enumerate(tasks))
       for _ in range(config.actors.num_actors))

@@ -30,6 +30,11 @@ class StepResult:
   # with end-of-life episodes (training), where a lost life terminates the
   # learner's episode but the game goes on; logged returns follow games.
   game_over: Optional[np.ndarray] = None
+  # Per-env float arrays [B] for logging, valid where `game_ended` (the ended
+  # game's final values; arbitrary elsewhere). NLE: 'score' (in-game score),
+  # 'depth' (deepest dungeon level reached), 'turns' (game turns). None: the
+  # env has none.
+  episode_stats: Optional[Dict[str, np.ndarray]] = None
 
   @property
   def game_ended(self) -> np.ndarray:

@@ -35,6 +35,12 @@ class ConcatEnv:
   def _concat(results: Sequence[StepResult]) -> StepResult:
     if len(results) == 1:
       return results[0]
+    stats = None
+    keys = sorted({k for r in results for k in (r.episode_stats or {})})
+    if keys:  # parts without a statistic report NaN for it
+      stats = {k: np.concatenate([
+          (r.episode_stats or {}).get(k, np.full(len(r.reward), np.nan, np.float32))
+          for r in results]) for k in keys}
     return StepResult(
         obs={k: np.concatenate([r.obs[k] for r in results]) for k in results[0].obs},
         reward=np.concatenate([r.reward for r in results]),
@@ -43,7 +49,8 @@ class ConcatEnv:
         task_id=np.concatenate([r.task_id for r in results]),
         game_over=(None if all(r.game_over is None for r in results) else
                    np.concatenate([r.terminated if r.game_over is None else r.game_over
-                                   for r in results])))
+                                   for r in results])),
+        episode_stats=stats)
 
   def reset(self) -> StepResult:
     return self._concat([e.reset() for e in self._envs])

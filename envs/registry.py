@@ -1,7 +1,7 @@
 """Which family an env id belongs to, and building an actor's batch of envs."""
 
 import dataclasses
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import envpool
 
@@ -35,6 +35,9 @@ class EnvGroup:
   env_kwargs: Dict[str, Any]
   reward_scale: float
   num_envs: int
+  # NLE envs dealt random characters ('@'): the task id of each role in
+  # envs.nethack.ROLES order; each episode takes its dealt role's id.
+  role_task_ids: Optional[Tuple[int, ...]] = None
 
 
 def make_actor_envs(groups: Sequence[EnvGroup], seed: int, envpool_threads: int,
@@ -46,6 +49,8 @@ def make_actor_envs(groups: Sequence[EnvGroup], seed: int, envpool_threads: int,
   nle_groups: Dict[str, List[EnvGroup]] = {}
   for i, g in enumerate(groups):
     if env_family(g.env_id) == 'envpool':
+      if g.role_task_ids is not None:
+        raise ValueError(f'role_task_ids is for NLE envs, not {g.env_id}')
       parts.append(EnvPoolEnv(
           g.env_id, g.num_envs, g.task_id, dict(g.env_kwargs), g.reward_scale,
           seed=seed + 1000 * i,
@@ -60,6 +65,7 @@ def make_actor_envs(groups: Sequence[EnvGroup], seed: int, envpool_threads: int,
         env_kwargs=[dict(g.env_kwargs) for g in gs for _ in range(g.num_envs)],
         observation_keys=tuple(observation_keys),
         reward_scales=[g.reward_scale for g in gs for _ in range(g.num_envs)],
+        role_task_ids=[g.role_task_ids for g in gs for _ in range(g.num_envs)],
         num_workers=max(1, min(nle_workers, num_envs)),
         seed=seed + 7919 * (j + 1), savedir=nle_savedir))
   return ConcatEnv(parts)

@@ -24,6 +24,8 @@ from ml_collections import config_flags  # noqa: E402
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Experiment config: path/to/config.py[:variant,key=value]',
     lock_config=True)
+_VALIDATE_ONLY = flags.DEFINE_bool(
+    'validate_only', False, 'Check the config (and overrides), print it as JSON and exit.')
 
 
 def train(config):
@@ -112,6 +114,13 @@ def main(argv):
   except _USER_ERRORS as e:
     _exit_with_config_error(e, sys.argv)
   try:
+    if _VALIDATE_ONLY.value:
+      from configs.validation import validate
+      plan = validate(config)
+      print(config.to_json_best_effort(sort_keys=True))
+      print(f'config OK: {plan.num_tasks} task(s), {plan.total_learner_steps:,} learner steps',
+            file=sys.stderr)
+      return
     train(config)
   except ConfigError as e:
     print(f'error: {e}', file=sys.stderr)

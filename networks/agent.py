@@ -1,7 +1,14 @@
 """The agent network: torso -> optional LSTM core -> policy and value heads.
 
 One code path for acting and learning: inputs are time-major [T, B, ...]
-(the actor passes T = 1). The torso sees the flattened [T * B] batch.
+(the actor passes T = 1). The torso sees the flattened [T * B] batch, and
+only its own observation keys (OBS_KEYS). network 'attention' replaces torso
+and core by networks/attention.py's recurrent AttentionCore.
+
+Core extra inputs (IMPALA, Espeholt et al. 2018): with a recurrent core and
+`core_extra_inputs` set, the core also gets one_hot(prev_action) and
+clip(prev_reward, -1, 1), read from obs['prev_action'] and obs['prev_reward']
+(see CORE_EXTRA_INPUTS), which the actor adds to every observation.
 """
 
 from typing import Any
@@ -9,12 +16,20 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from networks.attention import AttentionCore
 from networks.core import ResettingLSTM
 from networks.heads import POPART_COLLECTION, PolicyHead, PopArtValueHead
-from networks.torsos import TORSOS
+from networks.torsos import OBS_KEYS, TORSOS
 
 VALUE_HEAD = 'value_head'  # name of the PopArt head in params and in the popart collection
+
+# The observation keys the core's extra inputs come from, as an
+# observation_spec: {key: (shape per env step, dtype)}. prev_action is the
+# action taken before this step, prev_reward the env reward it got (not yet
+# clipped); both 0 at an episode start.
+CORE_EXTRA_INPUTS = {'prev_action': ((), np.int32), 'prev_reward': ((), np.float32)}
 
 
 class AgentNetwork(nn.Module):
@@ -24,31 +39,70 @@ class AgentNetwork(nn.Module):
   num_actions: int
   num_values: int
   lstm_size: int = 0  # 0: feed-forward
+  # Feed one_hot(prev_action) and clipped prev_reward to the recurrent core;
+  # obs must then carry CORE_EXTRA_INPUTS. Unused without a core.
+  core_extra_inputs: bool = False
 
   @nn.compact
   def __call__(self, obs, first, core_state):
     t, b = first.shape
-    flat = jax.tree.map(lambda x: x.reshape((t * b,) + x.shape[2:]), obs)
-    x = TORSOS[self.torso](**dict(self.torso_kwargs), name='torso')(flat)
-    x = x.reshape((t, b, -1))
-    if self.lstm_size:
-      x, core_state = ResettingLSTM(self.lstm_size, name='core')(x, first, core_state)
+    extra = self._core_extra_inputs(obs, t, b)
+    if self.torso == 'attention':
+      self._check_attention()
+      x, core_state = AttentionCore(self.lstm_size, **dict(self.torso_kwargs),
+                                    name='attention_core')(obs['frames'], first, extra, core_state)
+    else:
+      flat = {k: obs[k].reshape((t * b,) + obs[k].shape[2:]) for k in OBS_KEYS[self.torso]}
+      x = TORSOS[self.torso](**dict(self.torso_kwargs), name='torso')(flat)
+      x = x.reshape((t, b, -1))
+      if self.lstm_size:
+        x = jnp.concatenate([x, extra], axis=-1)
+        x, core_state = ResettingLSTM(self.lstm_size, name='core')(x, first, core_state)
     logits = PolicyHead(self.num_actions, name='policy_head')(x)
     values, _ = PopArtValueHead(self.num_values, name=VALUE_HEAD)(x)
     return logits, values, core_state
 
+  def _core_extra_inputs(self, obs, t: int, b: int):
+    """[T, B, num_actions + 1], or [T, B, 0] when the core takes none."""
+    if not (self.lstm_size and self.core_extra_inputs):
+      return jnp.zeros((t, b, 0), jnp.float32)
+    missing = [k for k in CORE_EXTRA_INPUTS if k not in obs]
+    if missing:
+      raise ValueError(
+          f'core_extra_inputs is set, so obs needs {sorted(CORE_EXTRA_INPUTS)} [T, B] '
+          f'(the actor adds them; give init_variables an example with them too), '
+          f'but {missing} are missing from obs keys {sorted(obs)}')
+    prev_action = jax.nn.one_hot(obs['prev_action'], self.num_actions, dtype=jnp.float32)
+    prev_reward = jnp.clip(obs['prev_reward'].astype(jnp.float32), -1.0, 1.0)[..., None]
+    return jnp.concatenate([prev_action, prev_reward], axis=-1)
+
+  def _check_attention(self):
+    if not self.lstm_size:
+      raise ValueError("network 'attention' needs network.lstm_size > 0: its policy "
+                       "LSTM's previous output makes the attention queries")
+
   def initial_state(self, batch: int):
+    if self.torso == 'attention':
+      self._check_attention()
+      # parent=None: a detached instance, only to read its sizes (no params).
+      core = AttentionCore(self.lstm_size, **dict(self.torso_kwargs), parent=None)
+      return core.initial_state(batch)
     if not self.lstm_size:
       return ()
     return ResettingLSTM.initial_state(self.lstm_size, batch)
 
 
 def make_network(network_config, num_actions: int, num_values: int) -> AgentNetwork:
-  return AgentNetwork(
+  network = AgentNetwork(
       torso=network_config.name,
       torso_kwargs=tuple(sorted(dict(network_config.get('torso_kwargs', {})).items())),
       num_actions=num_actions, num_values=num_values,
-      lstm_size=network_config.lstm_size)
+      lstm_size=network_config.lstm_size,
+      # Configs written before this field: the core took no extra inputs.
+      core_extra_inputs=bool(network_config.get('core_extra_inputs', False)))
+  if network.torso == 'attention':
+    network._check_attention()
+  return network
 
 
 def init_variables(network: AgentNetwork, rng, obs_example, batch: int = 1):

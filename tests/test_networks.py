@@ -1,5 +1,7 @@
-"""Network shapes, the PopArt value head, and LSTM resets at episode starts."""
+"""Network shapes, the PopArt value head, LSTM resets at episode starts, the
+ResNet torso, the core's extra inputs and the attention-augmented agent."""
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -8,19 +10,33 @@ import pytest
 
 from agents import popart
 from networks import agent as agent_net
+from networks import torsos
 from networks.heads import PopArtValueHead
 
 OBS = {
     'mlp': {'state': np.zeros((4,), np.float32)},
     'shallow': {'frames': np.zeros((4, 84, 84), np.uint8)},
+    'resnet': {'frames': np.zeros((4, 84, 84), np.uint8)},
     'nle_simple': {'glyphs': np.zeros((21, 79), np.int32),
                    'blstats': np.zeros((27,), np.int32)},
 }
+EXTRA = {'prev_action': np.zeros((), np.int32), 'prev_reward': np.zeros((), np.float32)}
 
 
-def _network(name, lstm_size=0, num_values=3):
-  cfg = ml_collections.ConfigDict({'name': name, 'lstm_size': lstm_size, 'torso_kwargs': {}})
+def _network(name, lstm_size=0, num_values=3, core_extra_inputs=False, **torso_kwargs):
+  cfg = ml_collections.ConfigDict({'name': name, 'lstm_size': lstm_size,
+                                   'torso_kwargs': torso_kwargs,
+                                   'core_extra_inputs': core_extra_inputs})
   return agent_net.make_network(cfg, num_actions=5, num_values=num_values)
+
+
+def _unroll_obs(rng, name, t, b):
+  """Random obs [T, B, ...] for network `name`, with the core's extra inputs."""
+  obs = {'state': rng.normal(size=(t, b, 4)).astype(np.float32)} if name == 'mlp' else {
+      'frames': rng.integers(0, 256, (t, b, 4, 84, 84), dtype=np.uint8)}
+  obs['prev_action'] = rng.integers(0, 5, (t, b)).astype(np.int32)
+  obs['prev_reward'] = rng.normal(size=(t, b)).astype(np.float32)
+  return obs
 
 
 @pytest.mark.parametrize('name', sorted(OBS))
@@ -64,3 +80,143 @@ def test_lstm_state_resets_where_first_is_set():
                           net.initial_state(2))
   np.testing.assert_allclose(logits[2:, 0], fresh[:, 0], rtol=1e-5, atol=1e-6)
   assert not np.allclose(logits[2:, 1], fresh[:, 1])
+
+
+def test_network_names_cover_torsos_and_attention():
+  assert set(torsos.NETWORK_NAMES) == set(torsos.TORSOS) | {'attention'}
+  assert set(torsos.OBS_KEYS) == set(torsos.NETWORK_NAMES)
+
+
+# ---- ResNet torso.
+
+def test_resnet_output_and_parameter_count():
+  torso = torsos.ResNetTorso()
+  obs = {'frames': np.zeros((2, 4, 84, 84), np.uint8)}
+  params = torso.init(jax.random.key(0), obs)['params']
+  assert torso.apply({'params': params}, obs).shape == (2, 256)
+  count = sum(x.size for x in jax.tree.leaves(params))
+  conv = lambda cin, cout: 9 * cin * cout + cout
+  stages = sum(conv(cin, c) + 4 * conv(c, c) for cin, c in ((4, 16), (16, 32), (32, 32)))
+  assert count == stages + 11 * 11 * 32 * 256 + 256 == 1_089_232
+  small = torsos.ResNetTorso(channels=(8, 8), num_blocks=1, hidden_size=32)
+  out = small.apply(small.init(jax.random.key(0), obs), obs)
+  assert out.shape == (2, 32)  # 84 -> 42 -> 21
+
+
+@pytest.mark.parametrize('shape', [(2, 84, 84, 3), (2, 21, 21, 5), (3, 11, 10, 2), (1, 2, 2, 1)])
+def test_max_pool_equals_flax_forward_and_gradient(shape):
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=shape), jnp.float32)
+  flax_pool = lambda v: nn.max_pool(v, (3, 3), (2, 2), 'SAME')
+  y, ours_vjp = jax.vjp(torsos.max_pool_3x3_s2, x)
+  y_ref, ref_vjp = jax.vjp(flax_pool, x)
+  np.testing.assert_array_equal(y, y_ref)
+  dy = jnp.asarray(rng.normal(size=y.shape), jnp.float32)
+  np.testing.assert_allclose(ours_vjp(dy)[0], ref_vjp(dy)[0], rtol=1e-6, atol=1e-6)
+
+
+# ---- Core extra inputs: one_hot(prev_action), clip(prev_reward).
+
+def _logits(net, variables, obs, first=None):
+  t, b = obs['prev_action'].shape
+  first = np.zeros((t, b), bool) if first is None else first
+  return net.apply(variables, obs, first, net.initial_state(b))[0]
+
+
+def test_prev_action_and_reward_feed_the_lstm_core():
+  net = _network('mlp', lstm_size=8, core_extra_inputs=True)
+  variables = agent_net.init_variables(net, jax.random.key(0), {**OBS['mlp'], **EXTRA})
+  obs = _unroll_obs(np.random.default_rng(0), 'mlp', 3, 2)
+  base = _logits(net, variables, obs)
+  other_action = {**obs, 'prev_action': (obs['prev_action'] + 1) % 5}
+  assert not np.allclose(_logits(net, variables, other_action), base)
+  small, big = ({**obs, 'prev_reward': np.full((3, 2), r, np.float32)} for r in (0.5, 0.0))
+  assert not np.allclose(_logits(net, variables, small), _logits(net, variables, big))
+  # The reward is clipped to [-1, 1] in the network: 5 reads as 1.
+  one, five = ({**obs, 'prev_reward': np.full((3, 2), r, np.float32)} for r in (1.0, 5.0))
+  np.testing.assert_allclose(_logits(net, variables, one), _logits(net, variables, five))
+
+
+def test_core_extra_inputs_unused_without_a_core():
+  net = _network('mlp', lstm_size=0, core_extra_inputs=True)
+  variables = agent_net.init_variables(net, jax.random.key(0), {**OBS['mlp'], **EXTRA})
+  obs = _unroll_obs(np.random.default_rng(0), 'mlp', 3, 2)
+  other = {**obs, 'prev_action': (obs['prev_action'] + 1) % 5, 'prev_reward': obs['prev_reward'] + 1}
+  np.testing.assert_array_equal(_logits(net, variables, obs), _logits(net, variables, other))
+  # Same parameters as a network built without the flag.
+  plain = agent_net.init_variables(_network('mlp'), jax.random.key(0), OBS['mlp'])
+  assert jax.tree.map(jnp.shape, plain) == jax.tree.map(jnp.shape, variables)
+
+
+def test_missing_core_extra_inputs_raise():
+  net = _network('mlp', lstm_size=8, core_extra_inputs=True)
+  with pytest.raises(ValueError, match='prev_action'):
+    agent_net.init_variables(net, jax.random.key(0), OBS['mlp'])
+
+
+def test_frame_torsos_ignore_core_extra_inputs():
+  net = _network('shallow')
+  variables = agent_net.init_variables(net, jax.random.key(0), {**OBS['shallow'], **EXTRA})
+  assert set(variables['params']['torso']) == {'conv1', 'conv2', 'conv3', 'fc'}
+
+
+# ---- The attention-augmented agent.
+
+@pytest.fixture(scope='module')
+def attention():
+  net = _network('attention', lstm_size=16, core_extra_inputs=True)
+  variables = agent_net.init_variables(net, jax.random.key(0), {**OBS['shallow'], **EXTRA})
+  return net, variables
+
+
+def test_attention_needs_an_lstm():
+  with pytest.raises(ValueError, match='lstm_size'):
+    _network('attention', lstm_size=0)
+
+
+@pytest.mark.parametrize('t', [1, 5])
+def test_attention_shapes_state_and_weights(attention, t):
+  net, variables = attention
+  b = 3
+  obs = _unroll_obs(np.random.default_rng(t), 'attention', t, b)
+  state = net.initial_state(b)
+  (logits, values, new_state), inter = net.apply(
+      variables, obs, np.zeros((t, b), bool), state, mutable=['intermediates'])
+  assert logits.shape == (t, b, 5)
+  assert values.shape == (t, b, 3)
+  assert jax.tree.structure(new_state) == jax.tree.structure(state)
+  assert jax.tree.map(jnp.shape, new_state) == jax.tree.map(jnp.shape, state)
+  assert state['vision'][0].shape == (b, 9, 9, 64)
+  (weights,) = inter['intermediates']['attention_core']['attention_weights']
+  assert weights.shape == (t, b, 4, 9, 9)
+  np.testing.assert_allclose(weights.sum((-2, -1)), 1.0, rtol=1e-5)
+  # Without `mutable`, the call is the usual 3-tuple and stores nothing.
+  plain = net.apply(variables, obs, np.zeros((t, b), bool), state)
+  np.testing.assert_allclose(plain[0], logits, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_state_resets_where_first_is_set(attention):
+  net, variables = attention
+  obs = _unroll_obs(np.random.default_rng(0), 'attention', 4, 2)
+  state = jax.tree.map(lambda x: jnp.full_like(x, 0.5), net.initial_state(2))
+  first = np.array([[False, False], [False, False], [True, False], [False, False]])
+  logits, _, _ = net.apply(variables, obs, first, state)
+  fresh, _, _ = net.apply(variables, jax.tree.map(lambda x: x[2:], obs), first[2:],
+                          net.initial_state(2))
+  np.testing.assert_allclose(logits[2:, 0], fresh[:, 0], rtol=1e-4, atol=1e-6)
+  assert not np.allclose(logits[2:, 1], fresh[:, 1])
+
+
+def test_attention_gradient_reaches_the_queries(attention):
+  net, variables = attention
+  obs = _unroll_obs(np.random.default_rng(0), 'attention', 3, 2)
+
+  def loss(params):
+    logits, values, _ = net.apply({**variables, 'params': params}, obs,
+                                  np.zeros((3, 2), bool), net.initial_state(2))
+    return jnp.sum(logits ** 2) + jnp.sum(values ** 2)
+
+  grads = jax.grad(loss)(variables['params'])['attention_core']
+  for name in ('query_mlp_0', 'query_mlp_1', 'conv_lstm_hidden'):
+    assert float(jnp.abs(grads['step'][name]['kernel']).max()) > 0, name
+  assert float(jnp.abs(grads['vision_conv0']['kernel']).max()) > 0

@@ -4,8 +4,10 @@ import gc
 import logging
 import os
 import pathlib
+import re
 import signal
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -13,7 +15,10 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # repo root, for `envs`
 
 import nle.nethack  # noqa: E402
-from envs.nle_env import NLE_ENV_IDS, NLEBatchedEnv, is_nle_env  # noqa: E402
+from envs import nethack, registry  # noqa: E402
+from envs.base import StepResult  # noqa: E402
+from envs.concat import ConcatEnv  # noqa: E402
+from envs.nle_env import EPISODE_STATS, NLE_ENV_IDS, NLEBatchedEnv, is_nle_env  # noqa: E402
 
 ENV_ID = 'NetHackScore-v0'
 
@@ -105,16 +110,26 @@ def test_characters_per_env():
     assert alignment.tolist() == [1, 1, -1, -1]  # lawful, lawful, chaotic, chaotic
 
 
-def check_replaced(env, before, res, lost):
-  """`lost` envs report truncated on the fresh episode, then a reset step."""
+def check_replaced(env, before, res, lost, last=None):
+  """`lost` envs report truncated on the fresh episode, then a reset step.
+
+  The truncation step ends the lost episodes: it still carries their task ids
+  and the episode statistics of `last`, the step before the worker was lost.
+  """
   assert env.restarts == 1
   assert res.truncated[lost].all() and not res.terminated[lost].any()
+  assert res.game_ended[lost].all()
   assert np.all(res.reward[lost] == 0)
   assert not res.truncated[~lost].any()
+  if last is not None:
+    np.testing.assert_array_equal(res.task_id, last.task_id)
+    for k in EPISODE_STATS:
+      np.testing.assert_array_equal(res.episode_stats[k][lost], last.episode_stats[k][lost])
   nxt = env.step(np.zeros(env.num_envs, np.int64))
   assert np.all(nxt.reward[lost] == 0)
   assert not (nxt.truncated[lost].any() or nxt.terminated[lost].any())
   np.testing.assert_array_equal(nxt.obs['glyphs'][lost], res.obs['glyphs'][lost])
+  assert np.all(nxt.episode_stats['turns'][lost] == 1)  # the new games' first turn
   assert env.worker_pids != before
   rng = np.random.default_rng(2)
   for _ in range(10):
@@ -127,13 +142,14 @@ def test_worker_restart_after_sigkill(caplog):
   with make() as env:
     env.reset()
     for _ in range(5):
-      env.step(random_actions(env, rng))
+      last = env.step(random_actions(env, rng))
+    assert np.all(last.episode_stats['turns'] > 1)
     before = env.worker_pids
     os.kill(before[1], signal.SIGKILL)
     with caplog.at_level(logging.ERROR):
       res = env.step(random_actions(env, rng))
     assert 'exit code -9' in caplog.text
-    check_replaced(env, before, res, lost=np.array([False, False, True, True]))
+    check_replaced(env, before, res, lost=np.array([False, False, True, True]), last=last)
 
 
 def test_worker_restart_after_exception(caplog):
@@ -173,3 +189,130 @@ def test_close_leaves_no_children():
   del env
   gc.collect()
   assert child_pids() == []
+
+
+ROLE_OF_TITLE = {title: role for role, titles in nethack.ROLE_TITLES.items()
+                 for title in titles if title}
+
+
+def test_random_characters_report_the_dealt_roles_task():
+  """'@' envs: each episode's task id is the role the game dealt, as the welcome
+  message says; only the requested key ('message') is exposed, yet episode
+  statistics (read from blstats) come with every game end."""
+  ids = tuple(100 + i for i in range(len(nethack.ROLES)))
+  groups = [registry.EnvGroup(task_id=t, env_id=ENV_ID, reward_scale=1.0, num_envs=2,
+                              env_kwargs={'character': '@', 'max_episode_steps': 8},
+                              role_task_ids=ids) for t in (0, 1)]
+  env = registry.make_actor_envs(groups, seed=5, envpool_threads=0, nle_workers=2,
+                                 observation_keys=('message',))
+  rng = np.random.default_rng(4)
+  checked, roles, ends = 0, set(), 0
+  try:
+    assert set(env.observation_spec) == {'message'}
+    res, new_episode = env.reset(), np.ones(4, bool)
+    for _ in range(100):
+      assert set(res.obs) == {'message'}
+      assert np.all((res.task_id >= 100) & (res.task_id < 113))
+      for i in np.flatnonzero(new_episode):
+        m = re.search(r'You are an? .* (\w+)\.', bytes(res.obs['message'][i]).decode())
+        if m:  # about 1 game in 20 starts with another message
+          role = nethack.ROLES[res.task_id[i] - 100]
+          assert ROLE_OF_TITLE[m.group(1)] == role, (m.group(0), role)
+          checked += 1
+          roles.add(role)
+      ends += int(res.game_ended.sum())
+      for k in EPISODE_STATS:
+        assert res.episode_stats[k].dtype == np.float32
+      assert np.all(res.episode_stats['turns'][res.game_ended] >= 1)
+      assert np.all(res.episode_stats['depth'][res.game_ended] >= 1)
+      prev_task, new_episode = res.task_id, res.game_ended
+      res = env.step(random_actions(env, rng))
+      # The task id changes only where a new episode starts (a reset step).
+      assert np.all((res.task_id == prev_task) | new_episode)
+  finally:
+    env.close()
+  assert checked >= 25 and len(roles) >= 6 and ends >= 30, (checked, roles, ends)
+
+
+def test_episode_stats_are_the_last_live_values():
+  """At a game end NLE's observation is blank; the statistics are the game's
+  last live score and turn, and the deepest level it reached."""
+  rng = np.random.default_rng(6)
+  with make(env_kwargs=[{'max_episode_steps': 40}] * 4, seed=3) as env:
+    res = env.reset()
+    score = res.obs['blstats'][:, nle.nethack.NLE_BL_SCORE].copy()
+    turns = res.obs['blstats'][:, nle.nethack.NLE_BL_TIME].copy()
+    deepest = res.obs['blstats'][:, nle.nethack.NLE_BL_DEPTH].copy()
+    ends = 0
+    for _ in range(90):
+      prev = res
+      res = env.step(random_actions(env, rng))
+      bl = res.obs['blstats']
+      for i in range(4):
+        if prev.game_ended[i]:  # a reset step: a new game
+          score[i], turns[i], deepest[i] = 0, 0, 0
+        if res.game_ended[i]:
+          assert not bl[i].any()  # NLE blanks the final observation
+          ends += 1
+          assert res.episode_stats['score'][i] == score[i]
+          assert res.episode_stats['turns'][i] == turns[i]
+          assert res.episode_stats['depth'][i] == deepest[i] >= 1
+        else:
+          score[i], turns[i] = bl[i, nle.nethack.NLE_BL_SCORE], bl[i, nle.nethack.NLE_BL_TIME]
+          deepest[i] = max(deepest[i], bl[i, nle.nethack.NLE_BL_DEPTH])
+    assert ends >= 8
+
+
+def test_concat_fills_missing_episode_stats_with_nan():
+  def result(n, stats):
+    return StepResult(obs={'x': np.zeros((n, 1))}, reward=np.zeros(n, np.float32),
+                      terminated=np.zeros(n, bool), truncated=np.zeros(n, bool),
+                      task_id=np.zeros(n, np.int32), episode_stats=stats)
+  both = ConcatEnv._concat([result(2, None), result(1, {'score': np.array([5.0], np.float32)})])
+  np.testing.assert_array_equal(both.episode_stats['score'], [np.nan, np.nan, 5.0])
+  assert ConcatEnv._concat([result(1, None), result(1, None)]).episode_stats is None
+
+
+def test_files_stay_in_their_folders(tmp_path, monkeypatch):
+  """Ttyrecs only when asked for, under the savedir, one folder per batched env
+  and env; NLE's scratch folders in a temp dir per worker, removed when the
+  worker stops (killed too); nothing in the working directory."""
+  cwd, tmp, savedir = tmp_path / 'cwd', tmp_path / 'tmp', tmp_path / 'run' / 'nle'
+  cwd.mkdir()
+  tmp.mkdir()
+  monkeypatch.chdir(cwd)
+  monkeypatch.setattr(tempfile, 'tempdir', str(tmp))
+  rng = np.random.default_rng(7)
+  kwargs = [{'max_episode_steps': 10}] * 4
+  with make(env_kwargs=kwargs, savedir=str(savedir)) as a, \
+      make(env_kwargs=kwargs, savedir=str(savedir), seed=1) as b, \
+      make(num_envs=2, env_kwargs=[{'max_episode_steps': 10}] * 2) as plain:
+    for env in (a, b, plain):
+      env.reset()
+      for _ in range(25):  # at least two games per env
+        env.step(random_actions(env, rng))
+    assert a.savedir != b.savedir
+    assert {pathlib.Path(e.savedir).parent for e in (a, b)} == {savedir}
+    assert plain.savedir is None
+    for env in (a, b):  # a folder per env: workers never write to the same one
+      assert sorted(p.name for p in pathlib.Path(env.savedir).iterdir()) == [
+          f'env{j}' for j in range(4)]
+      for j in range(4):
+        files = [p.name for p in (pathlib.Path(env.savedir) / f'env{j}').iterdir()]
+        assert sum('.ttyrec' in f for f in files) >= 2, files
+
+    # A temp dir per batched env, a folder per worker, NLE's scratch folder per env.
+    worker_dirs = sorted(tmp.glob('nle-workers-*/worker*'))
+    assert [p.name for p in worker_dirs] == ['worker0.0', 'worker1.0'] * 3
+    games = [g for d in worker_dirs for g in d.iterdir()]
+    assert len(games) == 4 + 4 + 2 and all(g.name.startswith('nle') for g in games)
+
+    os.kill(a.worker_pids[0], signal.SIGKILL)
+    a.step(random_actions(a, rng))
+    assert a.restarts == 1
+    names = {p.name for p in tmp.glob('nle-workers-*/worker*')}
+    assert 'worker0.1' in names and len(list(tmp.glob('nle-workers-*/worker0.0'))) == 2
+
+  assert list(tmp.iterdir()) == []
+  assert list(cwd.iterdir()) == []
+  assert not [p for p in tmp_path.rglob('*ttyrec*') if savedir not in p.parents]
