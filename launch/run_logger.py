@@ -11,6 +11,7 @@ import math
 import os
 import sys
 import time
+import uuid
 from typing import Dict, Sequence
 
 
@@ -34,8 +35,7 @@ def _wandb_run_id(workdir: str) -> str:
   if os.path.exists(path):
     with open(path) as f:
       return f.read().strip()
-  import wandb
-  run_id = wandb.util.generate_id()
+  run_id = uuid.uuid4().hex[:12]
   with open(path, 'w') as f:
     f.write(run_id)
   return run_id

@@ -97,3 +97,11 @@ def test_wandb_offline_writes_inside_the_workdir(tmp_path):
   config.wandb.mode = 'offline'
   _check_run(config, tmp_path)
   assert glob.glob(str(tmp_path / 'run' / 'wandb' / 'offline-run-*'))
+  # A resumed run (same workdir) continues the same wandb run id.
+  run_id = (tmp_path / 'run' / 'wandb_run_id.txt').read_text()
+  config = cartpole.get_config('smoke')
+  config.wandb.mode = 'offline'
+  config.total_env_steps *= 2
+  _check_run(config, tmp_path)
+  assert (tmp_path / 'run' / 'wandb_run_id.txt').read_text() == run_id
+  assert all(p.endswith(run_id) for p in glob.glob(str(tmp_path / 'run' / 'wandb' / 'offline-run-*')))
