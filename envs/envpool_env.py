@@ -3,6 +3,8 @@
 EnvPool steps its envs in its own C++ threads and releases the GIL, so an
 actor thread drives it directly. Observations are exposed as {'state': ...}
 for vector observations and {'frames': uint8 [4, 84, 84]} for Atari.
+With `render=True` (for videos) `render()` also gives the screens in colour
+at full resolution (Atari [210, 160, 3], CartPole [400, 600, 3]).
 """
 
 from typing import Any, Dict
@@ -22,10 +24,13 @@ class EnvPoolEnv:
 
   def __init__(self, env_id: str, num_envs: int, task_id: int,
                env_kwargs: Dict[str, Any], reward_scale: float = 1.0,
-               seed: int = 0, num_threads: int = 0):
+               seed: int = 0, num_threads: int = 0, render: bool = False):
+    # render_mode lets the pool draw its screens when asked (render()).
+    extra = {'render_mode': 'rgb_array'} if render else {}
     self._pool = envpool.make(
         env_id, env_type='gymnasium', num_envs=num_envs, batch_size=num_envs,
-        seed=seed, num_threads=num_threads, **env_kwargs)
+        seed=seed, num_threads=num_threads, **env_kwargs, **extra)
+    self._render = render
     space = self._pool.observation_space
     self._key = observation_key(space.shape)
     self.num_envs = num_envs
@@ -68,6 +73,12 @@ class EnvPoolEnv:
   def step(self, actions: np.ndarray) -> StepResult:
     self.step_async(actions)
     return self.step_wait()
+
+  def render(self, env_ids=(0,)) -> np.ndarray:
+    """The current screens of `env_ids` in colour: uint8 [n, H, W, 3]."""
+    if not self._render:
+      raise ValueError('EnvPoolEnv was made without render=True')
+    return self._pool.render(np.asarray(env_ids, np.int32))
 
   def close(self) -> None:
     self._pool.close()

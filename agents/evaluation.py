@@ -1,0 +1,263 @@
+"""Evaluating a loaded policy: exactly N whole episodes per task, and their statistics.
+
+Each task plays in its own batch of envs (up to `num_envs` in parallel),
+with the policy sampled (the default) or greedy (argmax). Atari tasks play
+whole games under IMPALA's evaluation protocol (`protocol_kwargs(...,
+training=False)`: no end-of-life episodes); NLE tasks play as configured,
+except that a task that trained one role on random characters ('@') plays
+that role here, so every task gets its own N episodes.
+
+Returns are sums of the env's raw rewards (the game score; no reward scale,
+no clipping). The policy sees what it saw in training: `prev_reward` is the
+reward after the task's reward scale, as the actor feeds it.
+
+Side effects are the envs only; writing results and videos is
+launch/evaluate.py's job.
+"""
+
+import dataclasses
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import jax
+import numpy as np
+
+from agents.actor import Episode, host_dtype, make_act_fn
+from agents.run_loading import LoadedRun
+from envs import atari
+from envs import nethack
+from envs import registry
+from envs import render
+
+DEFAULT_NUM_ENVS = 8       # envs per task stepped together
+NLE_VIDEO_FPS = 8.0        # NetHack has no clock; slow enough to read the screen
+CLASSIC_VIDEO_FPS = 50.0   # CartPole's 0.02 s time step
+STATS = ('mean', 'median', 'std', 'min', 'max')
+
+
+def eval_env_kwargs(config, task: Dict[str, Any], num_tasks: int) -> Dict[str, Any]:
+  """A task's env kwargs for evaluation, the evaluation twin of
+  configs.validation._task_env_kwargs: Atari plays whole games."""
+  own = dict(task.get('env_kwargs', {}))
+  if atari.game_of(task['env_id']) is not None:
+    group = config.get('atari')
+    if group is None:
+      from configs.atari_common import atari_group  # the protocol's defaults
+      group = atari_group()
+    return {**atari.protocol_kwargs(group, num_tasks, training=False), **own}
+  if own.get('character') == nethack.RANDOM and task['name'] in nethack.ROLES:
+    # One task per role on random characters: a game of this task is one the
+    # game dealt this role. Playing the role itself (race, alignment and
+    # gender still random) gives each task exactly N episodes.
+    own['character'] = task['name']
+  return own
+
+
+def episode_quotas(num_episodes: int, num_envs: int) -> np.ndarray:
+  """How many episodes each env plays: exactly `num_episodes` in all.
+
+  Each env counts its own first k episodes. Counting whichever episodes end
+  first over all envs would favour short ones (a long episode would still be
+  running when the count is reached).
+  """
+  return np.array([num_episodes // num_envs + (i < num_episodes % num_envs)
+                   for i in range(num_envs)], np.int64)
+
+
+def summarise(values: Sequence[float]) -> Dict[str, Optional[float]]:
+  """Mean, median, std, min and max (None for no values)."""
+  v = np.asarray(values, np.float64)
+  if not v.size:
+    return {k: None for k in STATS}
+  return {'mean': float(v.mean()), 'median': float(np.median(v)), 'std': float(v.std()),
+          'min': float(v.min()), 'max': float(v.max())}
+
+
+def make_policy(network, greedy: bool) -> Callable:
+  """policy(variables, obs, first, core_state, rng) -> (action [B], core_state, rng)."""
+  act = make_act_fn(network)  # the actors' own jitted step: the same network call
+
+  def policy(variables, obs, first, core_state, rng):
+    action, logits, core_state, rng = act(variables, obs, first, core_state, rng)
+    action = np.argmax(np.asarray(logits), axis=-1) if greedy else np.asarray(action)
+    return action.astype(np.int32), core_state, rng
+
+  return policy
+
+
+@dataclasses.dataclass
+class TaskEvaluation:
+  name: str
+  episodes: List[Episode]   # exactly the number asked for, unless stopped by max_steps
+  complete: bool            # False: max_steps ended the task before its episodes did
+  steps: int                # batched env steps taken
+  frames: List[render.Frame] = dataclasses.field(default_factory=list)  # env 0's first episode
+  video_fps: float = 0.0
+
+
+def play_episodes(env, policy: Callable, variables, initial_state, num_episodes: int,
+                  rng: jax.Array, obs_keys: Sequence[str], prev_reward_scale: float = 1.0,
+                  frame_fn: Optional[Callable] = None, max_video_frames: int = 0,
+                  max_steps: Optional[int] = None):
+  """Plays until every env has ended its quota of episodes.
+
+  Follows the actor (agents/actor.py): the auto-reset convention of
+  envs/base.py (the step after an episode's end is a reset step: action
+  ignored, reward 0, not counted), `first` flags for the recurrent core, and
+  prev_action / prev_reward, 0 at an episode's first step.
+  `frame_fn(result)`, if given, draws env 0; its first episode is recorded,
+  at most `max_video_frames` frames. Returns (episodes, complete, steps, frames).
+  """
+  n = env.num_envs
+  quota = episode_quotas(num_episodes, n)
+  ended = np.zeros(n, np.int64)            # episodes each env has counted
+  result = env.reset()
+  first = np.ones(n, bool)                 # this observation starts an episode
+  terminal = np.zeros(n, bool)             # this observation ends one: the next step resets
+  prev_action, prev_reward = np.zeros(n, np.int32), np.zeros(n, np.float32)
+  ep_return, ep_length = np.zeros(n, np.float64), np.zeros(n, np.int64)
+  state, episodes, steps = initial_state, [], 0
+  frames = [frame_fn(result)] if frame_fn and max_video_frames else []
+  recording = 0 < len(frames) < max_video_frames
+  while (ended < quota).any():
+    if max_steps is not None and steps >= max_steps:
+      return episodes, False, steps, frames
+    obs = {k: np.asarray(result.obs[k], host_dtype(result.obs[k].dtype)) for k in obs_keys}
+    obs['prev_action'] = np.where(first, 0, prev_action).astype(np.int32)
+    obs['prev_reward'] = np.where(first, 0.0, prev_reward).astype(np.float32)
+    action, state, rng = policy(variables, obs, first, state, rng)
+    result = env.step(action)
+    steps += 1
+    live = ~terminal  # not a reset step
+    ep_return += np.where(live, result.reward, 0.0)
+    ep_length += live
+    game_ended = result.game_ended & live
+    stats = result.episode_stats
+    for i in np.flatnonzero(game_ended & (ended < quota)):
+      episodes.append(Episode(
+          int(result.task_id[i]), float(ep_return[i]), int(ep_length[i]),
+          None if stats is None else {k: float(v[i]) for k, v in stats.items()}))
+      ended[i] += 1
+    if recording and live[0]:
+      frames.append(frame_fn(result))
+      recording = not game_ended[0] and len(frames) < max_video_frames
+    ep_return[result.game_ended] = 0.0
+    ep_length[result.game_ended] = 0
+    prev_action, prev_reward = action, result.reward * np.float32(prev_reward_scale)
+    first, terminal = terminal, result.terminated | result.truncated
+  return episodes, True, steps, frames
+
+
+def make_task_env(run: LoadedRun, task_id: int, num_envs: int, seed: int, video: bool):
+  """(env, frame_fn or None, video fps) for one task, rewards unscaled.
+
+  `frame_fn(result)` draws env 0: an RGB screen (EnvPool) or a TtyFrame (NLE).
+  """
+  from envs.envpool_env import EnvPoolEnv
+  from envs.nle_env import NLEBatchedEnv
+  task = run.config.tasks[task_id]
+  kwargs = eval_env_kwargs(run.config, task, run.plan.num_tasks)
+  if registry.env_family(task['env_id']) == 'envpool':
+    env = EnvPoolEnv(task['env_id'], num_envs, task_id, kwargs, seed=seed, render=video)
+    game = atari.game_of(task['env_id'])
+    fps = 60.0 / kwargs.get('frame_skip', atari.FRAME_SKIP) if game else CLASSIC_VIDEO_FPS
+    return env, (lambda result: env.render([0])[0]) if video else None, fps
+  keys = tuple(run.plan.observation_keys)
+  if video:  # the terminal screen, for the video only
+    keys += tuple(k for k in ('tty_chars', 'tty_colors') if k not in keys)
+  workers = max(1, min(run.config.actors.nle_workers, num_envs))
+  env = NLEBatchedEnv(task['env_id'], num_envs, task_ids=[task_id] * num_envs,
+                      env_kwargs=[kwargs] * num_envs, observation_keys=keys,
+                      num_workers=workers, seed=seed)
+
+  def frame_fn(result):
+    return render.TtyFrame(result.obs['tty_chars'][0].copy(), result.obs['tty_colors'][0].copy())
+
+  return env, frame_fn if video else None, NLE_VIDEO_FPS
+
+
+_make_env = make_task_env  # the earlier name, still used by agents/inspection.py and launch/saliency.py
+
+
+def evaluate_task(run: LoadedRun, task_id: int, num_episodes: int, greedy: bool = False,
+                  seed: int = 0, video: bool = False, max_video_frames: int = 2000,
+                  max_steps: Optional[int] = None,
+                  num_envs: int = DEFAULT_NUM_ENVS) -> TaskEvaluation:
+  """Plays `num_episodes` whole episodes of task `task_id` with the run's policy.
+
+  `max_steps` (None: no cap) stops the task after that many batched steps,
+  keeping only the episodes that ended; a safety net for smoke tests.
+  """
+  if num_episodes < 1:
+    raise ValueError(f'num_episodes must be >= 1, got {num_episodes}')
+  n = min(num_episodes, num_envs)
+  # Seeds of their own, apart from training's: evaluation plays new games.
+  env, frame_fn, fps = make_task_env(run, task_id, n, seed=seed * 7_919 + 1_000 * task_id,
+                                 video=video)
+  try:
+    scales = tuple(run.config.reward_scales) or (1.0,) * run.plan.num_tasks
+    episodes, complete, steps, frames = play_episodes(
+        env, make_policy(run.network, greedy), run.variables, run.network.initial_state(n),
+        num_episodes, jax.random.fold_in(jax.random.key(seed), task_id),
+        obs_keys=tuple(run.observation_spec), prev_reward_scale=float(scales[task_id]),
+        frame_fn=frame_fn, max_video_frames=max_video_frames, max_steps=max_steps)
+  finally:
+    env.close()
+  return TaskEvaluation(run.plan.task_names[task_id], episodes, complete, steps,
+                        frames, fps if video else 0.0)
+
+
+def evaluate(run: LoadedRun, num_episodes: int, **kwargs) -> List[TaskEvaluation]:
+  """Every task in turn; kwargs as for `evaluate_task`."""
+  return [evaluate_task(run, i, num_episodes, **kwargs) for i in range(run.plan.num_tasks)]
+
+
+def summary(run: LoadedRun, results: Sequence[TaskEvaluation],
+            settings: Dict[str, Any]) -> Dict[str, Any]:
+  """The JSON-ready record of an evaluation: settings, per-task statistics, HNS."""
+  tasks, hns = {}, {}
+  for task_id, r in enumerate(results):
+    returns = [e.episode_return for e in r.episodes]
+    lengths = [e.episode_length for e in r.episodes]
+    entry = {'episodes': len(r.episodes), 'complete': r.complete, 'env_steps': r.steps,
+             'return': summarise(returns), 'length': summarise(lengths),
+             'returns': returns, 'lengths': lengths}
+    stat_names = sorted({k for e in r.episodes for k in (e.stats or {})})
+    if stat_names:  # NetHack: in-game score, deepest level, turns
+      entry['stats'] = {k: summarise([e.stats[k] for e in r.episodes]) for k in stat_names}
+    game = run.plan.task_games[task_id] if run.plan.task_games else None
+    if game and returns:
+      entry['hns'] = hns[r.name] = atari.human_normalised(game, entry['return']['mean'])
+    tasks[r.name] = entry
+  out = {'workdir': run.workdir, 'env_steps': run.env_steps,
+         'env_frames': run.env_steps * run.plan.frames_per_step,
+         'settings': dict(settings), 'tasks': tasks}
+  if hns:
+    out['hns'] = atari.hns_summary(hns)
+  return out
+
+
+def _fmt(value) -> str:
+  return '-' if value is None else f'{value:.4g}'
+
+
+def format_table(record: Dict[str, Any]) -> str:
+  """A readable table of a `summary` record."""
+  s = record['settings']
+  actions = 'greedy' if s['greedy'] else 'sampled'
+  lines = [f'{record["workdir"]} at env step {record["env_steps"]:,}: '
+           + f'{s["episodes"]} episodes per task, {actions} actions']
+  header = ['task', 'episodes', 'return mean', 'std', 'median', 'min', 'max', 'length mean', 'hns']
+  rows = [header]
+  for name, t in record['tasks'].items():
+    ret = t['return']
+    rows.append([name, f'{t["episodes"]}' + ('' if t['complete'] else ' (max_steps)'),
+                 _fmt(ret['mean']), _fmt(ret['std']), _fmt(ret['median']), _fmt(ret['min']),
+                 _fmt(ret['max']), _fmt(t['length']['mean']), _fmt(t.get('hns'))])
+  widths = [max(len(row[j]) for row in rows) for j in range(len(header))]
+  for row in rows:
+    lines.append('  '.join(c.ljust(w) if j == 0 else c.rjust(w)
+                           for j, (c, w) in enumerate(zip(row, widths))))
+  if record.get('hns'):
+    lines.append(f'human-normalised score over the games: median {record["hns"]["median"]:.4g}, '
+                 f'mean {record["hns"]["mean"]:.4g}')
+  return '\n'.join(lines)

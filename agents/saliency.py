@@ -1,0 +1,140 @@
+"""Perturbation saliency (Greydanus et al. 2017, "Visualizing and
+Understanding Atari Agents"), for frames and for NetHack's glyph map.
+
+Atari: for each point (i, j) of a grid (stride `stride`), blur the stacked
+frames under a Gaussian mask M centred there (sigma 5 pixels):
+  phi(I, M) = I * (1 - M) + blur(I) * M,
+and score how much the policy's logits and the task's *unnormalised* value
+change:
+  S_pi(i, j) = 1/2 ||logits(I) - logits(phi)||^2,  S_V(i, j) = 1/2 (V(I) - V(phi))^2.
+NetHack: the same scores with each block of map cells replaced by blank
+stone (`BLANK_GLYPH`), the glyph of unexplored space.
+
+The scores of a whole grid go through the network as one batch, at the
+recurrent state the agent had at that step.
+"""
+
+from typing import Any, Callable, Dict, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agents import popart
+
+MASK_SIGMA = 5.0   # pixels, the paper's mask width on 84x84 frames
+BLUR_SIGMA = 3.0   # pixels, the blur that replaces the masked area
+BLANK_GLYPH = 2359  # nle.nethack.GLYPH_CMAP_OFF: S_stone, unexplored dark space
+
+
+def _gaussian_kernel(sigma: float) -> np.ndarray:
+  radius = int(3 * sigma)
+  x = np.arange(-radius, radius + 1)
+  k = np.exp(-x ** 2 / (2 * sigma ** 2))
+  return k / k.sum()
+
+
+def blur(frames: np.ndarray, sigma: float = BLUR_SIGMA) -> np.ndarray:
+  """Separable Gaussian blur of [..., H, W] (edges reflected)."""
+  k = _gaussian_kernel(sigma)
+  r = len(k) // 2
+  x = np.asarray(frames, np.float32)
+  pad = [(0, 0)] * (x.ndim - 2)
+  x = np.pad(x, pad + [(r, r), (0, 0)], mode='reflect')
+  x = sum(k[i] * x[..., i:i + x.shape[-2] - 2 * r, :] for i in range(len(k)))
+  x = np.pad(x, pad + [(0, 0), (r, r)], mode='reflect')
+  return sum(k[i] * x[..., i:i + x.shape[-1] - 2 * r] for i in range(len(k)))
+
+
+def grid(height: int, width: int, stride: int) -> np.ndarray:
+  """Centres [(i, j)] of the saliency grid."""
+  return np.array([(i, j) for i in range(0, height, stride) for j in range(0, width, stride)])
+
+
+def frame_masks(height: int, width: int, stride: int, sigma: float = MASK_SIGMA) -> np.ndarray:
+  """Gaussian masks [N, H, W] in [0, 1], one per grid centre."""
+  ys, xs = np.mgrid[:height, :width]
+  c = grid(height, width, stride)
+  d2 = (ys[None] - c[:, 0, None, None]) ** 2 + (xs[None] - c[:, 1, None, None]) ** 2
+  return np.exp(-d2 / (2 * sigma ** 2)).astype(np.float32)
+
+
+def perturb_frames(frames: np.ndarray, masks: np.ndarray) -> np.ndarray:
+  """phi(I, M) for each mask: frames [C, H, W] uint8 -> [N, C, H, W] uint8."""
+  f = np.asarray(frames, np.float32)
+  b = blur(f)
+  m = masks[:, None]
+  return np.clip(np.rint(f[None] * (1 - m) + b[None] * m), 0, 255).astype(np.uint8)
+
+
+def perturb_glyphs(glyphs: np.ndarray, block: int) -> Tuple[np.ndarray, np.ndarray]:
+  """Each block x block of map cells blanked in turn: glyphs [H, W] ->
+  ([N, H, W] perturbed maps, [N, 2] block corners)."""
+  h, w = glyphs.shape
+  corners = grid(h, w, block)
+  out = np.repeat(glyphs[None], len(corners), axis=0)
+  for n, (i, j) in enumerate(corners):
+    out[n, i:i + block, j:j + block] = BLANK_GLYPH
+  return out, corners
+
+
+def make_scorer(network, task_id: int) -> Callable:
+  """scores(variables, obs {k: [N, ...]}, first [N], core_state (batch 1))
+  -> (logits [N, A], unnormalised value of task `task_id` [N])."""
+
+  @jax.jit
+  def scores(variables, obs, first, core_state):
+    n = first.shape[0]
+    state = jax.tree.map(lambda s: jnp.broadcast_to(s, (n,) + s.shape[1:]), core_state)
+    obs = jax.tree.map(lambda x: x[None], obs)
+    logits, values, _ = network.apply(variables, obs, first[None], state)
+    k = task_id if values.shape[-1] > 1 else 0
+    stats = jax.tree.map(lambda x: x[k], variables['popart']['value_head'])
+    return logits[0], popart.sigma(stats) * values[0, :, k] + stats['mu']
+
+  return scores
+
+
+def saliency_scores(scorer: Callable, variables, obs: Dict[str, np.ndarray], first: bool,
+                    core_state: Any, key: str, perturbed: np.ndarray,
+                    chunk: int = 256) -> Tuple[np.ndarray, np.ndarray]:
+  """S_pi and S_V [N] for the N perturbed versions of obs[key] (all other keys
+  as observed)."""
+  base_obs = {k: np.asarray(v)[None] for k, v in obs.items()}
+  logits0, value0 = scorer(variables, base_obs, np.array([first]), core_state)
+  s_pi, s_v = [], []
+  for start in range(0, len(perturbed), chunk):
+    p = perturbed[start:start + chunk]
+    batch = {k: np.repeat(v, len(p), axis=0) for k, v in base_obs.items()}
+    batch[key] = p
+    logits, value = scorer(variables, batch, np.full(len(p), first), core_state)
+    s_pi.append(0.5 * np.sum((np.asarray(logits) - np.asarray(logits0)) ** 2, axis=-1))
+    s_v.append(0.5 * (np.asarray(value) - np.asarray(value0)) ** 2)
+  return np.concatenate(s_pi), np.concatenate(s_v)
+
+
+def upsample(scores: np.ndarray, centres: np.ndarray, shape: Tuple[int, int],
+             stride: int) -> np.ndarray:
+  """Grid scores [N] -> a [H, W] map (each grid cell's score over its stride block)."""
+  out = np.zeros(shape, np.float32)
+  for s, (i, j) in zip(scores, centres):
+    out[i:i + stride, j:j + stride] = s
+  return out
+
+
+def overlay(image: np.ndarray, policy_map: np.ndarray, value_map: np.ndarray,
+            policy_scale: float, value_scale: float, alpha: float = 0.7) -> np.ndarray:
+  """Adds red (policy) and green (value) saliency to an RGB image [H, W, 3];
+  the maps (any size) are resized to the image and divided by their scale."""
+  from PIL import Image
+  h, w = image.shape[:2]
+
+  def resize(m, scale):
+    m = np.clip(m / max(scale, 1e-12), 0.0, 1.0)
+    return np.asarray(Image.fromarray((m * 255).astype(np.uint8)).resize((w, h), Image.BILINEAR),
+                      np.float32) / 255.0
+
+  out = image.astype(np.float32).copy()
+  out[..., 0] += alpha * 255 * resize(policy_map, policy_scale)
+  out[..., 1] += alpha * 255 * resize(value_map, value_scale)
+  return np.clip(out, 0, 255).astype(np.uint8)

@@ -1,0 +1,79 @@
+"""Frames for videos: NetHack's terminal drawn as an image, and GIFs.
+
+NLE's `tty_chars` / `tty_colors` [24, 80] are the text terminal a human
+player sees. `render_tty` draws them with Pillow's built-in bitmap font
+(6 x 11 pixels a cell, monospace, nothing to download) in the 16 standard
+curses colours, by pasting precomputed glyph masks with numpy (a few ms a
+frame, where drawing 1,920 cells with ImageDraw would take far longer).
+"""
+
+import functools
+from typing import NamedTuple, Sequence, Union
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+# The 16 curses colours as xterm draws them; NetHack's colour codes are these
+# indices (0 black, 1 red, ..., 7 grey, 8 "no colour"/dark grey, ..., 15 white).
+CURSES_COLOURS = np.array([
+    (0, 0, 0), (205, 0, 0), (0, 205, 0), (205, 205, 0),
+    (0, 0, 238), (205, 0, 205), (0, 205, 205), (229, 229, 229),
+    (127, 127, 127), (255, 0, 0), (0, 255, 0), (255, 255, 0),
+    (92, 92, 255), (255, 0, 255), (0, 255, 255), (255, 255, 255)], np.uint8)
+# Text in colour 0 would vanish on the black background; NetHack's tty shows
+# it in dark grey (its use_darkgray option), and so do we.
+_FOREGROUND = CURSES_COLOURS.copy()
+_FOREGROUND[0] = CURSES_COLOURS[8]
+
+
+class TtyFrame(NamedTuple):
+  """One NetHack terminal screen, kept compact until it is drawn."""
+  chars: np.ndarray   # uint8 [24, 80]
+  colors: np.ndarray  # int8 [24, 80], curses colour codes 0..15
+
+
+@functools.lru_cache(maxsize=1)
+def _glyphs() -> np.ndarray:
+  """bool [256, cell_h, cell_w]: the pixels each byte lights in its cell."""
+  try:
+    font = ImageFont.load_default_imagefont()  # Pillow >= 10.1: the bitmap font
+  except AttributeError:
+    font = ImageFont.load_default()  # older Pillow: this is the bitmap font
+  width, height = font.getbbox('M')[2:]
+  masks = np.zeros((256, height, width), bool)
+  for code in range(33, 127):  # printable ASCII; NLE's tty holds nothing else visible
+    image = Image.new('L', (width, height))
+    ImageDraw.Draw(image).text((0, 0), chr(code), fill=255, font=font)
+    masks[code] = np.asarray(image) > 127
+  return masks
+
+
+def cell_size() -> tuple:
+  """(height, width) in pixels of one terminal cell."""
+  return _glyphs().shape[1:]
+
+
+def render_tty(chars: np.ndarray, colors: np.ndarray) -> np.ndarray:
+  """uint8 RGB image [24 * cell_h, 80 * cell_w, 3] of a terminal screen."""
+  chars = np.asarray(chars, np.uint8)
+  rows, cols = chars.shape
+  masks = _glyphs()[chars]                                   # [rows, cols, h, w]
+  fg = _FOREGROUND[np.asarray(colors).astype(np.int64) & 15]  # [rows, cols, 3]
+  pixels = np.where(masks[..., None], fg[:, :, None, None], np.uint8(0))
+  h, w = masks.shape[2:]
+  return pixels.transpose(0, 2, 1, 3, 4).reshape(rows * h, cols * w, 3)
+
+
+Frame = Union[np.ndarray, TtyFrame]  # an RGB image [H, W, 3], or a terminal screen
+
+
+def to_rgb(frame: Frame) -> np.ndarray:
+  return render_tty(*frame) if isinstance(frame, TtyFrame) else np.asarray(frame, np.uint8)
+
+
+def write_gif(path: str, frames: Sequence[Frame], fps: float) -> None:
+  """An animated GIF that loops; each frame is reduced to its own palette."""
+  images = [Image.fromarray(to_rgb(f)).convert('P', palette=Image.Palette.ADAPTIVE)
+            for f in frames]
+  images[0].save(path, save_all=True, append_images=images[1:], loop=0,
+                 duration=max(20, round(1000 / fps)), optimize=False)

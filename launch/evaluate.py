@@ -1,0 +1,92 @@
+"""Evaluates a trained run's checkpoint: N whole episodes per task, a table, a JSON file.
+
+  python launch/evaluate.py --workdir=runs/pong_1m
+  python launch/evaluate.py --workdir=runs/pong_1m --step=500000 --episodes=30 --greedy
+  python launch/evaluate.py --workdir=runs/nethack_popart-demo --episodes=8 --video
+
+Writes <workdir>/eval/<env_steps>.json (settings, per-task statistics of
+returns and lengths, human-normalised scores for Atari) and, with --video,
+one GIF per task of its first episode in <workdir>/eval/<env_steps>_video/.
+A missing run, checkpoint or step stops it with one line and exit status 2.
+"""
+
+import json
+import os
+import sys
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Run folder written by launch/train.py.')
+_STEP = flags.DEFINE_integer('step', None, 'Env step of the checkpoint; default: the latest.')
+_EPISODES = flags.DEFINE_integer('episodes', 10, 'Whole episodes per task.', lower_bound=1)
+_GREEDY = flags.DEFINE_bool('greedy', False, 'Argmax actions instead of sampling the policy.')
+_VIDEO = flags.DEFINE_bool('video', False, "A GIF of each task's first episode.")
+_MAX_VIDEO_FRAMES = flags.DEFINE_integer(
+    'max_video_frames', 2000, 'Frames per GIF at most (a NetHack game can last 100k steps).')
+_MAX_STEPS = flags.DEFINE_integer(
+    'max_steps', None, 'Safety cap on batched env steps per task; episodes unfinished at the '
+    'cap are dropped and the task is marked "(max_steps)". Default: no cap.', lower_bound=1)
+_NUM_ENVS = flags.DEFINE_integer('num_envs', 8, 'Envs per task stepped in parallel (at most '
+                                  '--episodes).', lower_bound=1)
+_SEED = flags.DEFINE_integer('seed', 0, 'Seeds the envs and the action sampling.')
+
+
+def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
+                   max_video_frames=2000, max_steps=None, num_envs=8, seed=0, out=print):
+  """Loads, evaluates every task, writes the JSON (and GIFs); returns the record."""
+  from agents import evaluation
+  from agents.run_loading import load_run
+  from envs import render
+
+  run = load_run(workdir, step)
+  out(f'loaded {workdir} at env step {run.env_steps:,}; playing {episodes} episodes '
+      f'of each of {run.plan.num_tasks} task(s)')
+  eval_dir = os.path.join(workdir, 'eval')
+  video_dir = os.path.join(eval_dir, f'{run.env_steps}_video')
+  if video:
+    os.makedirs(video_dir, exist_ok=True)
+  results = []
+  for task_id in range(run.plan.num_tasks):
+    result = evaluation.evaluate_task(
+        run, task_id, episodes, greedy=greedy, seed=seed, video=video,
+        max_video_frames=max_video_frames, max_steps=max_steps, num_envs=num_envs)
+    if result.frames:
+      path = os.path.join(video_dir, f'{result.name}.gif')
+      render.write_gif(path, result.frames, result.video_fps)
+      out(f'video: {path} ({len(result.frames)} frames)')
+    result.frames = []  # GIF written: free the memory before the next task
+    results.append(result)
+  settings = {'episodes': episodes, 'greedy': greedy, 'step': step, 'seed': seed,
+              'max_steps': max_steps, 'num_envs': num_envs}
+  record = evaluation.summary(run, results, settings)
+  os.makedirs(eval_dir, exist_ok=True)
+  path = os.path.join(eval_dir, f'{run.env_steps}.json')
+  with open(path, 'w') as f:
+    json.dump(record, f, indent=2)
+  out(evaluation.format_table(record))
+  out(f'written: {path}')
+  return record
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  from configs.validation import ConfigError
+  logging.set_verbosity(logging.ERROR)  # orbax's notes on read-only checkpoint folders
+  warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
+  try:
+    run_evaluation(_WORKDIR.value, _STEP.value, _EPISODES.value, _GREEDY.value, _VIDEO.value,
+                   _MAX_VIDEO_FRAMES.value, _MAX_STEPS.value, _NUM_ENVS.value, _SEED.value)
+  except (FileNotFoundError, ConfigError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == '__main__':
+  flags.mark_flag_as_required('workdir')
+  app.run(main)

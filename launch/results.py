@@ -1,0 +1,112 @@
+"""Reading runs back for analysis: metrics.jsonl (and wandb when online) as
+per-key series, and the small plots the notebooks draw.
+
+  from launch import results
+  runs = results.load_runs(['runs/single', 'runs/popart'])
+  results.plot_metric(runs, 'episode_return')       # one line per run and task
+"""
+
+import glob
+import json
+import math
+import os
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+
+class Run:
+  """One run's metrics: `series(key)` -> (env_steps, values) where logged."""
+
+  def __init__(self, name: str, records: List[Dict], config: Optional[Dict] = None):
+    self.name, self.records, self.config = name, records, config or {}
+
+  @property
+  def keys(self) -> List[str]:
+    return sorted({k for r in self.records for k in r})
+
+  @property
+  def task_names(self) -> List[str]:
+    return [t['name'] for t in self.config.get('tasks', [])] or sorted(
+        {k.split('/', 1)[1] for k in self.keys if k.startswith('popart/mu/')})
+
+  def series(self, key: str):
+    rows = [(r['env_steps'], r[key]) for r in self.records
+            if key in r and isinstance(r[key], (int, float)) and math.isfinite(r[key])]
+    if not rows:
+      return np.zeros(0), np.zeros(0)
+    x, y = zip(*rows)
+    return np.asarray(x, float), np.asarray(y, float)
+
+  def last(self, prefix: str) -> Dict[str, float]:
+    """The latest value of every key under `prefix` (e.g. 'actions/<t>/')."""
+    out = {}
+    for r in self.records:
+      out.update({k[len(prefix):]: v for k, v in r.items() if k.startswith(prefix)})
+    return out
+
+
+def load_run(workdir: str, name: Optional[str] = None) -> Run:
+  path = os.path.join(workdir, 'metrics.jsonl')
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'{workdir} has no metrics.jsonl')
+  with open(path) as f:
+    records = [json.loads(line) for line in f if line.strip()]
+  config = None
+  if os.path.exists(os.path.join(workdir, 'config.json')):
+    with open(os.path.join(workdir, 'config.json')) as f:
+      config = json.load(f)
+  return Run(name or os.path.basename(os.path.normpath(workdir)), records, config)
+
+
+def load_runs(workdirs: Sequence[str]) -> List[Run]:
+  """Run folders (globs allowed), in order."""
+  paths = [p for w in workdirs for p in (sorted(glob.glob(w)) or [w])]
+  return [load_run(p) for p in paths]
+
+
+def load_wandb_runs(paths: Sequence[str]) -> List[Run]:
+  """Runs from wandb ('entity/project/run_id'); needs `wandb login` and network."""
+  if not paths:
+    return []
+  import wandb
+  api = wandb.Api()
+  out = []
+  for path in paths:
+    run = api.run(path)
+    records = [dict(r, env_steps=r.get('env_steps', r.get('_step', 0)))
+               for r in run.scan_history()]
+    out.append(Run(run.name, records, dict(run.config)))
+  return out
+
+
+def plot_metric(runs: Sequence[Run], metric: str, ax=None, per_task: bool = True):
+  """`metric` (e.g. 'episode_return', 'hns', 'popart/sigma', 'entropy') per
+  task (`<metric>/<task>`) or as one key, one line per run (and task)."""
+  import matplotlib.pyplot as plt
+  ax = ax or plt.gca()
+  for run in runs:
+    keys = ([f'{metric}/{t}' for t in run.task_names] if per_task else [metric])
+    for key in keys:
+      x, y = run.series(key)
+      if len(x):
+        label = run.name if not per_task else f'{run.name}: {key.rsplit("/", 1)[1]}'
+        ax.plot(x, y, label=label)
+  ax.set_xlabel('env steps')
+  ax.set_ylabel(metric)
+  ax.set_title(metric)
+  if ax.get_legend_handles_labels()[0]:
+    ax.legend(fontsize=7)
+  return ax
+
+
+def plot_actions(run: Run, task: str, ax=None):
+  """The task's action frequencies in the run's last log window, as bars."""
+  import matplotlib.pyplot as plt
+  ax = ax or plt.gca()
+  freqs = run.last(f'actions/{task}/')
+  ax.bar(range(len(freqs)), list(freqs.values()))
+  ax.set_xticks(range(len(freqs)), list(freqs), rotation=90, fontsize=6)
+  ax.set_title(f'{run.name}: {task} actions (last window)')
+  ax.set_ylim(0, 1)
+  return ax

@@ -1,0 +1,146 @@
+"""Saliency maps of a trained agent (Greydanus et al. 2017) over an episode.
+
+  python launch/saliency.py --workdir=runs/pong --task=Pong --frames=0:100 --gif
+  python launch/saliency.py --workdir=runs/nethack --task=mon-hum-neu-mal --frames=10:40
+
+Plays one episode of the task with the checkpoint's policy and, for each
+step in [A, B), writes <output>/frame_<t>.png: the observation in colour
+with the policy saliency in red and the saliency of the task's
+unnormalised value in green (agents/saliency.py has the method). Atari:
+the full-resolution colour frame, masks on the 84x84 input; NetHack: the
+terminal, with blocks of map cells blanked. Both colours use one scale for
+the whole range of frames (their maxima), so frames compare. --gif also
+writes saliency.gif.
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+import numpy as np  # noqa: E402
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Run folder with checkpoints.')
+_TASK = flags.DEFINE_string('task', None, 'Task name (as in the config); default the first.')
+_FRAMES = flags.DEFINE_string('frames', '0:50', 'Steps A:B of the episode to explain.')
+_STEP = flags.DEFINE_integer('step', None, 'Checkpoint env step; default the latest.')
+_STRIDE = flags.DEFINE_integer('stride', 0, 'Grid stride: pixels (Atari, default 5) or '
+                               'map cells per block (NetHack, default 3).')
+_GREEDY = flags.DEFINE_bool('greedy', False, 'Play the argmax action instead of sampling.')
+_GIF = flags.DEFINE_bool('gif', False, 'Also write the frames as saliency.gif.')
+_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the episode.')
+_OUTPUT = flags.DEFINE_string('output', '', 'Folder; default <workdir>/saliency/<step>_<task>.')
+
+
+def parse_frames(text: str):
+  a, sep, b = text.partition(':')
+  if not sep or not a.isdigit() or not b.isdigit() or int(b) <= int(a):
+    raise app.UsageError(f'--frames must be A:B with 0 <= A < B, got {text!r}')
+  return int(a), int(b)
+
+
+def explain(run, task_id: int, start: int, stop: int, stride: int, greedy: bool, seed: int):
+  """Plays the episode; returns per explained step (image, policy map, value map, info)."""
+  import jax
+  from agents import evaluation
+  from agents import saliency as sal
+  from envs import render
+
+  env, frame_fn, _ = evaluation.make_task_env(run, task_id, 1, seed=seed, video=True)
+  if frame_fn is None:
+    raise app.UsageError('saliency needs image observations (Atari frames or NetHack glyphs)')
+  nethack = 'glyphs' in run.observation_spec
+  policy = evaluation.make_policy(run.network, greedy)
+  scorer = sal.make_scorer(run.network, task_id)
+  if not nethack:
+    stride = stride or 5
+    masks = sal.frame_masks(84, 84, stride)
+    centres = sal.grid(84, 84, stride)
+  else:
+    stride = stride or 3
+  out = []
+  rng = jax.random.key(seed)
+  state = run.network.initial_state(1)
+  result = env.reset()
+  first, terminal = np.ones(1, bool), np.zeros(1, bool)
+  prev_action, prev_reward = np.zeros(1, np.int32), np.zeros(1, np.float32)
+  try:
+    for t in range(stop):
+      obs = {k: np.asarray(result.obs[k]) for k in run.observation_spec}
+      obs['prev_action'] = np.where(first, 0, prev_action).astype(np.int32)
+      obs['prev_reward'] = np.where(first, 0.0, prev_reward).astype(np.float32)
+      if t >= start:
+        single = {k: v[0] for k, v in obs.items()}
+        if nethack:
+          perturbed, corners = sal.perturb_glyphs(single['glyphs'], stride)
+          s_pi, s_v = sal.saliency_scores(scorer, run.variables, single, bool(first[0]), state,
+                                          'glyphs', perturbed)
+          shape = single['glyphs'].shape
+          pmap, vmap = (sal.upsample(s, corners, shape, stride) for s in (s_pi, s_v))
+          frame = frame_fn(result)
+          # The map is rows 1..21 of the 24x80 terminal.
+          pmap, vmap = (np.pad(m, ((1, 24 - 1 - shape[0]), (0, 80 - shape[1]))) for m in (pmap, vmap))
+          image = render.render_tty(*frame)
+        else:
+          perturbed = sal.perturb_frames(single['frames'], masks)
+          s_pi, s_v = sal.saliency_scores(scorer, run.variables, single, bool(first[0]), state,
+                                          'frames', perturbed)
+          pmap, vmap = (sal.upsample(s, centres, (84, 84), stride) for s in (s_pi, s_v))
+          image = np.asarray(frame_fn(result))
+        out.append((image, pmap, vmap, {'step': t, 'policy_max': float(s_pi.max()),
+                                        'value_max': float(s_v.max())}))
+      before = state
+      action, state, rng = policy(run.variables, obs, first, before, rng)
+      result = env.step(action)
+      if result.game_ended[0] and not terminal[0]:
+        break  # the episode ended before B
+      prev_action, prev_reward = action, result.reward
+      first, terminal = terminal, result.terminated | result.truncated
+  finally:
+    env.close()
+  return out
+
+
+def main(argv):
+  del argv
+  from agents.run_loading import load_run
+  from agents import saliency as sal
+  from envs import render
+  from PIL import Image
+  start, stop = parse_frames(_FRAMES.value)
+  try:
+    run = load_run(_WORKDIR.value, _STEP.value)
+  except FileNotFoundError as e:
+    raise app.UsageError(str(e))
+  names = run.plan.task_names
+  task = _TASK.value or names[0]
+  if task not in names:
+    raise app.UsageError(f'unknown task {task!r}; the run has {", ".join(names)}')
+  task_id = names.index(task)
+  frames = explain(run, task_id, start, stop, _STRIDE.value, _GREEDY.value, _SEED.value)
+  if not frames:
+    raise app.UsageError(f'the episode ended before step {start}')
+  output = _OUTPUT.value or os.path.join(run.workdir, 'saliency', f'{run.env_steps}_{task}')
+  os.makedirs(output, exist_ok=True)
+  p_scale = max(f[3]['policy_max'] for f in frames)
+  v_scale = max(f[3]['value_max'] for f in frames)
+  images = []
+  for image, pmap, vmap, info in frames:
+    img = sal.overlay(image, pmap, vmap, p_scale, v_scale)
+    Image.fromarray(img).save(os.path.join(output, f'frame_{info["step"]:05d}.png'))
+    images.append(img)
+  with open(os.path.join(output, 'saliency.json'), 'w') as f:
+    json.dump({'task': task, 'env_steps': run.env_steps, 'policy_scale': p_scale,
+               'value_scale': v_scale, 'frames': [f[3] for f in frames]}, f, indent=1)
+  if _GIF.value:
+    render.write_gif(os.path.join(output, 'saliency.gif'), images, fps=15.0)
+  print(f'wrote {len(images)} frames (steps {frames[0][3]["step"]}..{frames[-1][3]["step"]}) '
+        f'to {output}')
+
+
+if __name__ == '__main__':
+  flags.mark_flag_as_required('workdir')
+  app.run(main)

@@ -1,0 +1,201 @@
+"""Evaluation of trained runs: loading checkpoints, exactly N whole episodes per
+task, the JSON record, the CLI, videos, and the NetHack terminal renderer."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from agents import evaluation
+from agents.run_loading import checkpoint_steps, load_run
+from configs import atari_single, cartpole, nethack_popart
+from envs import render
+from envs.base import StepResult
+from launch.evaluate import run_evaluation
+from launch.train import train
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _train(config, workdir):
+  with config.unlocked():
+    config.workdir = str(workdir)
+  _, workdir = train(config)
+  return workdir
+
+
+@pytest.fixture(scope='module')
+def cartpole_run(tmp_path_factory):
+  """A smoke run with an LSTM core (the recurrent path) and two checkpoints."""
+  config = cartpole.get_config('smoke')
+  config.network.lstm_size = 8
+  config.keep_intermediate = True
+  config.checkpoint_every_steps = config.unroll_length * config.batch_size  # every update
+  return _train(config, tmp_path_factory.mktemp('cartpole') / 'run')
+
+
+# --- Episode bookkeeping, on a fake env with known episode lengths. ---
+
+class FakeEnv:
+  """Env i plays episodes of `lengths[i]` steps, reward 1 per step, with the
+  auto-reset convention of envs/base.py; it records what the policy saw."""
+
+  def __init__(self, lengths):
+    self.lengths = np.asarray(lengths)
+    self.num_envs = len(lengths)
+    self.t = np.zeros(self.num_envs, np.int64)   # steps into the current episode
+    self.resetting = np.zeros(self.num_envs, bool)
+
+  def _result(self, reward, terminated):
+    n = self.num_envs
+    return StepResult(obs={'state': self.t[:, None].astype(np.float32)},
+                      reward=reward.astype(np.float32), terminated=terminated,
+                      truncated=np.zeros(n, bool), task_id=np.zeros(n, np.int32))
+
+  def reset(self):
+    self.t[:] = 0
+    return self._result(np.zeros(self.num_envs), np.zeros(self.num_envs, bool))
+
+  def step(self, actions):
+    reward = np.where(self.resetting, 0.0, 1.0)
+    self.t = np.where(self.resetting, 0, self.t + 1)
+    terminated = ~self.resetting & (self.t == self.lengths)
+    self.resetting = terminated
+    return self._result(reward, terminated)
+
+
+def test_every_env_plays_its_quota_so_long_episodes_are_not_dropped():
+  seen = []
+
+  def policy(variables, obs, first, state, rng):
+    seen.append((obs['state'][:, 0].copy(), obs['prev_action'].copy(), first.copy()))
+    return np.ones(len(first), np.int32), state, rng
+
+  env = FakeEnv([1, 10])
+  episodes, complete, steps, _ = evaluation.play_episodes(
+      env, policy, None, (), num_episodes=4, rng=None, obs_keys=('state',))
+  assert complete
+  # Two from each env: the short episodes do not crowd out the long ones.
+  assert sorted(e.episode_length for e in episodes) == [1, 1, 10, 10]
+  # Reset steps count in neither length nor return.
+  assert all(e.episode_return == e.episode_length for e in episodes)
+  assert steps == 2 * (10 + 1) - 1
+  # Env 0 (1-step episodes): first at every new episode, prev_action 0 there.
+  states, prev_actions, firsts = (np.array([s[k][0] for s in seen]) for k in range(3))
+  np.testing.assert_array_equal(firsts[:4], [True, False, True, False])
+  np.testing.assert_array_equal(prev_actions[:4], [0, 1, 0, 1])
+  np.testing.assert_array_equal(states[:4], [0, 1, 0, 1])
+
+
+def test_quotas_add_up():
+  assert evaluation.episode_quotas(10, 4).tolist() == [3, 3, 2, 2]
+  assert evaluation.episode_quotas(3, 3).tolist() == [1, 1, 1]
+
+
+def test_atari_evaluation_plays_whole_games():
+  config = atari_single.get_config('game=Pong,smoke')
+  kwargs = evaluation.eval_env_kwargs(config, config.tasks[0], 1)
+  assert config.atari.episodic_life and kwargs['episodic_life'] is False
+  assert kwargs['max_episode_steps'] == 27_000 and kwargs['reward_clip'] is False
+  del config.atari  # runs whose config has no atari group get the protocol's defaults
+  assert evaluation.eval_env_kwargs(config, config.tasks[0], 1)['episodic_life'] is False
+
+
+def test_random_character_role_tasks_play_their_role():
+  config = nethack_popart.get_config('chars=@')
+  kwargs = [evaluation.eval_env_kwargs(config, t, len(config.tasks)) for t in config.tasks]
+  assert [k['character'] for k in kwargs] == [t['name'] for t in config.tasks]
+
+
+def test_render_tty_draws_a_character_in_its_colour():
+  chars = np.full((24, 80), ord(' '), np.uint8)
+  colors = np.zeros((24, 80), np.int8)
+  chars[5, 10], colors[5, 10] = ord('@'), 1  # red
+  image = render.render_tty(chars, colors)
+  h, w = render.cell_size()
+  assert image.shape == (24 * h, 80 * w, 3) and image.dtype == np.uint8
+  cell = image[5 * h:6 * h, 10 * w:11 * w].reshape(-1, 3)
+  lit = cell.any(axis=1)
+  assert lit.sum() > 5
+  assert (cell[lit] == render.CURSES_COLOURS[1]).all()
+  assert image.any(axis=2).sum() == lit.sum()  # nothing drawn elsewhere
+
+
+# --- Loading and evaluating real runs. ---
+
+def test_load_errors_name_what_is_missing(tmp_path, cartpole_run):
+  with pytest.raises(FileNotFoundError, match='no run folder'):
+    load_run(str(tmp_path / 'nope'))
+  (tmp_path / 'empty').mkdir()
+  with pytest.raises(FileNotFoundError, match='no config.json'):
+    load_run(str(tmp_path / 'empty'))
+  (tmp_path / 'fresh').mkdir()
+  with open(os.path.join(cartpole_run, 'config.json')) as f, \
+      open(tmp_path / 'fresh' / 'config.json', 'w') as g:
+    g.write(f.read())
+  with pytest.raises(FileNotFoundError, match='no checkpoints'):
+    load_run(str(tmp_path / 'fresh'))
+  available = ', '.join(map(str, checkpoint_steps(cartpole_run)))
+  with pytest.raises(FileNotFoundError, match=f'available: {available}$'):
+    load_run(cartpole_run, step=12)
+
+
+def test_library_evaluation_of_each_checkpoint(cartpole_run):
+  assert {8, 16} <= set(checkpoint_steps(cartpole_run))  # (and 0, the initialisation)
+  run = load_run(cartpole_run, step=8)
+  assert run.env_steps == 8 and run.config.num_learner_devices == 1
+  record = run_evaluation(cartpole_run, step=8, episodes=3, greedy=True, out=lambda _: None)
+  task = record['tasks']['CartPole']
+  assert task['episodes'] == 3 and len(task['returns']) == 3 and task['complete']
+  assert set(task['return']) == set(evaluation.STATS) == set(task['length'])
+  assert task['returns'] == task['lengths']  # +1 per step
+  with open(os.path.join(cartpole_run, 'eval', '8.json')) as f:
+    assert json.load(f)['settings'] == {'episodes': 3, 'greedy': True, 'step': 8, 'seed': 0,
+                                        'max_steps': None, 'num_envs': 8}
+
+
+def _cli(*args):
+  return subprocess.run([sys.executable, os.path.join(REPO, 'launch', 'evaluate.py'), *args],
+                        check=False, capture_output=True, text=True, cwd=REPO, timeout=300)
+
+
+def test_cli_writes_the_latest_checkpoints_evaluation(cartpole_run):
+  out = _cli(f'--workdir={cartpole_run}', '--episodes=3')
+  assert out.returncode == 0, out.stderr
+  assert 'CartPole' in out.stdout and 'return mean' in out.stdout
+  with open(os.path.join(cartpole_run, 'eval', '16.json')) as f:
+    record = json.load(f)
+  assert record['env_steps'] == 16 and record['tasks']['CartPole']['episodes'] == 3
+
+
+def test_cli_unknown_step_lists_the_available_ones(cartpole_run):
+  out = _cli(f'--workdir={cartpole_run}', '--step=5')
+  assert out.returncode == 2
+  available = ', '.join(map(str, checkpoint_steps(cartpole_run)))
+  assert f'no checkpoint at env step 5 in {cartpole_run}; available: {available}' in out.stderr
+
+
+def test_atari_video_capped_by_max_steps(tmp_path):
+  workdir = _train(atari_single.get_config('game=Pong,smoke'), tmp_path / 'pong')
+  record = run_evaluation(workdir, episodes=1, video=True, max_steps=30, out=lambda _: None)
+  task = record['tasks']['Pong']
+  assert task['episodes'] == 0 and not task['complete']  # a Pong game is ~1000 steps
+  gif = Image.open(os.path.join(workdir, 'eval', '16_video', 'Pong.gif'))
+  assert gif.size == (160, 210) and gif.n_frames > 10  # colour screens at full size
+
+
+def test_nethack_evaluation_with_video(tmp_path):
+  config = nethack_popart.get_config('smoke,chars=val-dwa-law-fem')
+  workdir = _train(config, tmp_path / 'nethack')
+  run = load_run(workdir)
+  result = evaluation.evaluate_task(run, 0, num_episodes=2, video=True, max_steps=100,
+                                    max_video_frames=40)
+  assert len(result.frames) == 40 and result.steps <= 100
+  assert all(isinstance(f, render.TtyFrame) for f in result.frames)
+  assert render.to_rgb(result.frames[0]).shape == render.render_tty(
+      np.zeros((24, 80), np.uint8), np.zeros((24, 80), np.int8)).shape
+  assert render.to_rgb(result.frames[0]).any()  # the first screen has text
