@@ -175,7 +175,6 @@ def make_task_env(run: LoadedRun, task_id: int, num_envs: int, seed: int, video:
   return env, frame_fn if video else None, NLE_VIDEO_FPS
 
 
-_make_env = make_task_env  # the earlier name, still used by agents/inspection.py and launch/saliency.py
 
 
 def evaluate_task(run: LoadedRun, task_id: int, num_episodes: int, greedy: bool = False,
