@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy.optimize import linear_sum_assignment  # noqa: E402
 
@@ -125,6 +126,7 @@ def _plot(rows: List[Dict], output: str) -> List[str]:
 
 def main(argv):
   del argv
+  logging.set_verbosity(logging.WARNING)  # orbax logs every restore at INFO
   if len(_RUNS.value) < 2:
     raise app.UsageError('--runs needs two or more run folders')
   for run in _RUNS.value:

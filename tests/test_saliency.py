@@ -82,3 +82,20 @@ def test_command_on_a_tiny_pong_run(tmp_path):
   bad = subprocess.run([sys.executable, 'launch/saliency.py', f'--workdir={config.workdir}',
                         '--task=Breakout'], cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert bad.returncode != 0 and 'unknown task' in bad.stderr
+
+
+def test_command_on_a_tiny_nethack_run(tmp_path):
+  from configs import nethack_popart
+  from launch.train import train
+  config = nethack_popart.get_config('chars=val-dwa-law-fem,smoke')
+  config.workdir = str(tmp_path / 'run')
+  train(config)
+  out = tmp_path / 'sal'
+  proc = subprocess.run(
+      [sys.executable, 'launch/saliency.py', f'--workdir={config.workdir}', '--frames=1:2',
+       '--stride=7', f'--output={out}'], cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  from PIL import Image
+  from envs import render
+  ch, cw = render.cell_size()
+  assert Image.open(out / 'frame_00001.png').size == (80 * cw, 24 * ch)  # the terminal
