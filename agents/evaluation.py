@@ -72,12 +72,18 @@ def summarise(values: Sequence[float]) -> Dict[str, Optional[float]]:
           'min': float(v.min()), 'max': float(v.max())}
 
 
-def make_policy(network, greedy: bool) -> Callable:
-  """policy(variables, obs, first, core_state, rng) -> (action [B], core_state, rng)."""
+def make_policy(network, greedy: bool, uniform: bool = False) -> Callable:
+  """policy(variables, obs, first, core_state, rng) -> (action [B], core_state, rng).
+
+  `uniform`: ignore the network and act uniformly at random (a baseline)."""
   act = make_act_fn(network)  # the actors' own jitted step: the same network call
 
   def policy(variables, obs, first, core_state, rng):
     action, logits, core_state, rng = act(variables, obs, first, core_state, rng)
+    if uniform:
+      rng, key = jax.random.split(rng)
+      return (np.asarray(jax.random.randint(key, first.shape, 0, logits.shape[-1]), np.int32),
+              core_state, rng)
     action = np.argmax(np.asarray(logits), axis=-1) if greedy else np.asarray(action)
     return action.astype(np.int32), core_state, rng
 
@@ -178,7 +184,7 @@ def make_task_env(run: LoadedRun, task_id: int, num_envs: int, seed: int, video:
 
 
 def evaluate_task(run: LoadedRun, task_id: int, num_episodes: int, greedy: bool = False,
-                  seed: int = 0, video: bool = False, max_video_frames: int = 2000,
+                  uniform: bool = False, seed: int = 0, video: bool = False, max_video_frames: int = 2000,
                   max_steps: Optional[int] = None,
                   num_envs: int = DEFAULT_NUM_ENVS) -> TaskEvaluation:
   """Plays `num_episodes` whole episodes of task `task_id` with the run's policy.
@@ -195,7 +201,7 @@ def evaluate_task(run: LoadedRun, task_id: int, num_episodes: int, greedy: bool 
   try:
     scales = tuple(run.config.reward_scales) or (1.0,) * run.plan.num_tasks
     episodes, complete, steps, frames = play_episodes(
-        env, make_policy(run.network, greedy), run.variables, run.network.initial_state(n),
+        env, make_policy(run.network, greedy, uniform), run.variables, run.network.initial_state(n),
         num_episodes, jax.random.fold_in(jax.random.key(seed), task_id),
         obs_keys=tuple(run.observation_spec), prev_reward_scale=float(scales[task_id]),
         frame_fn=frame_fn, max_video_frames=max_video_frames, max_steps=max_steps)
@@ -242,7 +248,8 @@ def _fmt(value) -> str:
 def format_table(record: Dict[str, Any]) -> str:
   """A readable table of a `summary` record."""
   s = record['settings']
-  actions = 'greedy' if s['greedy'] else 'sampled'
+  actions = ('uniformly random' if s.get('uniform') else
+             'greedy' if s['greedy'] else 'sampled')
   lines = [f'{record["workdir"]} at env step {record["env_steps"]:,}: '
            + f'{s["episodes"]} episodes per task, {actions} actions']
   header = ['task', 'episodes', 'return mean', 'std', 'median', 'min', 'max', 'length mean', 'hns']

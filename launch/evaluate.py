@@ -25,6 +25,8 @@ _WORKDIR = flags.DEFINE_string('workdir', None, 'Run folder written by launch/tr
 _STEP = flags.DEFINE_integer('step', None, 'Env step of the checkpoint; default: the latest.')
 _EPISODES = flags.DEFINE_integer('episodes', 10, 'Whole episodes per task.', lower_bound=1)
 _GREEDY = flags.DEFINE_bool('greedy', False, 'Argmax actions instead of sampling the policy.')
+_UNIFORM = flags.DEFINE_bool('uniform', False, 'Uniformly random actions instead of the '
+                             'policy: the baseline for the same tasks (eval/<step>_uniform.json).')
 _VIDEO = flags.DEFINE_bool('video', False, "A GIF of each task's first episode.")
 _MAX_VIDEO_FRAMES = flags.DEFINE_integer(
     'max_video_frames', 2000, 'Frames per GIF at most (a NetHack game can last 100k steps).')
@@ -37,7 +39,8 @@ _SEED = flags.DEFINE_integer('seed', 0, 'Seeds the envs and the action sampling.
 
 
 def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
-                   max_video_frames=2000, max_steps=None, num_envs=8, seed=0, out=print):
+                   max_video_frames=2000, max_steps=None, num_envs=8, seed=0, out=print,
+                   uniform=False):
   """Loads, evaluates every task, writes the JSON (and GIFs); returns the record."""
   from agents import evaluation
   from agents.run_loading import load_run
@@ -53,7 +56,7 @@ def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
   results = []
   for task_id in range(run.plan.num_tasks):
     result = evaluation.evaluate_task(
-        run, task_id, episodes, greedy=greedy, seed=seed, video=video,
+        run, task_id, episodes, greedy=greedy, uniform=uniform, seed=seed, video=video,
         max_video_frames=max_video_frames, max_steps=max_steps, num_envs=num_envs)
     if result.frames:
       path = os.path.join(video_dir, f'{result.name}.gif')
@@ -61,11 +64,12 @@ def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
       out(f'video: {path} ({len(result.frames)} frames)')
     result.frames = []  # GIF written: free the memory before the next task
     results.append(result)
-  settings = {'episodes': episodes, 'greedy': greedy, 'step': step, 'seed': seed,
+  settings = {'episodes': episodes, 'greedy': greedy, 'uniform': uniform, 'step': step,
+              'seed': seed,
               'max_steps': max_steps, 'num_envs': num_envs}
   record = evaluation.summary(run, results, settings)
   os.makedirs(eval_dir, exist_ok=True)
-  path = os.path.join(eval_dir, f'{run.env_steps}.json')
+  path = os.path.join(eval_dir, f'{run.env_steps}{"_uniform" if uniform else ""}.json')
   with open(path, 'w') as f:
     json.dump(record, f, indent=2)
   out(evaluation.format_table(record))
@@ -81,7 +85,8 @@ def main(argv):
   warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
   try:
     run_evaluation(_WORKDIR.value, _STEP.value, _EPISODES.value, _GREEDY.value, _VIDEO.value,
-                   _MAX_VIDEO_FRAMES.value, _MAX_STEPS.value, _NUM_ENVS.value, _SEED.value)
+                   _MAX_VIDEO_FRAMES.value, _MAX_STEPS.value, _NUM_ENVS.value, _SEED.value,
+                   uniform=_UNIFORM.value)
   except (FileNotFoundError, ConfigError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)

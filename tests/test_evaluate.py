@@ -154,8 +154,12 @@ def test_library_evaluation_of_each_checkpoint(cartpole_run):
   assert set(task['return']) == set(evaluation.STATS) == set(task['length'])
   assert task['returns'] == task['lengths']  # +1 per step
   with open(os.path.join(cartpole_run, 'eval', '8.json')) as f:
-    assert json.load(f)['settings'] == {'episodes': 3, 'greedy': True, 'step': 8, 'seed': 0,
-                                        'max_steps': None, 'num_envs': 8}
+    assert json.load(f)['settings'] == {'episodes': 3, 'greedy': True, 'uniform': False,
+                                        'step': 8, 'seed': 0, 'max_steps': None, 'num_envs': 8}
+  # The uniform-random baseline of the same task, in a file of its own.
+  record = run_evaluation(cartpole_run, step=8, episodes=3, uniform=True, out=lambda _: None)
+  assert record['tasks']['CartPole']['episodes'] == 3 and record['settings']['uniform']
+  assert os.path.exists(os.path.join(cartpole_run, 'eval', '8_uniform.json'))
 
 
 def _cli(*args):
