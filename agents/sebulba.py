@@ -237,7 +237,12 @@ class Trainer:
     self.stop.set()
     for actor in self.actors:
       if actor.is_alive():
-        actor.join(timeout=10.0)
-    for env in self.envs:
+        actor.join(timeout=30.0)
+    for actor, env in zip(self.actors, self.envs):
+      if actor.is_alive():
+        # Closing an env while its actor is still inside step() can deadlock
+        # (EnvPool): leave it to process exit rather than hang here.
+        logging.warning('%s did not stop within 30 s; leaving its envs open', actor.name)
+        continue
       env.close()
     self.envs = []

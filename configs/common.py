@@ -45,7 +45,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.popart.beta = 3e-4          # step size of the per-task moment updates
 
   c.network = ml_collections.ConfigDict()
-  c.network.name = 'mlp'        # 'mlp', 'shallow' (Nature CNN), 'resnet' (IMPALA deep), 'attention', 'nle_simple'
+  c.network.name = 'mlp'        # 'mlp', 'shallow' (Nature CNN), 'resnet', 'attention', 'nle_simple', 'nle_baseline', 'nle_attention'
   c.network.lstm_size = 0       # LSTM core size; 0 = feed-forward
   c.network.core_extra_inputs = True  # the core also sees the one-hot last action and clipped last reward (IMPALA)
   c.network.torso_kwargs = ml_collections.ConfigDict()  # extra torso arguments

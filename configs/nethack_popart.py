@@ -3,6 +3,7 @@
   python launch/train.py --config=configs/nethack_popart.py
   python launch/train.py --config=configs/nethack_popart.py:task=Staircase,chars=val-dwa-law-fem+wiz-elf-cha-mal
   python launch/train.py --config=configs/nethack_popart.py:chars=@
+  python launch/train.py --config=configs/nethack_popart.py:net=nle_baseline
   python launch/train.py --config=configs/nethack_popart.py:smoke
 
 Each character is a task with its own PopArt statistics and value output;
@@ -15,6 +16,12 @@ role, named by the role's code in envs.nethack.ROLES order ('arc', 'bar', ...,
 'wiz'; task ids 0..12). Every env is dealt a random character at each new game
 and that episode counts for the task of the role dealt, so the envs per task
 are nominal and the tasks' shares of the data follow NetHack's role draw.
+
+net= picks the network (networks/torsos.py, networks/nethack.py):
+nle_simple (the default: small, feed-forward), nle_baseline (NLE's bundled
+agent: map and 9x9 crop CNNs, FC 512 x2, LSTM 512) or nle_attention (the
+course report's variant: a strided glyph ResNet whose 3x10 grid a blstats
+query attends over, FC 512 x2, LSTM 512).
 """
 
 from configs import common
@@ -29,6 +36,8 @@ NLE_TASKS = {
 DEFAULT_CHARS = ('mon-hum-neu-mal', 'val-dwa-law-fem', 'wiz-elf-cha-mal', 'tou-hum-neu-fem')
 ENVS_PER_CHAR = 8        # envs (and batch unrolls) per fixed character
 ENVS_PER_ROLE = 4        # with chars=@: 52 envs for the 13 role tasks
+# net= choices -> LSTM core size (0: feed-forward).
+NETWORK_LSTM_SIZES = {'nle_simple': 0, 'nle_baseline': 512, 'nle_attention': 512}
 
 
 def _tasks(chars, env_id):
@@ -50,9 +59,11 @@ def _tasks(chars, env_id):
 
 def get_config(arg=None):
   variant = common.parse_variant(arg, {'task': 'Score', 'chars': DEFAULT_CHARS,
-                                       'smoke': False})
+                                       'net': 'nle_simple', 'smoke': False})
   if variant['task'] not in NLE_TASKS:
     raise ValueError(f'unknown NLE task {variant["task"]!r}; choose one of {", ".join(NLE_TASKS)}')
+  if variant['net'] not in NETWORK_LSTM_SIZES:
+    raise ValueError(f'unknown net {variant["net"]!r}; choose one of {", ".join(NETWORK_LSTM_SIZES)}')
   env_id = NLE_TASKS[variant['task']]
   tasks, envs_per_task = _tasks(variant['chars'], env_id)
   c = common.base_config()
@@ -60,7 +71,8 @@ def get_config(arg=None):
   c.total_env_steps = 1_000_000_000
   c.reward_mode = 'none'        # PopArt handles the scale of in-game score deltas
   c.popart.enabled = True
-  c.network.name = 'nle_simple'
+  c.network.name = variant['net']
+  c.network.lstm_size = NETWORK_LSTM_SIZES[variant['net']]
   c.tasks = tasks
   c.actors.num_actors = 1
   c.actors.envs_per_actor = envs_per_task * len(tasks)

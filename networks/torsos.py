@@ -3,14 +3,14 @@
 Inputs arrive with one flat batch axis [N, ...]; outputs are [N, F].
 """
 
-import functools
-
 import flax.linen as nn
 import jax.numpy as jnp
 
 from networks.conv import Conv2D
-
-NLE_NUM_GLYPHS = 5976 + 1  # nle.nethack.MAX_GLYPH + 1; kept literal so networks/ needs no NLE import.
+# NLE_NUM_GLYPHS, normalise_blstats and max_pool_3x3_s2 live in nethack.py and
+# pooling.py (which nethack.py imports too); imported here as before.
+from networks.nethack import NLE_NUM_GLYPHS, NLEAttentionTorso, NLEBaselineTorso, normalise_blstats
+from networks.pooling import max_pool_3x3_s2
 
 
 class MLPTorso(nn.Module):
@@ -42,26 +42,6 @@ class NatureCNNTorso(nn.Module):
     return nn.relu(nn.Dense(self.hidden_size, name='fc')(x))
 
 
-def max_pool_3x3_s2(x):
-  """nn.max_pool(x, (3, 3), (2, 2), 'SAME') on NHWC, as maxima of strided slices.
-
-  XLA:CPU's reduce_window backward (select_and_scatter) is very slow; maxima
-  of slices of the -inf-padded input differentiate into cheap selects and
-  pads. Done separably (3 column slices, then 3 row slices), the ResNet torso's
-  value_and_grad on 640 frames (2-core CPU, under load) took 4.5 s, against
-  7.6 s with the 9 slices of the full window and 8.6 s with nn.max_pool.
-  """
-  def pads(n):  # lax's SAME padding: out = ceil(n / 2), the odd pixel at the end
-    out = -(-n // 2)
-    total = 2 * (out - 1) + 3 - n
-    return out, (total // 2, total - total // 2)
-
-  (oh, ph), (ow, pw) = pads(x.shape[-3]), pads(x.shape[-2])
-  x = jnp.pad(x, ((0, 0),) * (x.ndim - 3) + (ph, pw, (0, 0)), constant_values=-jnp.inf)
-  x = functools.reduce(jnp.maximum, [x[..., j:j + 2 * ow - 1:2, :] for j in range(3)])
-  return functools.reduce(jnp.maximum, [x[..., i:i + 2 * oh - 1:2, :, :] for i in range(3)])
-
-
 class ResNetTorso(nn.Module):
   """IMPALA's deep network (Espeholt et al. 2018, fig. 3, right).
 
@@ -84,13 +64,6 @@ class ResNetTorso(nn.Module):
         x = x + y
     x = nn.relu(x).reshape((x.shape[0], -1))
     return nn.relu(nn.Dense(self.hidden_size, name='fc')(x))
-
-
-def normalise_blstats(blstats):
-  """Signed log scaling: blstats mix coordinates, HP, gold and turn counters
-  spanning 0..1e5, and a log keeps all of them in a trainable range."""
-  x = blstats.astype(jnp.float32)
-  return jnp.sign(x) * jnp.log1p(jnp.abs(x))
 
 
 class NLESimpleTorso(nn.Module):
@@ -124,6 +97,8 @@ TORSOS = {
     'shallow': NatureCNNTorso,
     'resnet': ResNetTorso,
     'nle_simple': NLESimpleTorso,
+    'nle_baseline': NLEBaselineTorso,    # networks/nethack.py
+    'nle_attention': NLEAttentionTorso,  # networks/nethack.py
 }
 
 # The observation keys each torso reads (NLE envs are asked for exactly these).
@@ -132,6 +107,8 @@ OBS_KEYS = {
     'shallow': ('frames',),
     'resnet': ('frames',),
     'nle_simple': ('glyphs', 'blstats'),
+    'nle_baseline': ('glyphs', 'blstats'),
+    'nle_attention': ('glyphs', 'blstats'),
     'attention': ('frames',),  # networks/attention.py: not a torso, see NETWORK_NAMES
 }
 

@@ -79,6 +79,13 @@ def test_nethack_main_job_smoke(tmp_path):
   _check_run(nethack_popart.get_config('smoke'), tmp_path)
 
 
+@pytest.mark.parametrize('net', ['nle_baseline', 'nle_attention'])
+def test_nethack_networks_train_end_to_end(net, tmp_path):
+  config = nethack_popart.get_config(f'net={net},chars=mon-hum-neu-mal,smoke')
+  assert config.network.lstm_size == 512
+  _check_run(config, tmp_path)
+
+
 def test_episode_returns_are_logged_per_task(tmp_path):
   config = cartpole_popart.get_config('smoke')
   config.reward_scales = (1.0, 10.0)
