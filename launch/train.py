@@ -72,9 +72,14 @@ def _raise_interrupt(signum, frame):
 
 def _sigterm_interrupts():
   """SIGTERM stops a run like Ctrl-C (final checkpoint first); returns the
-  previous handler, or None off the main thread where handlers cannot be set."""
+  previous handler, or None off the main thread where handlers cannot be set.
+
+  SIGINT gets Python's KeyboardInterrupt handler too: a process started in
+  the background by a shell (`cmd &`, nohup) inherits SIGINT *ignored*, and
+  `kill -INT` would then do nothing."""
   if threading.current_thread() is not threading.main_thread():
     return None
+  signal.signal(signal.SIGINT, signal.default_int_handler)
   return signal.signal(signal.SIGTERM, _raise_interrupt)
 
 

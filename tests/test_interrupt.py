@@ -20,7 +20,10 @@ def _start(workdir, total_env_steps=100_000_000):
       [sys.executable, 'launch/train.py', '--config=configs/cartpole.py',
        f'--config.workdir={workdir}', '--config.wandb.mode=disabled',
        '--config.log.every_seconds=0.5', f'--config.total_env_steps={total_env_steps}'],
-      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      # As a background job of a shell: SIGINT starts out ignored; train.py
+      # must still stop on it.
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
 
 
 @pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM])
