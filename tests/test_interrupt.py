@@ -16,14 +16,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _start(workdir, total_env_steps=100_000_000):
   env = dict(os.environ)
   env.pop('XLA_FLAGS', None)
+  # Started as a shell's background job would be: SIGINT ignored (`trap ""`,
+  # inherited through exec). train.py must still stop on it.
   return subprocess.Popen(
-      [sys.executable, 'launch/train.py', '--config=configs/cartpole.py',
+      ['sh', '-c', 'trap "" INT; exec "$0" "$@"', sys.executable, 'launch/train.py',
+       '--config=configs/cartpole.py',
        f'--config.workdir={workdir}', '--config.wandb.mode=disabled',
        '--config.log.every_seconds=0.5', f'--config.total_env_steps={total_env_steps}'],
-      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-      # As a background job of a shell: SIGINT starts out ignored; train.py
-      # must still stop on it.
-      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 @pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM])
