@@ -1,0 +1,245 @@
+"""The worker-process side of `envs/nle_env.py`: NLE envs stepped in a child
+process, observations written into the shared-memory block the parent maps.
+
+`worker_main` is the process's target; `send_msg` / `recv_msg` are the pipe
+protocol both sides speak; `shared_layout` / `shared_views` place every shared array.
+See `envs/nle_env.py` for the conventions (auto-reset, task ids per episode,
+episode statistics, files).
+"""
+
+import os
+import pickle
+import signal
+import struct
+import tempfile
+import traceback
+from typing import Dict, Optional, Sequence
+
+import gymnasium as gym
+import nle  # noqa: F401  (registers the NetHack*-v0 ids with gymnasium)
+import nle.nethack
+import numpy as np
+
+from envs import nethack
+
+_ALIGN = 64             # keeps every shared array cache-line aligned
+_RUNNING, _NEEDS_RESET, _FRESH = 0, 1, 2  # per-env state inside a worker
+EPISODE_STATS = ('score', 'depth', 'turns')  # StepResult.episode_stats keys
+_SCORE, _DEPTH, _TIME = (nle.nethack.NLE_BL_SCORE, nle.nethack.NLE_BL_DEPTH,  # blstats fields
+                          nle.nethack.NLE_BL_TIME)
+
+
+# The per-step round trip is one byte each way (STEP, then OK); any other
+# message is pickled and framed after _MSG. Bare os.read/os.write on the pipe
+# cost a fraction of Connection.send_bytes/recv_bytes, and the parent's share
+# of every step is time the workers sit idle.
+STEP, OK, _MSG = b'S', b'K', b'M'
+
+
+def send_msg(fd: int, msg) -> None:
+  if isinstance(msg, bytes):
+    os.write(fd, msg)
+    return
+  data = pickle.dumps(msg)
+  view = memoryview(_MSG + struct.pack('<I', len(data)) + data)
+  while view:
+    view = view[os.write(fd, view):]
+
+
+def _read(fd: int, size: int) -> bytes:
+  data = b''
+  while len(data) < size:
+    chunk = os.read(fd, size - len(data))
+    if not chunk:
+      raise EOFError
+    data += chunk
+  return data
+
+
+def recv_msg(fd: int):
+  head = _read(fd, 1)
+  if head != _MSG:
+    return head
+  return pickle.loads(_read(fd, struct.unpack('<I', _read(fd, 4))[0]))
+
+
+def shared_layout(num_envs: int, observation_keys: Sequence[str]):
+  """(name, byte offset, shape, dtype) of each shared array, and the total size."""
+  desc = nle.nethack.OBSERVATION_DESC
+  fields = [('obs/' + k, tuple(desc[k]['shape']), desc[k]['dtype']) for k in observation_keys]
+  fields += [('reward', (), np.float32), ('terminated', (), np.bool_),
+             ('truncated', (), np.bool_), ('action', (), np.int64), ('task_id', (), np.int32)]
+  fields += [('stats/' + k, (), np.float32) for k in EPISODE_STATS]
+  layout, offset = [], 0
+  for name, shape, dtype in fields:
+    shape, dtype = (num_envs,) + shape, np.dtype(dtype)
+    layout.append((name, offset, shape, dtype.str))
+    offset += -(-int(np.prod(shape)) * dtype.itemsize // _ALIGN) * _ALIGN
+  return layout, max(offset, 1)
+
+
+def shared_views(raw, layout, lo: int = 0, hi: Optional[int] = None) -> Dict[str, np.ndarray]:
+  """Numpy views of the shared block, restricted to envs [lo, hi)."""
+  buf = np.frombuffer(raw, dtype=np.uint8)
+  return {name: buf[off:off + int(np.prod(shape)) * np.dtype(dt).itemsize].view(dt)
+          .reshape(shape)[lo:hi] for name, off, shape, dt in layout}
+
+
+def _make_env(env_id: str, kwargs: dict, observation_keys, savedir: Optional[str]):
+  kwargs = dict(kwargs)
+  max_steps = kwargs.pop('max_episode_steps', None)
+  kwargs.pop('savedir', None)
+  if savedir is None:
+    kwargs['save_ttyrec_every'] = 0
+  else:
+    kwargs['savedir'] = savedir
+    kwargs.setdefault('save_ttyrec_every', 1)
+  env = gym.make(env_id, observation_keys=tuple(observation_keys),
+                 max_episode_steps=max_steps, disable_env_checker=True, **kwargs)
+  if max_steps is not None:
+    # gym.make keeps `max_episode_steps` for its TimeLimit wrapper; NLE has its
+    # own cap (5000 by default) that would otherwise cut longer episodes first.
+    env.unwrapped._max_episode_steps = max_steps
+  return env
+
+
+def _monster_roles() -> Dict[int, int]:
+  """Monster index -> index in `nethack.ROLES` of the role whose hero it draws."""
+  roles = {}
+  for m in range(nle.nethack.NUMMONS):
+    role = nethack.role_of_monster(nle.nethack.permonst(m).mname)
+    if role is not None:
+      roles[m] = nethack.ROLES.index(role)
+  return roles
+
+
+def _hero_role(glyphs: np.ndarray, blstats: np.ndarray, monster_roles: Dict[int, int]) -> int:
+  """Index in `nethack.ROLES` of the hero's role, at the start of an episode.
+
+  The hero is drawn as its role's monster ('cavewoman', 'priest', ...) until it
+  polymorphs, so this holds for every new game (checked over thousands of '@'
+  resets). The welcome message ('You are a neutral male gnomish Wizard.') is
+  no substitute: about 5% of games start with another message in its place.
+  """
+  glyph = int(glyphs[blstats[nle.nethack.NLE_BL_Y], blstats[nle.nethack.NLE_BL_X]])
+  role = None
+  if nle.nethack.glyph_is_monster(glyph):
+    role = monster_roles.get(nle.nethack.glyph_to_mon(glyph))
+  if role is None:
+    raise RuntimeError(f'cannot tell the role of the hero drawn as glyph {glyph} (NetHack '
+                       "option 'showrace' draws the race instead; it must stay off)")
+  return role
+
+
+def worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys, seeds,
+                 savedirs, task_ids, role_task_ids, tmpdir):
+  # Ctrl-C reaches the whole process group; the parent decides how to shut down.
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  # NLE's per-game scratch folders go here; the parent removes it, crash or not.
+  tempfile.tempdir = tmpdir
+  envs = []
+  try:
+    views = shared_views(raw, layout, lo, hi)
+    obs_views = [(k[4:], v) for k, v in views.items() if k.startswith('obs/')]
+    reward, term, trunc, action, task_out = (
+        views[k] for k in ('reward', 'terminated', 'truncated', 'action', 'task_id'))
+    stats_out = [views['stats/' + k] for k in EPISODE_STATS]
+    # Role detection and episode statistics read glyphs and blstats whatever the
+    # network asked for. NLE computes both (and the message) on every step for
+    # its own use anyway, so asking costs nothing; only `observation_keys`
+    # reach shared memory, i.e. the parent's observations.
+    keys = tuple(dict.fromkeys(tuple(observation_keys) + ('glyphs', 'blstats')))
+    for kwargs, (core, disp), savedir in zip(env_kwargs, seeds, savedirs):
+      env = _make_env(env_id, kwargs, keys, savedir)
+      # NLE ignores reset(seed=...): NetHack's own RNGs are set here and apply
+      # from the next reset on; reseed=False keeps runs reproducible.
+      env.unwrapped.seed(core, disp, reseed=False)
+      envs.append(env)
+    n = len(envs)
+    state = [_NEEDS_RESET] * n
+    monster_roles = _monster_roles() if any(r is not None for r in role_task_ids) else {}
+    # Per-env values as Python lists (cheaper per element than numpy scalars),
+    # written to shared memory once per command. After a replacement the
+    # parent overwrites task ids and statistics once, for the truncation step.
+    rewards, terms, truncs = [0.0] * n, [False] * n, [False] * n
+    task = list(task_ids)
+    stats = [[0.0] * len(EPISODE_STATS) for _ in range(n)]  # score, depth, turns
+    ahead = {}  # env -> its next game, reset while the parent had the last step
+
+    def new_game(i):
+      # No copy of the observation: NLE reuses its arrays only when this env
+      # steps again, which comes after `begin` has written them out.
+      obs = envs[i].reset()[0]
+      bl = obs['blstats']
+      role_ids = role_task_ids[i]
+      t = (task_ids[i] if role_ids is None else
+           role_ids[_hero_role(obs['glyphs'], bl, monster_roles)])
+      return obs, t, [float(bl[_SCORE]), float(bl[_DEPTH]), float(bl[_TIME])]
+
+    def begin(i, game):
+      obs, task[i], stats[i] = game
+      for key, view in obs_views:
+        view[i] = obs[key]
+
+    def publish():
+      reward[:], term[:], trunc[:], task_out[:] = rewards, terms, truncs, task
+      for j, out in enumerate(stats_out):
+        out[:] = [s[j] for s in stats]
+
+    fd = conn.fileno()
+    send_msg(fd, ('ready', int(envs[0].action_space.n)))
+    while True:
+      msg = recv_msg(fd)
+      cmd, arg = ('step', None) if msg == STEP else msg
+      reply = None
+      if cmd == 'close':
+        break
+      elif cmd == 'reset':
+        ahead.clear()
+        for i in range(n):
+          begin(i, new_game(i))
+          rewards[i], terms[i], truncs[i] = 0.0, False, False
+        state = [_FRESH if arg else _RUNNING] * n
+        publish()
+      elif cmd == 'step':
+        for i, (env, a) in enumerate(zip(envs, action.tolist())):
+          if state[i] == _RUNNING:
+            obs, r, te, tr, _ = env.step(a)
+            for key, view in obs_views:  # NLE reuses its arrays, so copy right away
+              view[i] = obs[key]
+            bl = obs['blstats']
+            depth = bl[_DEPTH]
+            if depth:  # a live game: NLE blanks blstats once the game is over
+              s = stats[i]
+              s[0], s[2] = float(bl[_SCORE]), float(bl[_TIME])
+              if depth > s[1]:
+                s[1] = float(depth)
+            # At its step cap NLE quits the game, so it reports terminated too;
+            # a time limit must stay a bootstrapped truncation.
+            rewards[i], terms[i], truncs[i] = r, te and not tr, tr
+            state[i] = _NEEDS_RESET if te or tr else _RUNNING
+          else:
+            if state[i] == _NEEDS_RESET:
+              begin(i, ahead.pop(i) if i in ahead else new_game(i))
+            rewards[i], terms[i], truncs[i] = 0.0, False, False
+            state[i] = _RUNNING
+        publish()
+      elif cmd == 'getattr':
+        reply = [getattr(env.unwrapped, arg) for env in envs]
+      send_msg(fd, OK if reply is None else ('ok', reply))
+      if cmd == 'step':
+        # Games that just ended start over now, while the parent and the policy
+        # work on this step, not in the next one: a reset costs dozens of steps.
+        for i in range(n):
+          if state[i] == _NEEDS_RESET and i not in ahead:
+            ahead[i] = new_game(i)
+  except (EOFError, KeyboardInterrupt):
+    return  # the parent closed the pipe (or is exiting): nothing to report to
+  except Exception:  # pylint: disable=broad-except
+    try:
+      send_msg(conn.fileno(), ('error', traceback.format_exc()))
+    except OSError:
+      pass
+  finally:
+    for env in envs:
+      env.close()
