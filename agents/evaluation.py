@@ -79,11 +79,11 @@ def make_policy(network, greedy: bool, uniform: bool = False) -> Callable:
   act = make_act_fn(network)  # the actors' own jitted step: the same network call
 
   def policy(variables, obs, first, core_state, rng):
-    action, logits, core_state, rng = act(variables, obs, first, core_state, rng)
-    if uniform:
+    if uniform:  # no network call at all
       rng, key = jax.random.split(rng)
-      return (np.asarray(jax.random.randint(key, first.shape, 0, logits.shape[-1]), np.int32),
+      return (np.asarray(jax.random.randint(key, first.shape, 0, network.num_actions), np.int32),
               core_state, rng)
+    action, logits, core_state, rng = act(variables, obs, first, core_state, rng)
     action = np.argmax(np.asarray(logits), axis=-1) if greedy else np.asarray(action)
     return action.astype(np.int32), core_state, rng
 
@@ -103,7 +103,7 @@ class TaskEvaluation:
 def play_episodes(env, policy: Callable, variables, initial_state, num_episodes: int,
                   rng: jax.Array, obs_keys: Sequence[str], prev_reward_scale: float = 1.0,
                   frame_fn: Optional[Callable] = None, max_video_frames: int = 0,
-                  max_steps: Optional[int] = None):
+                  max_steps: Optional[int] = None, observe: Optional[Callable] = None):
   """Plays until every env has ended its quota of episodes.
 
   Follows the actor (agents/actor.py): the auto-reset convention of
@@ -111,7 +111,10 @@ def play_episodes(env, policy: Callable, variables, initial_state, num_episodes:
   ignored, reward 0, not counted), `first` flags for the recurrent core, and
   prev_action / prev_reward, 0 at an episode's first step.
   `frame_fn(result)`, if given, draws env 0; its first episode is recorded,
-  at most `max_video_frames` frames. Returns (episodes, complete, steps, frames).
+  at most `max_video_frames` frames. `observe(step, obs, first, core_state,
+  result)`, if given, sees every step's policy inputs (and the StepResult they
+  came from) before the policy acts: how inspection and saliency tools look
+  inside an episode. Returns (episodes, complete, steps, frames).
   """
   n = env.num_envs
   quota = episode_quotas(num_episodes, n)
@@ -130,6 +133,8 @@ def play_episodes(env, policy: Callable, variables, initial_state, num_episodes:
     obs = {k: np.asarray(result.obs[k], host_dtype(result.obs[k].dtype)) for k in obs_keys}
     obs['prev_action'] = np.where(first, 0, prev_action).astype(np.int32)
     obs['prev_reward'] = np.where(first, 0.0, prev_reward).astype(np.float32)
+    if observe is not None:
+      observe(steps, obs, first, state, result)
     action, state, rng = policy(variables, obs, first, state, rng)
     result = env.step(action)
     steps += 1
@@ -183,6 +188,32 @@ def make_task_env(run: LoadedRun, task_id: int, num_envs: int, seed: int, video:
 
 
 
+def reward_scale(run: LoadedRun, task_id: int) -> float:
+  """The task's training reward scale: evaluation envs give raw scores, and the
+  policy's prev_reward input must be scaled as it was in training."""
+  scales = tuple(run.config.reward_scales) or (1.0,) * run.plan.num_tasks
+  return float(scales[task_id])
+
+
+def play_one_episode(run: LoadedRun, task_id: int, observe: Callable, max_steps: int,
+                     seed: int = 0, greedy: bool = False) -> Optional[Episode]:
+  """One episode of the task in one env: `observe(step, obs, first, core_state,
+  frame)` sees every step's policy inputs, and the frame a video would show
+  (see make_task_env), before the policy acts. Returns the episode, or None
+  when max_steps came first."""
+  env, frame_fn, _ = make_task_env(run, task_id, 1, seed=seed, video=True)
+  try:
+    episodes, _, _, _ = play_episodes(
+        env, make_policy(run.network, greedy), run.variables, run.network.initial_state(1), 1,
+        jax.random.key(seed), obs_keys=tuple(run.observation_spec),
+        prev_reward_scale=reward_scale(run, task_id), max_steps=max_steps,
+        observe=lambda step, obs, first, state, result: observe(
+            step, obs, first, state, frame_fn(result)))
+  finally:
+    env.close()
+  return episodes[0] if episodes else None
+
+
 def evaluate_task(run: LoadedRun, task_id: int, num_episodes: int, greedy: bool = False,
                   uniform: bool = False, seed: int = 0, video: bool = False, max_video_frames: int = 2000,
                   max_steps: Optional[int] = None,
@@ -199,11 +230,10 @@ def evaluate_task(run: LoadedRun, task_id: int, num_episodes: int, greedy: bool 
   env, frame_fn, fps = make_task_env(run, task_id, n, seed=seed * 7_919 + 1_000 * task_id,
                                  video=video)
   try:
-    scales = tuple(run.config.reward_scales) or (1.0,) * run.plan.num_tasks
     episodes, complete, steps, frames = play_episodes(
         env, make_policy(run.network, greedy, uniform), run.variables, run.network.initial_state(n),
         num_episodes, jax.random.fold_in(jax.random.key(seed), task_id),
-        obs_keys=tuple(run.observation_spec), prev_reward_scale=float(scales[task_id]),
+        obs_keys=tuple(run.observation_spec), prev_reward_scale=reward_scale(run, task_id),
         frame_fn=frame_fn, max_video_frames=max_video_frames, max_steps=max_steps)
   finally:
     env.close()

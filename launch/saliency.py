@@ -44,63 +44,44 @@ def parse_frames(text: str):
 
 def explain(run, task_id: int, start: int, stop: int, stride: int, greedy: bool, seed: int):
   """Plays the episode; returns per explained step (image, policy map, value map, info)."""
-  import jax
   from agents import evaluation
   from agents import saliency as sal
   from envs import render
 
-  env, frame_fn, _ = evaluation.make_task_env(run, task_id, 1, seed=seed, video=True)
-  if frame_fn is None:
-    raise app.UsageError('saliency needs image observations (Atari frames or NetHack glyphs)')
   nethack = 'glyphs' in run.observation_spec
-  policy = evaluation.make_policy(run.network, greedy)
+  if not nethack and 'frames' not in run.observation_spec:
+    raise app.UsageError('saliency needs image observations (Atari frames or NetHack glyphs)')
   scorer = sal.make_scorer(run.network, task_id)
+  stride = stride or (3 if nethack else 5)
   if not nethack:
-    stride = stride or 5
     masks = sal.frame_masks(84, 84, stride)
     centres = sal.grid(84, 84, stride)
-  else:
-    stride = stride or 3
   out = []
-  rng = jax.random.key(seed)
-  state = run.network.initial_state(1)
-  result = env.reset()
-  first, terminal = np.ones(1, bool), np.zeros(1, bool)
-  prev_action, prev_reward = np.zeros(1, np.int32), np.zeros(1, np.float32)
-  try:
-    for t in range(stop):
-      obs = {k: np.asarray(result.obs[k]) for k in run.observation_spec}
-      obs['prev_action'] = np.where(first, 0, prev_action).astype(np.int32)
-      obs['prev_reward'] = np.where(first, 0.0, prev_reward).astype(np.float32)
-      if t >= start:
-        single = {k: v[0] for k, v in obs.items()}
-        if nethack:
-          perturbed, corners = sal.perturb_glyphs(single['glyphs'], stride)
-          s_pi, s_v = sal.saliency_scores(scorer, run.variables, single, bool(first[0]), state,
-                                          'glyphs', perturbed)
-          shape = single['glyphs'].shape
-          pmap, vmap = (sal.upsample(s, corners, shape, stride) for s in (s_pi, s_v))
-          frame = frame_fn(result)
-          # The map is rows 1..21 of the 24x80 terminal.
-          pmap, vmap = (np.pad(m, ((1, 24 - 1 - shape[0]), (0, 80 - shape[1]))) for m in (pmap, vmap))
-          image = render.render_tty(*frame)
-        else:
-          perturbed = sal.perturb_frames(single['frames'], masks)
-          s_pi, s_v = sal.saliency_scores(scorer, run.variables, single, bool(first[0]), state,
-                                          'frames', perturbed)
-          pmap, vmap = (sal.upsample(s, centres, (84, 84), stride) for s in (s_pi, s_v))
-          image = np.asarray(frame_fn(result))
-        out.append((image, pmap, vmap, {'step': t, 'policy_max': float(s_pi.max()),
-                                        'value_max': float(s_v.max())}))
-      before = state
-      action, state, rng = policy(run.variables, obs, first, before, rng)
-      result = env.step(action)
-      if result.game_ended[0] and not terminal[0]:
-        break  # the episode ended before B
-      prev_action, prev_reward = action, result.reward
-      first, terminal = terminal, result.terminated | result.truncated
-  finally:
-    env.close()
+
+  def observe(t, obs, first, state, frame):
+    if t < start:
+      return
+    single = {k: v[0] for k, v in obs.items()}
+    if nethack:
+      perturbed, corners = sal.perturb_glyphs(single['glyphs'], stride)
+      s_pi, s_v = sal.saliency_scores(scorer, run.variables, single, bool(first[0]), state,
+                                      'glyphs', perturbed)
+      shape = single['glyphs'].shape
+      pmap, vmap = (sal.upsample(s, corners, shape, stride) for s in (s_pi, s_v))
+      # The map is rows 1..21 of the 24x80 terminal.
+      pmap, vmap = (np.pad(m, ((1, 24 - 1 - shape[0]), (0, 80 - shape[1]))) for m in (pmap, vmap))
+      image = render.render_tty(*frame)
+    else:
+      perturbed = sal.perturb_frames(single['frames'], masks)
+      s_pi, s_v = sal.saliency_scores(scorer, run.variables, single, bool(first[0]), state,
+                                      'frames', perturbed)
+      pmap, vmap = (sal.upsample(s, centres, (84, 84), stride) for s in (s_pi, s_v))
+      image = np.asarray(frame)
+    out.append((image, pmap, vmap, {'step': t, 'policy_max': float(s_pi.max()),
+                                    'value_max': float(s_v.max())}))
+
+  # Stops at step B, or earlier if the episode ends first.
+  evaluation.play_one_episode(run, task_id, observe, max_steps=stop, seed=seed, greedy=greedy)
   return out
 
 
