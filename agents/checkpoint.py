@@ -54,9 +54,7 @@ class Checkpointer:
     step = self.latest_step() if env_steps is None else env_steps
     if step is None:
       raise FileNotFoundError(f'no checkpoint in {self._manager.directory}')
-    if step not in self._manager.all_steps():
-      raise FileNotFoundError(f'no checkpoint at env step {step} in {self._manager.directory}; '
-                              f'have {", ".join(map(str, self.steps()))}')
+    self._check_step(step)
     abstract = {'state': jax.tree.map(ocp.utils.to_shape_dtype_struct, like._asdict()),
                 'env_steps': np.asarray(0, np.int64),
                 'rng': jax.random.key_data(jax.random.key(0))}
@@ -67,10 +65,13 @@ class Checkpointer:
   def restore_raw(self, env_steps: int) -> Dict[str, Any]:
     """A checkpoint as saved, as nested dicts of arrays, with no target
     structure needed (for analyses: `['state']['params']`)."""
+    self._check_step(env_steps)
+    return self._manager.restore(env_steps, args=ocp.args.StandardRestore())
+
+  def _check_step(self, env_steps: int) -> None:
     if env_steps not in self._manager.all_steps():
       raise FileNotFoundError(f'no checkpoint at env step {env_steps} in '
                               f'{self._manager.directory}; have {", ".join(map(str, self.steps()))}')
-    return self._manager.restore(env_steps, args=ocp.args.StandardRestore())
 
   def close(self) -> None:
     self._manager.close()

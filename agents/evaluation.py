@@ -259,7 +259,7 @@ def summary(run: LoadedRun, results: Sequence[TaskEvaluation],
     stat_names = sorted({k for e in r.episodes for k in (e.stats or {})})
     if stat_names:  # NetHack: in-game score, deepest level, turns
       entry['stats'] = {k: summarise([e.stats[k] for e in r.episodes]) for k in stat_names}
-    game = run.plan.task_games[task_id] if run.plan.task_games else None
+    game = run.plan.task_games[task_id]
     if game and returns:
       entry['hns'] = hns[r.name] = atari.human_normalised(game, entry['return']['mean'])
     tasks[r.name] = entry

@@ -211,7 +211,7 @@ class Trainer:
       out[f'episodes/{name}'] = len(eps)
       for stat in (eps[0].stats or {}):  # e.g. NetHack's in-game score, depth, turns
         out[f'{stat}/{name}'] = float(np.nanmean([e.stats[stat] for e in eps]))
-      game = plan.task_games[task_id] if plan.task_games else None
+      game = plan.task_games[task_id]
       hns = atari.human_normalised(game, out[f'episode_return/{name}']) if game else None
       if hns is not None:
         out[f'hns/{name}'] = self._latest_hns[name] = hns

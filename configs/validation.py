@@ -39,7 +39,7 @@ class RunPlan:
   total_learner_steps: int
   observation_keys: Tuple[str, ...]
   frames_per_step: int                 # 4 for Atari (action repeat), else 1
-  task_games: Tuple[Optional[str], ...] = ()  # Atari game of each task (None: not Atari)
+  task_games: Tuple[Optional[str], ...]  # Atari game of each task (None: not Atari)
 
   @property
   def num_tasks(self) -> int:
