@@ -12,10 +12,9 @@ import threading
 import time
 from typing import Callable, Dict, List
 
+from absl import logging
 import jax
 import numpy as np
-
-from absl import logging
 
 from agents import learner as learner_lib
 from agents.action_stats import ActionStats
@@ -211,13 +210,10 @@ class Trainer:
       out[f'episodes/{name}'] = len(eps)
       for stat in (eps[0].stats or {}):  # e.g. NetHack's in-game score, depth, turns
         out[f'{stat}/{name}'] = float(np.nanmean([e.stats[stat] for e in eps]))
-      game = plan.task_games[task_id]
-      hns = atari.human_normalised(game, out[f'episode_return/{name}']) if game else None
-      if hns is not None:
+      self._latest_returns[name] = out[f'episode_return/{name}']
+      hns = atari.human_normalised(plan.task_games[task_id], out[f'episode_return/{name}'])
+      if hns is not None:  # Atari games with reference scores
         out[f'hns/{name}'] = self._latest_hns[name] = hns
-    for name in plan.task_names:
-      if f'episode_return/{name}' in out:
-        self._latest_returns[name] = out[f'episode_return/{name}']
     if self._latest_returns:  # each task's latest window with episodes; a sweep's target
       out['mean_episode_return'] = float(np.mean(list(self._latest_returns.values())))
     if len(self._latest_hns) > 1:  # over each task's latest window with episodes
@@ -227,8 +223,7 @@ class Trainer:
     out.update(actions)
     for line in collapsed:
       logging.warning('%s', line)
-    out['env/restarts'] = sum(getattr(part, 'restarts', 0)
-                              for env in self.envs for part in getattr(env, 'envs', (env,)))
+    out['env/restarts'] = sum(env.restarts for env in self.envs)
     out.update(self.timer.drain())
     return out
 

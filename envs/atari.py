@@ -117,8 +117,8 @@ REFERENCE_SCORES: Dict[str, Optional[Tuple[float, float]]] = {
     g: _REFERENCE.get(g) for g in ATARI_GAMES}
 
 
-def human_normalised(game: str, score: float) -> Optional[float]:
-  """(score - random) / (human - random), or None for games without references."""
+def human_normalised(game: Optional[str], score: float) -> Optional[float]:
+  """(score - random) / (human - random), or None for games without references (and for None, not an Atari task)."""
   ref = REFERENCE_SCORES.get(game)
   if ref is None:
     return None

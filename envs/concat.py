@@ -31,6 +31,11 @@ class ConcatEnv:
   def envs(self):
     return tuple(self._envs)
 
+  @property
+  def restarts(self) -> int:
+    """Worker processes replaced so far (NLE); EnvPool parts never restart."""
+    return sum(getattr(e, 'restarts', 0) for e in self._envs)
+
   @staticmethod
   def _concat(results: Sequence[StepResult]) -> StepResult:
     if len(results) == 1:
