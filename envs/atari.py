@@ -118,7 +118,8 @@ REFERENCE_SCORES: Dict[str, Optional[Tuple[float, float]]] = {
 
 
 def human_normalised(game: Optional[str], score: float) -> Optional[float]:
-  """(score - random) / (human - random), or None for games without references (and for None, not an Atari task)."""
+  """(score - random) / (human - random); None for games without references,
+  and for game None (a task that is not Atari)."""
   ref = REFERENCE_SCORES.get(game)
   if ref is None:
     return None
