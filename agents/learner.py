@@ -33,14 +33,27 @@ class LearnerState(NamedTuple):
 
 def make_optimizer(learning_rate: float, total_learner_steps: int,
                    max_grad_norm: float, decay: float, eps: float,
-                   momentum: float):
-  """Global-norm clip, then RMSProp with a learning rate annealed linearly to 0."""
+                   momentum: float, eps_in_sqrt: bool = True):
+  """Global-norm clip, then RMSProp with a learning rate annealed linearly to 0.
+
+  `eps_in_sqrt` picks the denominator: sqrt(nu + eps) as TensorFlow's RMSProp
+  (IMPALA's own code), or sqrt(nu) + eps as PyTorch's (TorchBeast). With
+  eps = 0.01 and small gradients the first caps steps at lr * g / 0.1, the
+  second at lr * g / 0.01.
+  """
   schedule = optax.linear_schedule(learning_rate, 0.0, max(total_learner_steps, 1))
   return optax.chain(
       optax.clip_by_global_norm(max_grad_norm),
-      optax.rmsprop(schedule, decay=decay, eps=eps,
+      optax.rmsprop(schedule, decay=decay, eps=eps, eps_in_sqrt=eps_in_sqrt,
                     momentum=momentum if momentum > 0 else None),
   ), schedule
+
+
+def optimizer_from_config(config, total_learner_steps: int):
+  """make_optimizer from a run config's learning_rate and `optimizer` group."""
+  o = config.optimizer
+  return make_optimizer(config.learning_rate, total_learner_steps, o.max_grad_norm,
+                        o.rmsprop_decay, o.rmsprop_eps, o.momentum, o.eps_in_sqrt)
 
 
 def make_mesh(devices: Sequence[jax.Device]) -> Mesh:

@@ -118,10 +118,7 @@ def load_run(workdir: str, step: Optional[int] = None) -> LoadedRun:
   example = {k: np.zeros(s, host_dtype(d))
              for k, (s, d) in observation_spec_with_prev(obs_spec).items()}
   variables = agent_net.init_variables(network, jax.random.key(0), example)  # overwritten
-  o = config.optimizer
-  optimizer, _ = learner_lib.make_optimizer(
-      config.learning_rate, plan.total_learner_steps, o.max_grad_norm,
-      o.rmsprop_decay, o.rmsprop_eps, o.momentum)
+  optimizer, _ = learner_lib.optimizer_from_config(config, plan.total_learner_steps)
   like = learner_lib.init_state(variables, optimizer, learner_lib.make_mesh(plan.learner_devices))
   restored = checkpointer.restore(like, env_steps=step)
   checkpointer.close()

@@ -68,10 +68,7 @@ class Trainer:
                for k, (s, d) in observation_spec_with_prev(env.observation_spec).items()}
     variables = agent_net.init_variables(self.network, jax.random.key(config.seed), example)
 
-    o = config.optimizer
-    optimizer, self.schedule = learner_lib.make_optimizer(
-        config.learning_rate, plan.total_learner_steps, o.max_grad_norm,
-        o.rmsprop_decay, o.rmsprop_eps, o.momentum)
+    optimizer, self.schedule = learner_lib.optimizer_from_config(config, plan.total_learner_steps)
     self.mesh = learner_lib.make_mesh(plan.learner_devices)
     self.state = learner_lib.init_state(variables, optimizer, self.mesh)
     self.rng = jax.random.key(config.seed)

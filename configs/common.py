@@ -37,6 +37,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.optimizer = ml_collections.ConfigDict()
   c.optimizer.rmsprop_decay = 0.99   # RMSProp second-moment decay (public IMPALA ports)
   c.optimizer.rmsprop_eps = 0.01     # IMPALA's epsilon; it assumes losses summed over the batch
+  c.optimizer.eps_in_sqrt = True     # sqrt(nu + eps) as TF/IMPALA; False: sqrt(nu) + eps as PyTorch/TorchBeast
   c.optimizer.momentum = 0.0         # RMSProp momentum
   c.optimizer.max_grad_norm = 40.0   # global gradient-norm clip
 

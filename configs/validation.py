@@ -154,8 +154,11 @@ def validate(config) -> RunPlan:
                      'actors.num_actors', 'actors.envs_per_actor', 'actors.queue_size',
                      'actors.nle_workers', 'optimizer.max_grad_norm',
                      'optimizer.rmsprop_eps', 'popart.beta'])
-  if not isinstance(config.keep_intermediate, bool):
-    raise ConfigError('keep_intermediate', f'must be True or False, got {config.keep_intermediate!r}')
+  for name in ('keep_intermediate', 'optimizer.eps_in_sqrt'):
+    group, _, leaf = name.rpartition('.')
+    value = (config[group] if group else config)[leaf]
+    if not isinstance(value, bool):
+      raise ConfigError(name, f'must be True or False, got {value!r}')
   for name in ('checkpoint_every_steps', 'baseline_cost', 'entropy_cost', 'optimizer.momentum', 'network.lstm_size',
                'actors.envpool_threads', 'log.every_seconds', 'num_learner_devices',
                'actor_device_id'):

@@ -92,3 +92,19 @@ def test_update_preserves_unnormalised_values_apart_from_the_gradient_step():
   after = unnormalised(new_state)
   assert not np.allclose(new_state.popart[agent_net.VALUE_HEAD]['mu'], 0.0)
   np.testing.assert_allclose(after, before, atol=1e-5)
+
+
+@pytest.mark.parametrize('eps_in_sqrt', [True, False])
+def test_rmsprop_step_matches_the_hand_formula(eps_in_sqrt):
+  """First step from nu = 0: nu = (1 - decay) g^2 and the update is
+  -lr g / sqrt(nu + eps) (TensorFlow, IMPALA) or -lr g / (sqrt(nu) + eps)
+  (PyTorch, TorchBeast); gradients above the clip are rescaled first."""
+  lr, decay, eps, clip = 0.1, 0.99, 0.01, 1.0
+  optimizer, _ = learner.make_optimizer(lr, 100, clip, decay, eps, 0.0, eps_in_sqrt)
+  params = {'w': np.zeros(3, np.float32)}
+  g = np.array([0.3, -0.4, 1.2], np.float32)   # norm 1.3 > clip
+  updates, _ = optimizer.update({'w': g}, optimizer.init(params), params)
+  gc = g / 1.3
+  nu = (1 - decay) * gc ** 2
+  denom = np.sqrt(nu + eps) if eps_in_sqrt else np.sqrt(nu) + eps
+  np.testing.assert_allclose(updates['w'], -lr * gc / denom, rtol=1e-5)
