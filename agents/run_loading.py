@@ -19,7 +19,7 @@ import numpy as np
 from agents import learner as learner_lib
 from agents.actor import host_dtype, observation_spec_with_prev
 from agents.checkpoint import Checkpointer
-from configs import validation
+from configs import common, validation
 from envs import registry
 from networks import agent as agent_net
 
@@ -55,7 +55,20 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
     raise FileNotFoundError(f'{workdir} has no config.json, so it is not a run folder '
                             '(launch/train.py writes one at the start of a run)')
   with open(path) as f:
-    return ml_collections.ConfigDict(_tuples(json.load(f)))
+    saved = _tuples(json.load(f))
+  # Fields added to the configs after the run was written take their
+  # defaults, which keep the behaviour the run had.
+  return ml_collections.ConfigDict(_with_defaults(saved, common.base_config().to_dict()))
+
+
+def _with_defaults(saved: dict, defaults: dict) -> dict:
+  out = dict(saved)
+  for key, value in defaults.items():
+    if key not in out:
+      out[key] = value
+    elif isinstance(value, dict) and isinstance(out[key], dict):
+      out[key] = _with_defaults(out[key], value)
+  return out
 
 
 def env_spaces(env_id: str, env_kwargs: Dict[str, Any], observation_keys: Sequence[str],

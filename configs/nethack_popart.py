@@ -3,7 +3,7 @@
   python launch/train.py --config=configs/nethack_popart.py
   python launch/train.py --config=configs/nethack_popart.py:task=Staircase,chars=val-dwa-law-fem+wiz-elf-cha-mal
   python launch/train.py --config=configs/nethack_popart.py:chars=@
-  python launch/train.py --config=configs/nethack_popart.py:net=nle_baseline
+  python launch/train.py --config=configs/nethack_popart.py:net=nle_simple
   python launch/train.py --config=configs/nethack_popart.py:smoke
 
 Each character is a task with its own PopArt statistics and value output;
@@ -18,8 +18,8 @@ and that episode counts for the task of the role dealt, so the envs per task
 are nominal and the tasks' shares of the data follow NetHack's role draw.
 
 net= picks the network (networks/torsos.py, networks/nethack.py):
-nle_simple (the default: small, feed-forward), nle_baseline (NLE's bundled
-agent: map and 9x9 crop CNNs, FC 512 x2, LSTM 512) or nle_attention (the
+nle_baseline (the default: NLE's bundled agent: map and 9x9 crop CNNs,
+FC 512 x2, LSTM 512), nle_simple (small and feed-forward) or nle_attention (the
 course report's variant: a strided glyph ResNet whose 3x10 grid a blstats
 query attends over, FC 512 x2, LSTM 512).
 """
@@ -59,7 +59,7 @@ def _tasks(chars, env_id):
 
 def get_config(arg=None):
   variant = common.parse_variant(arg, {'task': 'Score', 'chars': DEFAULT_CHARS,
-                                       'net': 'nle_simple', 'smoke': False})
+                                       'net': 'nle_baseline', 'smoke': False})
   if variant['task'] not in NLE_TASKS:
     raise ValueError(f'unknown NLE task {variant["task"]!r}; choose one of {", ".join(NLE_TASKS)}')
   if variant['net'] not in NETWORK_LSTM_SIZES:

@@ -3,6 +3,7 @@ task, the JSON record, the CLI, videos, and the NetHack terminal renderer."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -142,6 +143,20 @@ def test_load_errors_name_what_is_missing(tmp_path, cartpole_run):
   available = ', '.join(map(str, checkpoint_steps(cartpole_run)))
   with pytest.raises(FileNotFoundError, match=f'available: {available}$'):
     load_run(cartpole_run, step=12)
+
+
+def test_runs_written_before_a_config_field_existed_still_load(tmp_path, cartpole_run):
+  """A field added to the configs later takes its default on load."""
+  old = tmp_path / 'old'
+  shutil.copytree(cartpole_run, old)
+  with open(old / 'config.json') as f:
+    saved = json.load(f)
+  del saved['optimizer']['eps_in_sqrt']
+  with open(old / 'config.json', 'w') as f:
+    json.dump(saved, f)
+  run = load_run(str(old), step=8)
+  assert run.config.optimizer.eps_in_sqrt is True
+  assert run.config.optimizer.rmsprop_eps == saved['optimizer']['rmsprop_eps']
 
 
 def test_library_evaluation_of_each_checkpoint(cartpole_run):
