@@ -56,9 +56,17 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
                             '(launch/train.py writes one at the start of a run)')
   with open(path) as f:
     saved = _tuples(json.load(f))
-  # Fields added to the configs after the run was written take their
-  # defaults, which keep the behaviour the run had.
-  return ml_collections.ConfigDict(_with_defaults(saved, common.base_config().to_dict()))
+  # Fields added to the configs after the run was written take the value
+  # that keeps the behaviour the run had: the default, or for fields whose
+  # default changed as they were added, the old behaviour.
+  defaults = _with_defaults(_BEFORE_FIELD_EXISTED, common.base_config().to_dict())
+  return ml_collections.ConfigDict(_with_defaults(saved, defaults))
+
+
+# Fields whose current default differs from what a run had before the field.
+_BEFORE_FIELD_EXISTED = {
+    'network': {'core_extra_inputs': False},  # the core took no extra inputs
+}
 
 
 def _with_defaults(saved: dict, defaults: dict) -> dict:
