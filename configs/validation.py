@@ -46,11 +46,17 @@ class RunPlan:
     return len(self.task_names)
 
 
+def _field(config, name: str):
+  """The value of a dotted field name, e.g. 'optimizer.rmsprop_eps'."""
+  value = config
+  for part in name.split('.'):
+    value = value[part]
+  return value
+
+
 def _positive(config, names: Sequence[str]) -> None:
   for name in names:
-    value = config
-    for part in name.split('.'):
-      value = value[part]
+    value = _field(config, name)
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
       raise ConfigError(name, f'must be a positive number, got {value!r}')
 
@@ -155,15 +161,13 @@ def validate(config) -> RunPlan:
                      'actors.nle_workers', 'optimizer.max_grad_norm',
                      'optimizer.rmsprop_eps', 'popart.beta'])
   for name in ('keep_intermediate', 'optimizer.eps_in_sqrt'):
-    group, _, leaf = name.rpartition('.')
-    value = (config[group] if group else config)[leaf]
+    value = _field(config, name)
     if not isinstance(value, bool):
       raise ConfigError(name, f'must be True or False, got {value!r}')
   for name in ('checkpoint_every_steps', 'baseline_cost', 'entropy_cost', 'optimizer.momentum', 'network.lstm_size',
                'actors.envpool_threads', 'log.every_seconds', 'num_learner_devices',
                'actor_device_id'):
-    group, _, leaf = name.rpartition('.')
-    value = (config[group] if group else config)[leaf]
+    value = _field(config, name)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
       raise ConfigError(name, f'must be a number >= 0, got {value!r}')
   if not 0.0 <= config.discount <= 1.0:

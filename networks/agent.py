@@ -98,8 +98,8 @@ def make_network(network_config, num_actions: int, num_values: int) -> AgentNetw
       torso_kwargs=tuple(sorted(dict(network_config.get('torso_kwargs', {})).items())),
       num_actions=num_actions, num_values=num_values,
       lstm_size=network_config.lstm_size,
-      # Configs written before this field: the core took no extra inputs.
-      core_extra_inputs=bool(network_config.get('core_extra_inputs', False)))
+      # Runs written before this field existed read False (run_loading.py).
+      core_extra_inputs=bool(network_config.core_extra_inputs))
   if network.torso == 'attention':
     network._check_attention()
   return network

@@ -26,6 +26,16 @@ def normalise_blstats(blstats):
   return jnp.sign(x) * jnp.log1p(jnp.abs(x))
 
 
+def blstats_mlp(blstats, size: int = 32, names=('blstats_fc0', 'blstats_fc1')):
+  """normalise_blstats, then one ReLU Dense of `size` per name. Call it inside
+  a module's compact __call__: the Dense layers are that module's, under
+  `names`."""
+  x = normalise_blstats(blstats)
+  for name in names:
+    x = nn.relu(nn.Dense(size, name=name)(x))
+  return x
+
+
 def crop_glyphs(glyphs, x, y, size: int = 9):
   """[N, H, W] int glyphs -> [N, size, size], centred on column x and row y [N].
 
@@ -97,9 +107,7 @@ class NLEBaselineTorso(nn.Module):
                                 for i, c in enumerate(self.channels)])
         x = glyph_conv_stack(g, embed.embedding, kernels, biases)
       feats.append(x.reshape((x.shape[0], -1)))
-    b = normalise_blstats(blstats)
-    b = nn.relu(nn.Dense(self.blstats_size, name='blstats_fc0')(b))
-    b = nn.relu(nn.Dense(self.blstats_size, name='blstats_fc1')(b))
+    b = blstats_mlp(blstats, self.blstats_size)
     x = jnp.concatenate(feats + [b], axis=-1)
     x = nn.relu(nn.Dense(self.hidden_size, name='fc0')(x))
     return nn.relu(nn.Dense(self.hidden_size, name='fc1')(x))
@@ -157,9 +165,7 @@ class NLEAttentionTorso(nn.Module):
     pos = self.param('position_encoding', nn.initializers.normal(0.02), (h, w, c))
     grid = (nn.relu(x) + pos).reshape(n, h * w, c)
 
-    b = normalise_blstats(obs['blstats'])
-    b = nn.relu(nn.Dense(self.blstats_size, name='blstats_fc0')(b))
-    b = nn.relu(nn.Dense(self.blstats_size, name='blstats_fc1')(b))
+    b = blstats_mlp(obs['blstats'], self.blstats_size)
 
     query = nn.Dense(self.key_size, name='query')(b)                     # [N, D]
     # No key bias: it adds the same query . bias to every position's logit.

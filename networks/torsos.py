@@ -7,9 +7,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from networks.conv import Conv2D
-# NLE_NUM_GLYPHS, normalise_blstats and max_pool_3x3_s2 live in nethack.py and
-# pooling.py (which nethack.py imports too); imported here as before.
-from networks.nethack import NLE_NUM_GLYPHS, NLEAttentionTorso, NLEBaselineTorso, normalise_blstats
+from networks.nethack import NLE_NUM_GLYPHS, NLEAttentionTorso, NLEBaselineTorso, blstats_mlp
 from networks.pooling import max_pool_3x3_s2
 
 
@@ -85,9 +83,7 @@ class NLESimpleTorso(nn.Module):
                         name=f'conv{i + 1}')(x))
     x = x.reshape((x.shape[0], -1))
     x = nn.relu(nn.Dense(self.hidden_size, name='map_fc')(x))
-    b = normalise_blstats(obs['blstats'])
-    b = nn.relu(nn.Dense(32, name='blstats_fc1')(b))
-    b = nn.relu(nn.Dense(32, name='blstats_fc2')(b))
+    b = blstats_mlp(obs['blstats'], 32, names=('blstats_fc1', 'blstats_fc2'))
     x = jnp.concatenate([x, b], axis=-1)
     return nn.relu(nn.Dense(self.hidden_size, name='fc')(x))
 

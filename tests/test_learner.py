@@ -15,7 +15,7 @@ T, B, A, TASKS = 5, 8, 3, 2
 
 def _network(lstm_size):
   cfg = ml_collections.ConfigDict({'name': 'mlp', 'lstm_size': lstm_size,
-                                   'torso_kwargs': {}})
+                                   'torso_kwargs': {}, 'core_extra_inputs': False})
   return agent_net.make_network(cfg, num_actions=A, num_values=TASKS)
 
 
