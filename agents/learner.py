@@ -33,18 +33,26 @@ class LearnerState(NamedTuple):
 
 def make_optimizer(learning_rate: float, total_learner_steps: int,
                    max_grad_norm: float, decay: float, eps: float,
-                   momentum: float, eps_in_sqrt: bool = True):
+                   momentum: float, eps_in_sqrt: bool = True, initial_scale: float = 0.0):
   """Global-norm clip, then RMSProp with a learning rate annealed linearly to 0.
 
   `eps_in_sqrt` picks the denominator: sqrt(nu + eps) as TensorFlow's RMSProp
   (IMPALA's own code), or sqrt(nu) + eps as PyTorch's (TorchBeast). With
   eps = 0.01 and small gradients the first caps steps at lr * g / 0.1, the
   second at lr * g / 0.01.
+
+  `initial_scale` is where RMSProp's second moment nu starts. optax's default
+  0 makes the first step lr * g / sqrt(0.01 g^2) = 10 lr sign(g) for every
+  parameter at once when eps is small (with eps 1e-5 on Pong: a KL of 1.9
+  in one update, and most ReLU units dead within a few updates; README,
+  Atari). 1.0 is TensorFlow's RMSProp (IMPALA's and A2C's own code): steps
+  start at lr * g and grow as nu forgets its start.
   """
   schedule = optax.linear_schedule(learning_rate, 0.0, max(total_learner_steps, 1))
   return optax.chain(
       optax.clip_by_global_norm(max_grad_norm),
       optax.rmsprop(schedule, decay=decay, eps=eps, eps_in_sqrt=eps_in_sqrt,
+                    initial_scale=initial_scale,
                     momentum=momentum if momentum > 0 else None),
   ), schedule
 
@@ -53,7 +61,8 @@ def optimizer_from_config(config, total_learner_steps: int):
   """make_optimizer from a run config's learning_rate and `optimizer` group."""
   o = config.optimizer
   return make_optimizer(config.learning_rate, total_learner_steps, o.max_grad_norm,
-                        o.rmsprop_decay, o.rmsprop_eps, o.momentum, o.eps_in_sqrt)
+                        o.rmsprop_decay, o.rmsprop_eps, o.momentum, o.eps_in_sqrt,
+                        o.rmsprop_initial_scale)
 
 
 def make_mesh(devices: Sequence[jax.Device]) -> Mesh:
@@ -75,11 +84,14 @@ def batch_sharding(mesh: Mesh, unroll: Unroll):
 
 
 def build_update(apply_fn: Callable, optimizer, schedule,
-                 loss_cfg: losses.LossConfig, value_head: str, mesh: Mesh):
+                 loss_cfg: losses.LossConfig, value_head: str, mesh: Mesh,
+                 max_grad_norm: float = float('inf')):
   """Returns jitted update(state, batch) -> (state, metrics).
 
   `apply_fn(params, popart_stats, obs, first, core_state)` runs the network;
   `value_head` names the value head's entry in params and the popart collection.
+  `max_grad_norm` (the optimiser's clip) only feeds the 'grad_clipped'
+  metric: 1 when the clip binds on this update, else 0.
   """
   loss_fn = losses.impala_loss(apply_fn, loss_cfg, axis_name=AXIS)
 
@@ -106,6 +118,7 @@ def build_update(apply_fn: Callable, optimizer, schedule,
 
     metrics = dict(out.metrics)
     metrics['grad_norm'] = grad_norm
+    metrics['grad_clipped'] = (grad_norm > max_grad_norm).astype(jnp.float32)
     metrics['learning_rate'] = schedule(state.step)
     metrics['popart/mu'] = new_stats['mu']
     metrics['popart/sigma'] = popart.sigma(new_stats)

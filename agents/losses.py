@@ -138,6 +138,12 @@ def impala_loss(apply_fn: Callable, cfg: LossConfig,
         'loss/entropy': entropy_loss / num_valid,
         'entropy': jnp.sum(mask * entropy) / num_valid,
         'rho_mean': jnp.sum(mask * rhos) / num_valid,
+        # Share of steps whose importance weight the V-trace clip at 1 cuts.
+        'rho_clipped': jnp.sum(mask * (rhos > 1.0 + 1e-3)) / num_valid,
+        # KL(mu || pi): how far the learner's policy has moved from the
+        # behaviour policy that acted (policy lag times update size).
+        'kl_behaviour': jnp.sum(mask * jnp.sum(
+            jnp.exp(log_mu) * (log_mu - jax.lax.stop_gradient(log_pi)), axis=-1)) / num_valid,
         'value_mean': jnp.sum(mask * values[:-1]) / num_valid,
     }
     if axis_name is not None:

@@ -84,7 +84,7 @@ class Trainer:
         popart_enabled=config.popart.enabled, popart_beta=config.popart.beta)
     self.update = learner_lib.build_update(
         agent_net.apply_fn(self.network), optimizer, self.schedule, loss_cfg,
-        agent_net.VALUE_HEAD, self.mesh)
+        agent_net.VALUE_HEAD, self.mesh, config.optimizer.max_grad_norm)
 
     self.store = ParamsStore()
     self.unrolls = queue.Queue(maxsize=a.queue_size)

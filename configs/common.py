@@ -38,6 +38,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.optimizer.rmsprop_decay = 0.99   # RMSProp second-moment decay (public IMPALA ports)
   c.optimizer.rmsprop_eps = 0.01     # IMPALA's epsilon; it assumes losses summed over the batch
   c.optimizer.eps_in_sqrt = True     # sqrt(nu + eps) as TF/IMPALA; False: sqrt(nu) + eps as PyTorch/TorchBeast
+  c.optimizer.rmsprop_initial_scale = 0.0  # where RMSProp's nu starts: 0 as optax/PyTorch, 1 as TF (recipe a2c)
   c.optimizer.momentum = 0.0         # RMSProp momentum
   c.optimizer.max_grad_norm = 40.0   # global gradient-norm clip
 
@@ -90,8 +91,11 @@ def apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
     steps) on the same V-trace learner: updates on 5-step unrolls of about 16
     envs (80 steps, 8x IMPALA's update rate per agent step), RMSProp lr 7e-4
     with epsilon 1e-5 outside the square root (steps of about lr per
-    parameter). The clip stays 40 on the summed loss, which for 80 steps is
-    A2C's 0.5 on the mean loss.
+    parameter once warmed up), and RMSProp's second moment starting at 1 as
+    in TensorFlow's RMSProp, which A2C used: from optax's 0, the first
+    update moves every parameter by 10 lr and kills most ReLU units. The
+    clip stays 40 on the summed loss, which for 80 steps is A2C's 0.5 on
+    the mean loss.
   """
   if recipe not in RECIPES:
     raise ValueError(f'unknown recipe {recipe!r}; choose one of {", ".join(RECIPES)}')
@@ -103,6 +107,7 @@ def apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
   c.learning_rate = 7e-4
   c.optimizer.rmsprop_eps = 1e-5
   c.optimizer.eps_in_sqrt = False
+  c.optimizer.rmsprop_initial_scale = 1.0
   c.optimizer.max_grad_norm = 40.0
 
 

@@ -108,3 +108,20 @@ def test_rmsprop_step_matches_the_hand_formula(eps_in_sqrt):
   nu = (1 - decay) * gc ** 2
   denom = np.sqrt(nu + eps) if eps_in_sqrt else np.sqrt(nu) + eps
   np.testing.assert_allclose(updates['w'], -lr * gc / denom, rtol=1e-5)
+
+
+def test_rmsprop_initial_scale_one_starts_with_small_steps():
+  """nu starting at 1 (TensorFlow's RMSProp): the first step is
+  lr g / (sqrt(decay + (1 - decay) g^2) + eps), not optax's 10 lr sign(g)."""
+  lr, decay, eps = 0.1, 0.99, 1e-5
+  g = np.array([0.003, -0.004, 0.012], np.float32)
+  params = {'w': np.zeros(3, np.float32)}
+  steps = {}
+  for scale in (0.0, 1.0):
+    optimizer, _ = learner.make_optimizer(lr, 100, 1e9, decay, eps, 0.0, False, initial_scale=scale)
+    steps[scale] = optimizer.update({'w': g}, optimizer.init(params), params)[0]['w']
+  np.testing.assert_allclose(steps[1.0], -lr * g / (np.sqrt(decay + (1 - decay) * g ** 2) + eps),
+                             rtol=1e-5)
+  # From nu = 0: lr g / (0.1 |g| + eps), about 10 lr sign(g) for every parameter.
+  np.testing.assert_allclose(steps[0.0], -lr * g / (np.sqrt((1 - decay) * g ** 2) + eps), rtol=1e-5)
+  assert np.all(np.abs(steps[0.0]) > 9 * lr) and np.all(np.abs(steps[1.0]) < 0.002 * lr)

@@ -99,3 +99,18 @@ def test_h_mode_runs_vtrace_on_raw_values_and_learns_in_h_space():
   #                       env 1: v_1 = 20 + 12 = 32,      v_0 = 10 + 16 = 26
   expected = rewards.h(jnp.asarray([[5.75, 26.0], [9.5, 32.0]]))
   np.testing.assert_allclose(out.extras['vs'], expected, rtol=1e-4)
+
+
+def test_kl_behaviour_and_rho_clipped_by_hand():
+  # Learner policy softmax([log 3, 0]) = (0.75, 0.25); behaviour uniform; action 0
+  # everywhere, so rho = 0.75 / 0.5 = 1.5 > 1 on every valid step.
+  logits = jnp.broadcast_to(jnp.asarray([np.log(3.0), 0.0]), (3, 2, 2))
+  loss_fn = losses.impala_loss(_fixed_apply(logits, jnp.zeros((3, 2, 2))), _config(False))
+  batch = _batch()
+  batch = batch._replace(first=batch.first.at[2, 1].set(True))  # env 1's last step is a reset step
+  _, out = loss_fn({'scale': jnp.ones(())}, popart.init_stats(2), batch)
+  # KL(mu || pi) = 0.5 ln(0.5 / 0.75) + 0.5 ln(0.5 / 0.25)
+  np.testing.assert_allclose(out.metrics['kl_behaviour'],
+                             0.5 * np.log(0.5 / 0.75) + 0.5 * np.log(2.0), rtol=1e-5)
+  assert float(out.metrics['rho_clipped']) == 1.0
+  np.testing.assert_allclose(out.metrics['rho_mean'], 1.5, rtol=1e-5)

@@ -1,0 +1,128 @@
+"""What one learner update does, term by term: the numbers behind "why does
+this run not learn?".
+
+Pure functions of a learner state and a batch (one device):
+
+* `term_gradients`: the gradient of the IMPALA loss split into its policy,
+  baseline and entropy terms. The loss is linear in the term weights, so
+  g_policy = grad at (baseline_cost, entropy_cost) = (0, 0), g_entropy =
+  grad at (0, c_e) minus g_policy, g_baseline = the full gradient minus
+  grad at (0, c_e).
+* `gradient_report`: global and per-module norms of each term, and the
+  factor the global-norm clip scales the whole gradient by.
+* `step_report`: given the state before and after one real update, the
+  parameter step (|delta| per parameter, and over the learning rate), the
+  share of parameters whose RMSProp denominator is dominated by epsilon,
+  and the KL(pi_before || pi_after) on the batch's valid steps.
+"""
+
+from typing import Callable, Dict
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from agents import losses
+from agents.types import Unroll
+from networks.agent import VALUE_HEAD
+
+TERMS = ('policy', 'baseline', 'entropy')
+
+
+def term_gradients(apply_fn: Callable, cfg: losses.LossConfig, params, stats,
+                   batch: Unroll) -> Dict[str, object]:
+  """{'policy', 'baseline', 'entropy', 'total'}: gradient pytrees of each term."""
+  def grad_at(baseline_cost, entropy_cost):
+    loss_fn = losses.impala_loss(
+        apply_fn, cfg._replace(baseline_cost=baseline_cost, entropy_cost=entropy_cost))
+    return jax.grad(lambda p: loss_fn(p, stats, batch)[0])(params)
+
+  g_policy = grad_at(0.0, 0.0)
+  g_policy_entropy = grad_at(0.0, cfg.entropy_cost)
+  g_total = grad_at(cfg.baseline_cost, cfg.entropy_cost)
+  sub = lambda a, b: jax.tree.map(jnp.subtract, a, b)
+  return {'policy': g_policy, 'entropy': sub(g_policy_entropy, g_policy),
+          'baseline': sub(g_total, g_policy_entropy), 'total': g_total}
+
+
+def gradient_report(grads: Dict[str, object], max_grad_norm: float) -> Dict[str, jax.Array]:
+  """Norms: 'grad/<term>' (global), 'grad/<term>/<module>' (per top-level
+  module: torso, core, policy_head, value_head) and 'clip_scale', the factor
+  clip_by_global_norm multiplies the total gradient by (1 = not binding)."""
+  out = {}
+  for term, g in grads.items():
+    out[f'grad/{term}'] = optax.tree.norm(g)
+    for module, sub in g.items():
+      out[f'grad/{term}/{module}'] = optax.tree.norm(sub)
+  out['clip_scale'] = jnp.minimum(1.0, max_grad_norm / jnp.maximum(out['grad/total'], 1e-12))
+  return out
+
+
+def rmsprop_nu(opt_state):
+  """The RMSProp second-moment tree inside the learner's optimiser state."""
+  found = [s.nu for s in jax.tree.leaves(
+      opt_state, is_leaf=lambda s: type(s).__name__ == 'ScaleByRmsState')
+           if type(s).__name__ == 'ScaleByRmsState']
+  if len(found) != 1:
+    raise ValueError(f'expected one RMSProp state in the optimiser state, found {len(found)}')
+  return found[0]
+
+
+def policy_kl(logits_p: jax.Array, logits_q: jax.Array, mask: jax.Array) -> jax.Array:
+  """Mean over mask of KL(softmax(p) || softmax(q)), logits [..., A], mask [...]."""
+  log_p = jax.nn.log_softmax(logits_p)
+  log_q = jax.nn.log_softmax(logits_q)
+  kl = jnp.sum(jnp.exp(log_p) * (log_p - log_q), axis=-1)
+  return jnp.sum(mask * kl) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def step_report(apply_fn: Callable, before, after, batch: Unroll, learning_rate: float,
+                eps: float, eps_in_sqrt: bool = True) -> Dict[str, jax.Array]:
+  """The update from LearnerState `before` to `after` on `batch`.
+
+  'step/median', 'step/p99', 'step/max': |delta theta| over all parameters;
+  'step/mean_over_lr': mean |delta| / lr (about 1 for sign-like RMSProp
+  steps, far below 1 when epsilon dominates); 'eps_dominated': share of
+  parameters whose RMSProp denominator is set by eps rather than the
+  gradient: nu < eps for sqrt(nu + eps) (`eps_in_sqrt`), sqrt(nu) < eps for
+  sqrt(nu) + eps, nu read after the update; 'kl_update' and
+  'kl_update_max': KL(pi_before || pi_after) over the batch's valid steps
+  (the reset steps are masked, as in the loss).
+  """
+  delta = jnp.concatenate([jnp.abs(a - b).ravel() for a, b in zip(
+      jax.tree.leaves(after.params), jax.tree.leaves(before.params))])
+  nu = jnp.concatenate([n.ravel() for n in jax.tree.leaves(rmsprop_nu(after.opt_state))])
+  logits_before = apply_fn(before.params, _stats(before), batch.obs, batch.first,
+                           batch.core_state)[0][:-1]
+  logits_after = apply_fn(after.params, _stats(after), batch.obs, batch.first,
+                          batch.core_state)[0][:-1]
+  mask = 1.0 - batch.first[1:].astype(jnp.float32)
+  log_p = jax.nn.log_softmax(logits_before)
+  kl = jnp.sum(jnp.exp(log_p) * (log_p - jax.nn.log_softmax(logits_after)), axis=-1)
+  return {
+      'step/median': jnp.median(delta),
+      'step/p99': jnp.percentile(delta, 99.0),
+      'step/max': jnp.max(delta),
+      'step/mean_over_lr': jnp.mean(delta) / learning_rate,
+      'eps_dominated': jnp.mean(((nu if eps_in_sqrt else jnp.sqrt(nu)) < eps).astype(jnp.float32)),
+      'kl_update': policy_kl(logits_before, logits_after, mask),
+      'kl_update_max': jnp.max(jnp.where(mask > 0, kl, 0.0)),
+  }
+
+
+def _stats(state):
+  return state.popart[VALUE_HEAD]
+
+
+def batch_report(batch: Unroll, extras: Dict[str, jax.Array]) -> Dict[str, float]:
+  """Off-policy statistics of a batch from the loss's extras (host numpy).
+
+  'rho/clipped' is the share of valid steps whose rho exceeds 1 by more than
+  float noise (1e-3), so that V-trace's clip at 1 changes them.
+  """
+  mask = np.asarray(extras['mask']) > 0
+  rhos = np.asarray(extras['rhos'])[mask]
+  return {'rho/mean': float(rhos.mean()), 'rho/min': float(rhos.min()),
+          'rho/max': float(rhos.max()), 'rho/clipped': float((rhos > 1.0 + 1e-3).mean()),
+          'valid_steps': int(mask.sum())}

@@ -1,0 +1,196 @@
+"""What the learner's updates do on real unrolls: per-term gradients, the
+clip, the RMSProp step, the policy change and the off-policy statistics.
+
+  python launch/diagnose_update.py --config=configs/atari_single.py:game=Pong
+  python launch/diagnose_update.py --config=configs/atari_single.py:game=Pong,recipe=a2c
+  python launch/diagnose_update.py --workdir=runs/pong --step=1000000
+  python launch/diagnose_update.py --config=configs/atari_single.py:game=Pong \\
+      --train_updates=200 --every=50 --output=impala.json
+
+The config's own actors collect unrolls with the current policy; the
+config's own learner update is applied to them. At each measured point
+(the start, then every --every updates of --train_updates real training
+updates) it reports, averaged over --batches batches (one update each, from
+the same state): the global gradient norm of each loss term (policy,
+baseline, entropy) and of their sum, per module too; the factor the clip
+scales the gradient by; the parameter step and its ratio to the learning
+rate; the share of parameters whose RMSProp denominator epsilon dominates;
+the KL between the policy before and after the update; rho statistics and
+the policy lag. With --workdir the state (optimiser statistics included)
+comes from the run's checkpoint at --step (the latest by default).
+agents/update_stats.py has the definitions.
+"""
+
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+import numpy as np  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file[:variant].')
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Run folder: its config and checkpoint.')
+_STEP = flags.DEFINE_integer('step', None, 'Checkpoint env step (with --workdir); default latest.')
+_BATCHES = flags.DEFINE_integer('batches', 4, 'Batches averaged at each measured point.')
+_TRAIN_UPDATES = flags.DEFINE_integer('train_updates', 0, 'Real training updates to follow.')
+_EVERY = flags.DEFINE_integer('every', 50, 'Measure every this many training updates.')
+_OUTPUT = flags.DEFINE_string('output', '', 'Optional JSON file for every measured point.')
+
+SHOWN = ('grad/policy', 'grad/baseline', 'grad/entropy', 'grad/total', 'clip_scale',
+         'step/median', 'step/mean_over_lr', 'eps_dominated', 'kl_update', 'kl_update_max',
+         'rho/mean', 'rho/min', 'rho/max', 'rho/clipped', 'policy_lag', 'entropy')
+
+
+def _load_config():
+  from agents import run_loading
+  if _WORKDIR.value:
+    config = run_loading.load_config(_WORKDIR.value)
+  elif _CONFIG.value is not None:
+    config = _CONFIG.value
+  else:
+    raise app.UsageError('give --config or --workdir')
+  with config.unlocked():
+    config.workdir = tempfile.mkdtemp(prefix='diagnose-')  # the Trainer's own, unused
+    config.wandb.mode = 'disabled'
+    config.num_learner_devices = 1
+  return config
+
+
+class Diagnoser:
+  """The Trainer's actors and update, plus the measurements of agents/update_stats."""
+
+  def __init__(self, config):
+    import jax
+    from agents import learner as learner_lib
+    from agents import losses
+    from agents import update_stats
+    from agents.checkpoint import Checkpointer
+    from agents.sebulba import Trainer, concat_blocks
+    from configs import validation
+    from networks import agent as agent_net
+
+    self.config = config
+    self.plan = validation.validate(config)
+    self.trainer = Trainer(config, self.plan)
+    if _WORKDIR.value:
+      checkpointer = Checkpointer(_WORKDIR.value, read_only=True)
+      restored = checkpointer.restore(self.trainer.state, env_steps=_STEP.value)
+      checkpointer.close()
+      self.trainer.state, self.env_steps = restored['state'], restored['env_steps']
+    else:
+      self.env_steps = 0
+    self._concat = concat_blocks
+    self._shard = lambda u: learner_lib.shard_batch(u, self.trainer.mesh)
+    apply = agent_net.apply_fn(self.trainer.network)
+    cfg = losses.LossConfig(
+        discount=config.discount, baseline_cost=config.baseline_cost,
+        entropy_cost=config.entropy_cost, reward_mode=config.reward_mode,
+        popart_enabled=config.popart.enabled, popart_beta=config.popart.beta)
+    head = agent_net.VALUE_HEAD
+    max_norm, eps = config.optimizer.max_grad_norm, config.optimizer.rmsprop_eps
+    loss_fn = losses.impala_loss(apply, cfg)
+
+    @jax.jit
+    def gradients(state, batch):
+      stats = state.popart[head]
+      grads = update_stats.term_gradients(apply, cfg, state.params, stats, batch)
+      _, out = loss_fn(state.params, stats, batch)
+      return update_stats.gradient_report(grads, max_norm), out.extras, out.metrics
+
+    @jax.jit
+    def step(before, after, batch, learning_rate):
+      return update_stats.step_report(apply, before, after, batch, learning_rate, eps,
+                                      config.optimizer.eps_in_sqrt)
+
+    self._gradients, self._step = gradients, step
+    self._batch_report = update_stats.batch_report
+    self._jax = jax
+
+  def start(self):
+    t = self.trainer
+    self.version = int(t.state.step)
+    t.store.publish(t._variables(), self.version)
+    for actor in t.actors:
+      actor.start()
+
+  def next_batch(self):
+    blocks = [self.trainer._next_block() for _ in range(self.plan.blocks_per_batch)]
+    lag = float(np.mean([self.version - b.params_version for b in blocks]))
+    unroll = self._concat(blocks)
+    return self._shard(unroll), unroll, lag
+
+  def train(self, batch):
+    t = self.trainer
+    t.state, _ = t.update(t.state, batch)
+    self.version += 1
+    t.store.publish(t._variables(), self.version)
+    self.env_steps += self.plan.env_steps_per_update
+
+  def measure(self):
+    """Averages over --batches batches, each one update from the current state."""
+    t, jax = self.trainer, self._jax
+    rows = []
+    for _ in range(_BATCHES.value):
+      batch, unroll, lag = self.next_batch()
+      report, extras, metrics = self._gradients(t.state, unroll)
+      after, _ = t.update(t.state, batch)
+      lr = float(t.schedule(t.state.step))
+      report = {**report, **self._step(t.state, after, unroll, lr)}
+      row = {k: float(v) for k, v in jax.device_get(report).items()}
+      row.update(self._batch_report(unroll, extras))
+      row['policy_lag'] = lag
+      row['entropy'] = float(metrics['entropy'])
+      rows.append(row)
+    return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+
+  def close(self):
+    self.trainer.close()
+
+
+def _print_point(updates, env_steps, point):
+  print(f'\n== after {updates} training updates ({env_steps:,} env steps) ==')
+  for key in SHOWN:
+    if key in point:
+      print(f'  {key:20s} {point[key]:.4g}')
+  modules = sorted(k for k in point if k.count('/') == 2 and k.startswith('grad/'))
+  print('  per module: ' + ', '.join(f'{k[5:]} {point[k]:.3g}' for k in modules))
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  logging.set_verbosity(logging.WARNING)
+  config = _load_config()
+  d = Diagnoser(config)
+  points = []
+  try:
+    d.start()
+    updates = 0
+    while True:
+      point = d.measure()
+      point.update(updates=updates, env_steps=d.env_steps)
+      points.append(point)
+      _print_point(updates, d.env_steps, point)
+      if updates >= _TRAIN_UPDATES.value:
+        break
+      for _ in range(min(_EVERY.value, _TRAIN_UPDATES.value - updates)):
+        batch, _, _ = d.next_batch()
+        d.train(batch)
+        updates += 1
+  finally:
+    d.close()
+  if _OUTPUT.value:
+    with open(_OUTPUT.value, 'w') as f:
+      json.dump({'config': config.config_name, 'workdir': _WORKDIR.value, 'points': points},
+                f, indent=1)
+    print(f'wrote {_OUTPUT.value}')
+
+
+if __name__ == '__main__':
+  app.run(main)
