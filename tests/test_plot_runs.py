@@ -1,0 +1,32 @@
+"""launch/plot_runs.py: the episode-weighted smoothed return, its first
+crossing of a threshold, and the figure."""
+
+import numpy as np
+
+from launch import plot_runs, results
+
+
+def _run():
+  records = [
+      {'env_steps': 100, 'episode_return/Pong': -21.0, 'episodes/Pong': 3, 'entropy': 1.7, 'sps': 5.0},
+      {'env_steps': 200, 'entropy': 1.6, 'sps': 5.0},   # no game ended in this window
+      {'env_steps': 300, 'episode_return/Pong': -15.0, 'episodes/Pong': 1, 'entropy': 1.5, 'sps': 5.0},
+      {'env_steps': 400, 'episode_return/Pong': -13.0, 'episodes/Pong': 1, 'entropy': 1.4, 'sps': 5.0},
+  ]
+  return results.Run('r', records, {'tasks': [{'name': 'Pong'}]})
+
+
+def test_smoothed_returns_weight_every_game_once():
+  steps, values = plot_runs.smoothed_returns(_run(), 'Pong', window=250)
+  np.testing.assert_array_equal(steps, [100, 300, 400])
+  # 300: games ending in (50, 300]: three at -21 and one at -15 -> -19.5
+  # 400: (150, 400]: -15 and -13 -> -14
+  np.testing.assert_allclose(values, [-21.0, -19.5, -14.0])
+  assert plot_runs.first_crossing(steps, values, -15.7) == 400
+  assert plot_runs.first_crossing(steps, values, 0.0) is None
+
+
+def test_plot_writes_a_png(tmp_path):
+  out = tmp_path / 'c.png'
+  tasks = plot_runs.plot([_run(), _run()], ['a', 'b'], str(out), 250, -20.7, -15.7, 'title')
+  assert tasks == ['Pong'] and out.stat().st_size > 1000
