@@ -4,8 +4,9 @@ Written for one device's shard of the batch; statistics and counts are summed
 across `axis_name` so every device sees global PopArt updates.
 
 Reduction: losses are summed over time and batch, as in IMPALA's released code
-(its RMSProp epsilon of 0.01 assumes summed gradients). Reported loss metrics
-are per valid step.
+(its RMSProp epsilon of 0.01 assumes summed gradients), or with
+`reduction='mean'` divided by the global batch's number of valid steps, as in
+A2C's code. Reported loss metrics are per valid step either way.
 """
 
 from typing import Callable, NamedTuple, Optional
@@ -27,6 +28,10 @@ class LossConfig(NamedTuple):
   reward_mode: str
   popart_enabled: bool
   popart_beta: float
+  # 'sum' over time and batch (IMPALA's code), or 'mean' over the global
+  # batch's valid steps (A2C's code): the same direction, 1/N the size, which
+  # matters for the clip and for RMSProp's epsilon.
+  reduction: str = 'sum'
 
 
 class LossOutput(NamedTuple):
@@ -131,6 +136,7 @@ def impala_loss(apply_fn: Callable, cfg: LossConfig,
     if axis_name is not None:
       num_valid = jax.lax.psum(num_valid, axis_name)
     num_valid = jnp.maximum(num_valid, 1.0)
+    loss = total / num_valid if cfg.reduction == 'mean' else total
     metrics = {
         'loss/total': total / num_valid,
         'loss/policy': pg_loss / num_valid,
@@ -151,6 +157,6 @@ def impala_loss(apply_fn: Callable, cfg: LossConfig,
       metrics = jax.lax.psum(metrics, axis_name)
     extras = {'vs': vs, 'qs': qs, 'mask': mask, 'pg_advantage': pg_advantage,
               'norm_target': norm_target, 'norm_value': norm_value, 'rhos': rhos}
-    return total, LossOutput(total, new_stats, metrics, extras)
+    return loss, LossOutput(loss, new_stats, metrics, extras)
 
   return loss_fn

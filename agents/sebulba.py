@@ -81,7 +81,8 @@ class Trainer:
     loss_cfg = losses.LossConfig(
         discount=config.discount, baseline_cost=config.baseline_cost,
         entropy_cost=config.entropy_cost, reward_mode=config.reward_mode,
-        popart_enabled=config.popart.enabled, popart_beta=config.popart.beta)
+        popart_enabled=config.popart.enabled, popart_beta=config.popart.beta,
+        reduction=config.loss_reduction)
     self.update = learner_lib.build_update(
         agent_net.apply_fn(self.network), optimizer, self.schedule, loss_cfg,
         agent_net.VALUE_HEAD, self.mesh, config.optimizer.max_grad_norm)

@@ -29,6 +29,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.discount = 0.99             # gamma; 0 at termination, bootstrapped at truncation
   c.baseline_cost = 0.5         # weight of the value loss 0.5 * sum (target - value)^2
   c.entropy_cost = 0.01         # weight of the entropy bonus
+  c.loss_reduction = 'sum'      # 'sum' over the batch's steps (IMPALA's code) or 'mean' (A2C's code)
   c.reward_mode = 'clip'        # 'clip' to [-1, 1], 'none', or 'h': values learnt in h(x) space
   c.reward_scales = ()          # per-task reward multipliers (applied in the env); () = all 1
   c.num_learner_devices = 0     # learner devices (data parallel); 0 = all local devices
@@ -86,16 +87,17 @@ def apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
     summed loss. Paper-faithful, but it moves the policy slowly: each update
     uses 640 steps, and with the loss summed over them the clip at 40 binds
     on almost every update (see the README's Atari section).
-  'a2c': the A2C recipe's optimisation (Mnih et al. 2016; the OpenAI
-    baselines / ikostrikov settings that learn Pong in a few million agent
-    steps) on the same V-trace learner: updates on 5-step unrolls of about 16
-    envs (80 steps, 8x IMPALA's update rate per agent step), RMSProp lr 7e-4
-    with epsilon 1e-5 outside the square root (steps of about lr per
-    parameter once warmed up), and RMSProp's second moment starting at 1 as
-    in TensorFlow's RMSProp, which A2C used: from optax's 0, the first
-    update moves every parameter by 10 lr and kills most ReLU units. The
-    clip stays 40 on the summed loss, which for 80 steps is A2C's 0.5 on
-    the mean loss.
+  'a2c': the optimisation of A2C (Mnih et al. 2016) as OpenAI baselines'
+    TensorFlow code runs it on Atari, on the same V-trace learner: updates
+    on 5-step unrolls of about 16 envs (80 steps, 8x IMPALA's updates per
+    agent step), the loss averaged over them, clip 0.5, and TensorFlow's
+    RMSProp: lr 7e-4, decay 0.99, epsilon 1e-5 inside the square root, the
+    second moment starting at 1. The last two keep the step of a parameter
+    with a tiny gradient small. Without them (optax's nu from 0, or epsilon
+    outside the root: PyTorch's form) RMSProp moves every weight by about
+    lr, the first layer's 256 weights per unit all in the same direction
+    (Pong's frames are almost all background), and within a few hundred
+    updates most first-layer ReLUs are dead for every input (README, Atari).
   """
   if recipe not in RECIPES:
     raise ValueError(f'unknown recipe {recipe!r}; choose one of {", ".join(RECIPES)}')
@@ -105,10 +107,11 @@ def apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
   c.unroll_length = 5
   c.batch_size = envs * max(1, round(16 / envs))  # about 16 envs, in whole actor blocks
   c.learning_rate = 7e-4
+  c.loss_reduction = 'mean'
   c.optimizer.rmsprop_eps = 1e-5
-  c.optimizer.eps_in_sqrt = False
+  c.optimizer.eps_in_sqrt = True
   c.optimizer.rmsprop_initial_scale = 1.0
-  c.optimizer.max_grad_norm = 40.0
+  c.optimizer.max_grad_norm = 0.5
 
 
 def parse_variant(arg, defaults: dict) -> dict:

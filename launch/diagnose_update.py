@@ -91,7 +91,8 @@ class Diagnoser:
     cfg = losses.LossConfig(
         discount=config.discount, baseline_cost=config.baseline_cost,
         entropy_cost=config.entropy_cost, reward_mode=config.reward_mode,
-        popart_enabled=config.popart.enabled, popart_beta=config.popart.beta)
+        popart_enabled=config.popart.enabled, popart_beta=config.popart.beta,
+        reduction=config.loss_reduction)
     head = agent_net.VALUE_HEAD
     max_norm, eps = config.optimizer.max_grad_norm, config.optimizer.rmsprop_eps
     loss_fn = losses.impala_loss(apply, cfg)

@@ -36,10 +36,24 @@ def test_defaults_follow_impala():
   assert c.wandb.mode == 'offline'
 
 
+def test_recipes_impala_is_the_default_and_a2c_is_baselines_a2c():
+  impala = _load('atari_single', 'game=Pong')
+  assert (impala.unroll_length, impala.batch_size, impala.loss_reduction) == (20, 32, 'sum')
+  assert impala.total_env_steps == 50_000_000
+  a2c = _load('atari_single', 'game=Pong,recipe=a2c')
+  assert (a2c.unroll_length, a2c.batch_size, a2c.learning_rate, a2c.loss_reduction) == (5, 16, 7e-4, 'mean')
+  o = a2c.optimizer
+  assert (o.rmsprop_eps, o.eps_in_sqrt, o.rmsprop_initial_scale, o.max_grad_norm) == (1e-5, True, 1.0, 0.5)
+  assert a2c.total_env_steps == 3_000_000
+  assert _load('atari_popart', 'recipe=a2c').total_env_steps == 6 * 3_000_000
+  with pytest.raises(ValueError, match='unknown recipe.*impala, a2c'):
+    _load('atari_single', 'recipe=ppo')
+
+
 def test_every_config_field_is_commented():
   """Each assignment in base_config carries a comment saying what it is."""
   source = open(os.path.join(ROOT, 'configs', 'common.py')).read()
-  body = source[source.index('def base_config'):source.index('def parse_variant')]
+  body = source[source.index('def base_config'):source.index('RECIPES = ')]
   for line in body.splitlines():
     stripped = line.strip()
     if stripped.startswith('c.') and '=' in stripped and 'ConfigDict()' not in stripped:
@@ -77,6 +91,8 @@ def test_reward_scales_override_is_a_tuple():
     ('num_learner_devices', 64, 'num_learner_devices'),
     ('batch_size', 12, 'batch_size'),
     ('network.name', 'shallow', 'network.name.*frames'),
+    ('loss_reduction', 'average', 'loss_reduction.*sum, mean'),
+    ('optimizer.rmsprop_initial_scale', -1.0, 'optimizer.rmsprop_initial_scale'),
 ])
 def test_bad_fields_raise_config_error_naming_the_field(field, value, match):
   config = _load('cartpole_popart')

@@ -114,3 +114,20 @@ def test_kl_behaviour_and_rho_clipped_by_hand():
                              0.5 * np.log(0.5 / 0.75) + 0.5 * np.log(2.0), rtol=1e-5)
   assert float(out.metrics['rho_clipped']) == 1.0
   np.testing.assert_allclose(out.metrics['rho_mean'], 1.5, rtol=1e-5)
+
+
+def test_mean_reduction_divides_the_summed_loss_by_the_valid_steps():
+  logits = jnp.broadcast_to(jnp.asarray([np.log(3.0), 0.0]), (3, 2, 2))
+  n = jnp.zeros((3, 2, 1))
+  batch = _batch()
+  batch = batch._replace(first=batch.first.at[2, 1].set(True))  # 3 valid steps of 4
+  params, stats = {'scale': jnp.ones(())}, popart.init_stats(1)
+  summed, out_sum = losses.impala_loss(_fixed_apply(logits, n), _config(False))(params, stats, batch)
+  cfg = _config(False)._replace(reduction='mean')
+  mean, out_mean = losses.impala_loss(_fixed_apply(logits, n), cfg)(params, stats, batch)
+  np.testing.assert_allclose(mean, summed / 3.0, rtol=1e-6)
+  # Same per-step metrics either way; the gradient is 1/3 of the summed one.
+  np.testing.assert_allclose(out_mean.metrics['loss/total'], out_sum.metrics['loss/total'], rtol=1e-6)
+  g_sum = jax.grad(lambda p: losses.impala_loss(_fixed_apply(logits, n), _config(False))(p, stats, batch)[0])(params)
+  g_mean = jax.grad(lambda p: losses.impala_loss(_fixed_apply(logits, n), cfg)(p, stats, batch)[0])(params)
+  np.testing.assert_allclose(g_mean['scale'], g_sum['scale'] / 3.0, rtol=1e-5)
