@@ -161,13 +161,19 @@ def play_episodes(env, policy: Callable, variables, initial_state, num_episodes:
 def make_task_env(run: LoadedRun, task_id: int, num_envs: int, seed: int, video: bool):
   """(env, frame_fn or None, video fps) for one task, rewards unscaled.
 
-  `frame_fn(result)` draws env 0: an RGB screen (EnvPool) or a TtyFrame (NLE).
+  `frame_fn(result)` draws env 0: an RGB screen (EnvPool, synthetic) or a
+  TtyFrame (NLE).
   """
   from envs.envpool_env import EnvPoolEnv
   from envs.nle_env import NLEBatchedEnv
   task = run.config.tasks[task_id]
   kwargs = eval_env_kwargs(run.config, task, run.plan.num_tasks)
-  if registry.env_family(task['env_id']) == 'envpool':
+  family = registry.env_family(task['env_id'])
+  if family == 'synthetic':
+    env = registry.make_synthetic_env(task['env_id'], num_envs, task_id, kwargs, seed=seed)
+    fps = registry.SYNTHETIC_ENVS[task['env_id']].VIDEO_FPS
+    return env, (lambda result: env.render([0])[0]) if video else None, fps
+  if family == 'envpool':
     env = EnvPoolEnv(task['env_id'], num_envs, task_id, kwargs, seed=seed, render=video)
     game = atari.game_of(task['env_id'])
     fps = 60.0 / kwargs.get('frame_skip', atari.FRAME_SKIP) if game else CLASSIC_VIDEO_FPS

@@ -82,7 +82,11 @@ def _with_defaults(saved: dict, defaults: dict) -> dict:
 def env_spaces(env_id: str, env_kwargs: Dict[str, Any], observation_keys: Sequence[str],
                ) -> Tuple[int, Dict[str, tuple]]:
   """(num_actions, observation_spec) of a task's env, without starting envs."""
-  if registry.env_family(env_id) == 'envpool':
+  family = registry.env_family(env_id)
+  if family == 'synthetic':
+    module = registry.SYNTHETIC_ENVS[env_id]
+    return len(module.ACTION_NAMES), module.observation_spec(env_kwargs)
+  if family == 'envpool':
     import envpool
     from envs.envpool_env import observation_key
     spec = envpool.make_spec(env_id, **env_kwargs)

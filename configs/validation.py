@@ -17,7 +17,11 @@ from envs import registry
 from networks.torsos import NETWORK_NAMES, OBS_KEYS
 
 WANDB_MODES = ('offline', 'online', 'disabled')
+LOSS_REDUCTIONS = ('sum', 'mean')
 RECURRENT_NETWORKS = ('attention',)  # networks with a built-in core
+# The Nature CNN's convolutions (8/4, 4/2, 3/1, no padding) leave no output
+# below 36 pixels: 36 -> 8 -> 3 -> 1.
+NATURE_CNN_MIN_SIZE = 36
 
 
 class ConfigError(ValueError):
@@ -79,6 +83,14 @@ def _env_observation_key(env_id: str, env_kwargs: dict, field: str) -> str:
                                      'base_path', 'env_seed', 'gym_reset_return_info'))
     raise ConfigError(field, f'{env_kwargs} is not valid for {env_id}; allowed keys: {allowed}')
   return observation_key(spec.observation_space.shape)
+
+
+def _synthetic_observation_spec(env_id: str, env_kwargs: dict, field: str) -> dict:
+  """A synthetic env's observation spec, checking its kwargs on the way."""
+  try:
+    return registry.SYNTHETIC_ENVS[env_id].observation_spec(env_kwargs)
+  except ValueError as e:
+    raise ConfigError(field, f'{env_kwargs} is not valid for {env_id}: {e}')
 
 
 def _check_tasks(config) -> List[dict]:
@@ -164,12 +176,14 @@ def validate(config) -> RunPlan:
     value = _field(config, name)
     if not isinstance(value, bool):
       raise ConfigError(name, f'must be True or False, got {value!r}')
-  for name in ('checkpoint_every_steps', 'baseline_cost', 'entropy_cost', 'optimizer.momentum', 'network.lstm_size',
+  for name in ('checkpoint_every_steps', 'baseline_cost', 'entropy_cost', 'optimizer.momentum',
+               'optimizer.rmsprop_initial_scale', 'network.lstm_size',
                'actors.envpool_threads', 'log.every_seconds', 'num_learner_devices',
                'actor_device_id'):
     value = _field(config, name)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
       raise ConfigError(name, f'must be a number >= 0, got {value!r}')
+  _check_choice('loss_reduction', config.loss_reduction, LOSS_REDUCTIONS)
   if not 0.0 <= config.discount <= 1.0:
     raise ConfigError('discount', f'must be in [0, 1], got {config.discount}')
   if not 0.0 < config.popart.beta <= 1.0:
@@ -198,11 +212,20 @@ def validate(config) -> RunPlan:
   obs_keys = OBS_KEYS[config.network.name]
   frames_per_step = 1
   for i, t in enumerate(tasks):
-    if registry.env_family(t['env_id']) == 'envpool':
+    family = registry.env_family(t['env_id'])
+    if family == 'envpool':
       key = _env_observation_key(t['env_id'], env_kwargs[i], f'tasks[{i}].env_kwargs')
       if key == 'frames':
         frames_per_step = int(env_kwargs[i].get('frame_skip', 4))
       provided = (key,)
+    elif family == 'synthetic':
+      spec = _synthetic_observation_spec(t['env_id'], env_kwargs[i], f'tasks[{i}].env_kwargs')
+      frame_size = spec['frames'][0][1:] if 'frames' in spec else None
+      if config.network.name == 'shallow' and frame_size and min(frame_size) < NATURE_CNN_MIN_SIZE:
+        raise ConfigError(f'tasks[{i}].env_kwargs', f'frames of {frame_size[0]}x{frame_size[1]} '
+                          f"are too small for 'shallow' (the Nature CNN's valid convolutions "
+                          f'need at least {NATURE_CNN_MIN_SIZE}x{NATURE_CNN_MIN_SIZE})')
+      provided = tuple(spec)
     else:
       provided = ('glyphs', 'chars', 'colors', 'specials', 'blstats', 'message',
                   'inv_glyphs', 'inv_letters', 'inv_oclasses', 'inv_strs',

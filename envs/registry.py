@@ -5,26 +5,41 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import envpool
 
+from envs import catch
 from envs.concat import ConcatEnv
 from envs.envpool_env import EnvPoolEnv
 from envs.nle_env import NLE_ENV_IDS, NLEBatchedEnv, is_nle_env
 
 ENVPOOL_IDS = tuple(envpool.list_all_envs())
+# Small numpy envs of our own (control tasks); each id's module has
+# check_kwargs, observation_spec, ACTION_NAMES and VIDEO_FPS.
+SYNTHETIC_ENVS = {catch.ENV_ID: catch}
 
 
 def env_family(env_id: str) -> str:
-  """'envpool' or 'nle'; KeyError for ids neither knows."""
+  """'envpool', 'nle' or 'synthetic'; KeyError for ids none knows."""
   if env_id in ENVPOOL_IDS:
     return 'envpool'
   if is_nle_env(env_id):
     return 'nle'
+  if env_id in SYNTHETIC_ENVS:
+    return 'synthetic'
   raise KeyError(env_id)
 
 
 def known_env_ids_hint() -> str:
   classic = [e for e in ENVPOOL_IDS if not e.endswith('-v5')]
   return (f'an EnvPool id (e.g. {", ".join(classic[:4])}, or any Atari "<Game>-v5" '
-          f'such as Pong-v5) or an NLE id ({", ".join(NLE_ENV_IDS)})')
+          f'such as Pong-v5), an NLE id ({", ".join(NLE_ENV_IDS)}) or a control task '
+          f'({", ".join(SYNTHETIC_ENVS)})')
+
+
+def make_synthetic_env(env_id: str, num_envs: int, task_id: int, env_kwargs: Dict[str, Any],
+                       reward_scale: float = 1.0, seed: int = 0):
+  """A batch of one of SYNTHETIC_ENVS (so far only Catch-pixels)."""
+  if env_id != catch.ENV_ID:
+    raise KeyError(env_id)
+  return catch.CatchEnv(env_id, num_envs, task_id, env_kwargs, reward_scale, seed=seed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,14 +58,18 @@ class EnvGroup:
 def make_actor_envs(groups: Sequence[EnvGroup], seed: int, envpool_threads: int,
                     nle_workers: int, observation_keys: Sequence[str],
                     nle_savedir=None) -> ConcatEnv:
-  """One batched env for an actor: an EnvPool pool per task, and NLE tasks
-  sharing one set of worker processes per NLE env id."""
+  """One batched env for an actor: an EnvPool pool (or a synthetic env) per
+  task, and NLE tasks sharing one set of worker processes per NLE env id."""
   parts: List = []
   nle_groups: Dict[str, List[EnvGroup]] = {}
   for i, g in enumerate(groups):
-    if env_family(g.env_id) == 'envpool':
-      if g.role_task_ids is not None:
-        raise ValueError(f'role_task_ids is for NLE envs, not {g.env_id}')
+    family = env_family(g.env_id)
+    if family != 'nle' and g.role_task_ids is not None:
+      raise ValueError(f'role_task_ids is for NLE envs, not {g.env_id}')
+    if family == 'synthetic':
+      parts.append(make_synthetic_env(g.env_id, g.num_envs, g.task_id, dict(g.env_kwargs),
+                                      g.reward_scale, seed=seed + 1000 * i))
+    elif family == 'envpool':
       parts.append(EnvPoolEnv(
           g.env_id, g.num_envs, g.task_id, dict(g.env_kwargs), g.reward_scale,
           seed=seed + 1000 * i,
@@ -91,11 +110,14 @@ def action_names(env_id: str, env_kwargs: Dict[str, Any], num_actions: int) -> t
   """Readable names of an env's actions, for the action-distribution metrics.
 
   NLE: from the task's action set; Atari with the full action set: ALE's
-  names; otherwise (EnvPool does not expose minimal-set meanings, classic
-  control has none) 'a0', 'a1', ...
+  names; synthetic envs: their own; otherwise (EnvPool does not expose
+  minimal-set meanings, classic control has none) 'a0', 'a1', ...
   """
   names = None
-  if env_family(env_id) == 'nle':
+  family = env_family(env_id)
+  if family == 'synthetic':
+    names = list(SYNTHETIC_ENVS[env_id].ACTION_NAMES)
+  elif family == 'nle':
     import nle.env.tasks
     import nle.nethack
     actions = env_kwargs.get('actions') or (

@@ -1,0 +1,42 @@
+"""IMPALA on Catch from pixels (envs/catch.py): the pixel pipeline's control task.
+
+Catch-pixels gives the Atari path's observations (uint8 [4, H, W] stacked
+frames, newest last) and is read by the same Nature CNN ('shallow'), but it is
+learnt in minutes on a CPU. A run that learns Catch and not an Atari game
+points at the game (or the budget); one that fails Catch too points at the
+pixel pipeline.
+
+  python launch/train.py --config=configs/catch.py
+  python launch/train.py --config=configs/catch.py:recipe=impala
+  python launch/train.py --config=configs/catch.py:size=40
+  python launch/train.py --config=configs/catch.py:smoke
+
+Variants: recipe=a2c|impala (configs/common.py apply_recipe; default a2c),
+size=<frame height and width in pixels, >= 36; default 84>, smoke.
+
+With recipe=a2c the policy stays at random for ~1,250 updates (~100k agent
+steps) while RMSProp's second moment forgets its start at 1, then reaches
+returns >= 0.8 within ~20-30k steps (measured on 40x40 frames; random play
+scores about -0.6).
+"""
+
+from configs import common
+from envs import catch
+
+
+def get_config(arg=None):
+  variant = common.parse_variant(arg, {'recipe': 'a2c', 'size': 84, 'smoke': False})
+  c = common.base_config()
+  c.config_name = f'catch_{variant["recipe"]}'
+  c.total_env_steps = 300_000     # a2c: ~100k steps at random (RMSProp warm-up), then learns
+  c.reward_mode = 'clip'          # as for Atari (Catch's rewards are already +-1)
+  c.network.name = 'shallow'      # the Nature CNN, exactly as for Atari
+  c.tasks = (common.task('Catch', catch.ENV_ID,
+                         img_height=variant['size'], img_width=variant['size']),)
+  c.actors.num_actors = 1
+  c.actors.envs_per_actor = 16
+  c.log.every_seconds = 5.0       # a window holds ~100s of 9-step episodes
+  common.apply_recipe(c, variant['recipe'])
+  if variant['smoke']:
+    common.apply_smoke(c)
+  return c

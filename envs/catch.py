@@ -1,0 +1,147 @@
+"""Catch from pixels: a control task for the Atari pipeline, in pure numpy.
+
+bsuite's Catch (Osband et al. 2020): a ball falls one row per step from a
+random column of the top row; a paddle on the bottom row moves left, stays
+or moves right. When the ball reaches the bottom row the episode terminates
+with reward +1 if the paddle is under it, else -1 (rows - 1 steps per
+episode; random play scores about -0.6).
+
+It is drawn exactly as the Atari path gives observations, {'frames': uint8
+[4, H, W]}: the last 4 frames, channel-first, newest last, the stack filled
+with copies of the first frame at an episode start (as EnvPool does), ball
+and paddle bright blocks (255) on black. So the Nature CNN (`shallow`) and
+the whole actor / learner path run unchanged, and a run that fails to learn
+Catch points at the pixel pipeline, not at a slow game.
+
+Follows envs/base.py's auto-reset convention.
+"""
+
+from typing import Any, Dict, Tuple
+
+import numpy as np
+
+from envs.base import StepResult
+
+ENV_ID = 'Catch-pixels'
+ACTION_NAMES = ('left', 'stay', 'right')
+FRAME_STACK = 4
+VIDEO_FPS = 4.0  # an episode is 9 steps: slow enough to follow the ball
+DEFAULT_KWARGS = {
+    'rows': 10,         # grid rows: the ball falls rows - 1 steps
+    'columns': 5,       # grid columns: the ball's start and the paddle's range
+    'img_height': 84,   # frame height in pixels (EnvPool Atari's name); >= rows
+    'img_width': 84,    # frame width in pixels; >= columns
+}
+
+
+def check_kwargs(env_kwargs: Dict[str, Any]) -> Dict[str, int]:
+  """The full settings for `env_kwargs` (defaults filled in); ValueError
+  naming the allowed keys for unknown keys or impossible values."""
+  allowed = ', '.join(DEFAULT_KWARGS)
+  unknown = sorted(set(env_kwargs) - set(DEFAULT_KWARGS))
+  if unknown:
+    raise ValueError(f'unknown key(s) {", ".join(unknown)}; allowed keys: {allowed}')
+  settings = {**DEFAULT_KWARGS, **env_kwargs}
+  for key, value in settings.items():
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+      raise ValueError(f'{key} must be an integer, got {value!r} (allowed keys: {allowed})')
+  if settings['rows'] < 2 or settings['columns'] < 1:
+    raise ValueError(f'needs rows >= 2 and columns >= 1, got {settings["rows"]} x '
+                     f'{settings["columns"]}')
+  if settings['img_height'] < settings['rows'] or settings['img_width'] < settings['columns']:
+    raise ValueError(f'a {settings["img_height"]}x{settings["img_width"]} frame cannot draw '
+                     f'{settings["rows"]} rows x {settings["columns"]} columns (one pixel per '
+                     f'cell at least)')
+  return {k: int(v) for k, v in settings.items()}
+
+
+def observation_spec(env_kwargs: Dict[str, Any]) -> Dict[str, Tuple[tuple, np.dtype]]:
+  s = check_kwargs(env_kwargs)
+  return {'frames': ((FRAME_STACK, s['img_height'], s['img_width']), np.dtype(np.uint8))}
+
+
+def _cell_masks(cells: int, pixels: int) -> np.ndarray:
+  """bool [cells, pixels]: which pixels draw each cell (cells tile the frame)."""
+  edges = (np.arange(cells + 1) * pixels) // cells
+  p = np.arange(pixels)
+  return (p >= edges[:-1, None]) & (p < edges[1:, None])
+
+
+class CatchEnv:
+  """`num_envs` Catch games of one task, stepped together with numpy."""
+
+  def __init__(self, env_id: str, num_envs: int, task_id: int,
+               env_kwargs: Dict[str, Any], reward_scale: float = 1.0, seed: int = 0):
+    if env_id != ENV_ID:
+      raise ValueError(f'CatchEnv plays {ENV_ID}, not {env_id}')
+    s = check_kwargs(env_kwargs)
+    self._rows, self._columns = s['rows'], s['columns']
+    self.num_envs = num_envs
+    self.num_actions = len(ACTION_NAMES)
+    self.observation_spec = observation_spec(env_kwargs)
+    self._row_masks = _cell_masks(self._rows, s['img_height'])
+    self._col_masks = _cell_masks(self._columns, s['img_width'])
+    self._rng = np.random.default_rng(seed)
+    self._reward_scale = np.float32(reward_scale)
+    self._task_ids = np.full((num_envs,), task_id, np.int32)
+    self._ball_x = np.zeros(num_envs, np.int64)
+    self._ball_y = np.zeros(num_envs, np.int64)
+    self._paddle_x = np.zeros(num_envs, np.int64)
+    self._frames = np.zeros((num_envs,) + self.observation_spec['frames'][0], np.uint8)
+    self._needs_reset = np.ones(num_envs, bool)
+
+  def _draw(self) -> np.ndarray:
+    """uint8 [B, H, W]: the current screens."""
+    ball = self._row_masks[self._ball_y][:, :, None] & self._col_masks[self._ball_x][:, None, :]
+    paddle = self._row_masks[-1][None, :, None] & self._col_masks[self._paddle_x][:, None, :]
+    return (ball | paddle).astype(np.uint8) * np.uint8(255)
+
+  def _start(self, envs: np.ndarray) -> None:
+    """New episodes in the envs where `envs` (bool [B]) is set."""
+    n = int(envs.sum())
+    self._ball_x[envs] = self._rng.integers(0, self._columns, n)
+    self._ball_y[envs] = 0
+    self._paddle_x[envs] = self._columns // 2
+
+  def _result(self, reward, terminated) -> StepResult:
+    return StepResult(obs={'frames': self._frames.copy()}, reward=reward * self._reward_scale,
+                      terminated=terminated, truncated=np.zeros(self.num_envs, bool),
+                      task_id=self._task_ids)
+
+  def reset(self) -> StepResult:
+    everyone = np.ones(self.num_envs, bool)
+    self._start(everyone)
+    self._frames[:] = self._draw()[:, None]
+    self._needs_reset[:] = False
+    return self._result(np.zeros(self.num_envs, np.float32), np.zeros(self.num_envs, bool))
+
+  def step(self, actions: np.ndarray) -> StepResult:
+    actions = np.asarray(actions)
+    if actions.shape != (self.num_envs,):
+      raise ValueError(f'expected {self.num_envs} actions, got shape {actions.shape}')
+    resets = self._needs_reset
+    live = ~resets
+    # Live envs: the paddle moves (action 0 / 1 / 2 = -1 / 0 / +1), the ball falls.
+    self._paddle_x = np.where(
+        live, np.clip(self._paddle_x + actions.astype(np.int64) - 1, 0, self._columns - 1),
+        self._paddle_x)
+    self._ball_y = self._ball_y + live
+    terminated = live & (self._ball_y == self._rows - 1)
+    caught = self._ball_x == self._paddle_x
+    reward = np.where(terminated, np.where(caught, 1.0, -1.0), 0.0).astype(np.float32)
+    # Reset steps: the action is ignored, a new episode starts.
+    self._start(resets)
+    screens = self._draw()
+    self._frames[live] = np.concatenate(
+        [self._frames[live, 1:], screens[live, None]], axis=1)
+    self._frames[resets] = screens[resets, None]
+    self._needs_reset = terminated
+    return self._result(reward, terminated)
+
+  def render(self, env_ids=(0,)) -> np.ndarray:
+    """The newest screens of `env_ids` as RGB: uint8 [n, H, W, 3] (for videos)."""
+    newest = self._frames[np.asarray(env_ids), -1]
+    return np.repeat(newest[..., None], 3, axis=-1)
+
+  def close(self) -> None:
+    pass
