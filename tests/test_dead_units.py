@@ -1,0 +1,89 @@
+"""The bug behind Pong's flat runs: with normalised RMSProp steps, Pong's
+almost-constant frames kill the Nature CNN's first layer within a few
+updates (README, "Why Pong stayed at random level"). recipe=a2c's
+TensorFlow-form RMSProp must not; PyTorch's form (eps outside the root,
+nu from 0) does, which shows the check can fail."""
+
+import flax
+import jax
+import numpy as np
+import optax
+import pytest
+
+from agents import learner as learner_lib
+from agents import losses
+from agents.types import Unroll
+from configs import atari_single
+from envs import atari
+from networks import agent as agent_net
+
+B, T, UPDATES = 16, 5, 20
+
+
+@pytest.fixture(scope='module')
+def pong_batches():
+  import envpool
+  config = atari_single.get_config('game=Pong')
+  env = envpool.make('Pong-v5', env_type='gymnasium', num_envs=B, batch_size=B, seed=1,
+                     **atari.protocol_kwargs(config.atari, 1))
+  obs, _ = env.reset()
+  rng = np.random.default_rng(0)
+  batches = []
+  for _ in range(UPDATES):
+    o, a, r, d = [], [], [], []
+    for _ in range(T + 1):
+      act = rng.integers(0, 6, B)
+      o.append(obs)
+      a.append(act)
+      obs, rew, term, _, _ = env.step(act)
+      r.append(rew)
+      d.append(1.0 - term)
+    a = np.stack(a).astype(np.int32)
+    batches.append(Unroll(
+        obs={'frames': np.stack(o), 'prev_action': a, 'prev_reward': np.stack(r).astype(np.float32)},
+        first=np.zeros((T + 1, B), bool), action=a,
+        behaviour_logits=np.zeros((T + 1, B, 6), np.float32),
+        reward=np.stack(r).astype(np.float32), discount=np.stack(d).astype(np.float32),
+        task_id=np.zeros((T + 1, B), np.int32), core_state=()))
+  env.close()
+  return batches
+
+
+def _conv1_dead_after_updates(batches, config):
+  network = agent_net.make_network(config.network, 6, 1)
+  example = {k: v[0, 0] for k, v in batches[0].obs.items()}
+  variables = agent_net.init_variables(network, jax.random.key(0), example)
+  optimizer, _ = learner_lib.optimizer_from_config(config, 10_000)
+  loss_fn = losses.impala_loss(agent_net.apply_fn(network), losses.LossConfig(
+      discount=0.99, baseline_cost=0.5, entropy_cost=0.01, reward_mode='clip',
+      popart_enabled=False, popart_beta=3e-4, reduction=config.loss_reduction))
+  stats = variables['popart'][agent_net.VALUE_HEAD]
+
+  @jax.jit
+  def update(params, opt_state, batch):
+    grads, _ = jax.grad(loss_fn, has_aux=True)(params, stats, batch)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+
+  params, opt_state = variables['params'], optimizer.init(variables['params'])
+  for batch in batches:
+    params, opt_state = update(params, opt_state, batch)
+  probe = np.concatenate([b.obs['frames'] for b in batches[::4]], axis=1)
+  _, state = network.apply({'params': params, 'popart': variables['popart']},
+                           {'frames': probe}, np.zeros(probe.shape[:2], bool), (),
+                           capture_intermediates=True, mutable=['intermediates'])
+  conv1 = np.asarray(flax.traverse_util.flatten_dict(state['intermediates'])[
+      ('torso', 'conv1', '__call__')][0])
+  return 1.0 - np.mean((conv1.reshape(conv1.shape[0], -1) > 0).any(axis=0))
+
+
+def test_recipe_a2c_keeps_pongs_first_layer_alive_and_pytorch_form_kills_it(pong_batches):
+  config = atari_single.get_config('game=Pong,recipe=a2c')
+  alive_run = _conv1_dead_after_updates(pong_batches, config)
+  with config.unlocked():
+    config.optimizer.eps_in_sqrt = False
+    config.optimizer.rmsprop_initial_scale = 0.0
+  killed_run = _conv1_dead_after_updates(pong_batches, config)
+  # At initialisation about 24% of conv1's units are dead for every input.
+  assert alive_run < 0.35, alive_run
+  assert killed_run > 0.6, killed_run
