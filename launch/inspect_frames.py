@@ -29,13 +29,20 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file(
-    'config', None, 'Experiment config: path/to/config.py[:variant,key=value]', lock_config=True)
-_OUTPUT = flags.DEFINE_string('output', 'docs/pong_frames.png', "PNG of the frames; '' = none.")
-_STEPS = flags.DEFINE_integer('steps', 1200, 'Agent steps per env to collect (whole unrolls); '
-                              'a random Pong game lasts ~800-900.')
-_LOGIT_UNROLLS = flags.DEFINE_integer('logit_unrolls', 4, 'Unrolls whose behaviour logits '
-                                      'are recomputed with the network.')
+_CONFIG = _OUTPUT = _STEPS = _LOGIT_UNROLLS = None
+
+
+def _define_flags():
+  """The script's flags, defined only when it runs as a script: tests import
+  this module beside launch/train.py, whose --config would clash."""
+  global _CONFIG, _OUTPUT, _STEPS, _LOGIT_UNROLLS
+  _CONFIG = config_flags.DEFINE_config_file(
+      'config', None, 'Experiment config: path/to/config.py[:variant,key=value]', lock_config=True)
+  _OUTPUT = flags.DEFINE_string('output', 'docs/pong_frames.png', "PNG of the frames; '' = none.")
+  _STEPS = flags.DEFINE_integer('steps', 1200, 'Agent steps per env to collect (whole unrolls); '
+                                'a random Pong game lasts ~800-900.')
+  _LOGIT_UNROLLS = flags.DEFINE_integer('logit_unrolls', 4, 'Unrolls whose behaviour logits '
+                                        'are recomputed with the network.')
 
 
 class Check(NamedTuple):
@@ -481,5 +488,6 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  _define_flags()
   flags.mark_flag_as_required('config')
   app.run(main)

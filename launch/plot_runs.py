@@ -21,12 +21,19 @@ from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 
-_OUTPUT = flags.DEFINE_string('output', 'curves.png', 'PNG to write.')
-_LABELS = flags.DEFINE_list('labels', [], 'One label per run folder (default: folder names).')
-_WINDOW = flags.DEFINE_integer('window', 100_000, 'Env steps the smoothed return averages over.')
-_RANDOM = flags.DEFINE_float('random', None, 'Random play\'s score: a dashed line.')
-_THRESHOLD = flags.DEFINE_float('threshold', None, 'A return to report first crossings of.')
-_TITLE = flags.DEFINE_string('title', '', 'Figure title.')
+_OUTPUT = _LABELS = _WINDOW = _RANDOM = _THRESHOLD = _TITLE = None
+
+
+def _define_flags():
+  """The script's flags, defined only when it runs as a script: tests import
+  this module beside other launch/ modules with flags of the same names."""
+  global _OUTPUT, _LABELS, _WINDOW, _RANDOM, _THRESHOLD, _TITLE
+  _OUTPUT = flags.DEFINE_string('output', 'curves.png', 'PNG to write.')
+  _LABELS = flags.DEFINE_list('labels', [], 'One label per run folder (default: folder names).')
+  _WINDOW = flags.DEFINE_integer('window', 100_000, 'Env steps the smoothed return averages over.')
+  _RANDOM = flags.DEFINE_float('random', None, 'Random play\'s score: a dashed line.')
+  _THRESHOLD = flags.DEFINE_float('threshold', None, 'A return to report first crossings of.')
+  _TITLE = flags.DEFINE_string('title', '', 'Figure title.')
 
 
 def smoothed_returns(run, task: str, window: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -119,4 +126,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  _define_flags()
   app.run(main)
