@@ -34,6 +34,15 @@ class LossConfig(NamedTuple):
   reduction: str = 'sum'
 
 
+def config_from(config) -> LossConfig:
+  """The LossConfig of a run config (ml_collections)."""
+  return LossConfig(
+      discount=config.discount, baseline_cost=config.baseline_cost,
+      entropy_cost=config.entropy_cost, reward_mode=config.reward_mode,
+      popart_enabled=config.popart.enabled, popart_beta=config.popart.beta,
+      reduction=config.loss_reduction)
+
+
 class LossOutput(NamedTuple):
   loss: jax.Array
   new_stats: popart.Stats

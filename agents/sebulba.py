@@ -78,11 +78,7 @@ class Trainer:
       self.state, self.env_steps, self.rng = (
           restored['state'], restored['env_steps'], restored['rng'])
     self._next_checkpoint = self._checkpoint_after(self.env_steps)
-    loss_cfg = losses.LossConfig(
-        discount=config.discount, baseline_cost=config.baseline_cost,
-        entropy_cost=config.entropy_cost, reward_mode=config.reward_mode,
-        popart_enabled=config.popart.enabled, popart_beta=config.popart.beta,
-        reduction=config.loss_reduction)
+    loss_cfg = losses.config_from(config)
     self.update = learner_lib.build_update(
         agent_net.apply_fn(self.network), optimizer, self.schedule, loss_cfg,
         agent_net.VALUE_HEAD, self.mesh, config.optimizer.max_grad_norm)

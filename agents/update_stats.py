@@ -69,12 +69,15 @@ def rmsprop_nu(opt_state):
   return found[0]
 
 
+def _step_kl(logits_p: jax.Array, logits_q: jax.Array) -> jax.Array:
+  """KL(softmax(p) || softmax(q)) per step: logits [..., A] -> [...]."""
+  log_p = jax.nn.log_softmax(logits_p)
+  return jnp.sum(jnp.exp(log_p) * (log_p - jax.nn.log_softmax(logits_q)), axis=-1)
+
+
 def policy_kl(logits_p: jax.Array, logits_q: jax.Array, mask: jax.Array) -> jax.Array:
   """Mean over mask of KL(softmax(p) || softmax(q)), logits [..., A], mask [...]."""
-  log_p = jax.nn.log_softmax(logits_p)
-  log_q = jax.nn.log_softmax(logits_q)
-  kl = jnp.sum(jnp.exp(log_p) * (log_p - log_q), axis=-1)
-  return jnp.sum(mask * kl) / jnp.maximum(jnp.sum(mask), 1.0)
+  return jnp.sum(mask * _step_kl(logits_p, logits_q)) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
 def step_report(apply_fn: Callable, before, after, batch: Unroll, learning_rate: float,
@@ -98,15 +101,14 @@ def step_report(apply_fn: Callable, before, after, batch: Unroll, learning_rate:
   logits_after = apply_fn(after.params, _stats(after), batch.obs, batch.first,
                           batch.core_state)[0][:-1]
   mask = 1.0 - batch.first[1:].astype(jnp.float32)
-  log_p = jax.nn.log_softmax(logits_before)
-  kl = jnp.sum(jnp.exp(log_p) * (log_p - jax.nn.log_softmax(logits_after)), axis=-1)
+  kl = _step_kl(logits_before, logits_after)
   return {
       'step/median': jnp.median(delta),
       'step/p99': jnp.percentile(delta, 99.0),
       'step/max': jnp.max(delta),
       'step/mean_over_lr': jnp.mean(delta) / learning_rate,
       'eps_dominated': jnp.mean(((nu if eps_in_sqrt else jnp.sqrt(nu)) < eps).astype(jnp.float32)),
-      'kl_update': policy_kl(logits_before, logits_after, mask),
+      'kl_update': jnp.sum(mask * kl) / jnp.maximum(jnp.sum(mask), 1.0),
       'kl_update_max': jnp.max(jnp.where(mask > 0, kl, 0.0)),
   }
 

@@ -88,11 +88,7 @@ class Diagnoser:
     self._concat = concat_blocks
     self._shard = lambda u: learner_lib.shard_batch(u, self.trainer.mesh)
     apply = agent_net.apply_fn(self.trainer.network)
-    cfg = losses.LossConfig(
-        discount=config.discount, baseline_cost=config.baseline_cost,
-        entropy_cost=config.entropy_cost, reward_mode=config.reward_mode,
-        popart_enabled=config.popart.enabled, popart_beta=config.popart.beta,
-        reduction=config.loss_reduction)
+    cfg = losses.config_from(config)
     head = agent_net.VALUE_HEAD
     max_norm, eps = config.optimizer.max_grad_norm, config.optimizer.rmsprop_eps
     loss_fn = losses.impala_loss(apply, cfg)

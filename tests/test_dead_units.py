@@ -54,9 +54,7 @@ def _conv1_dead_after_updates(batches, config):
   example = {k: v[0, 0] for k, v in batches[0].obs.items()}
   variables = agent_net.init_variables(network, jax.random.key(0), example)
   optimizer, _ = learner_lib.optimizer_from_config(config, 10_000)
-  loss_fn = losses.impala_loss(agent_net.apply_fn(network), losses.LossConfig(
-      discount=0.99, baseline_cost=0.5, entropy_cost=0.01, reward_mode='clip',
-      popart_enabled=False, popart_beta=3e-4, reduction=config.loss_reduction))
+  loss_fn = losses.impala_loss(agent_net.apply_fn(network), losses.config_from(config))
   stats = variables['popart'][agent_net.VALUE_HEAD]
 
   @jax.jit
