@@ -1,8 +1,9 @@
 """What the agent does, per task: action frequencies, policy entropy and
 collapse onto one action, accumulated over a log window from the unrolls
-the learner consumes (the actors' behaviour policy)."""
+the learner consumes (the actors' behaviour policy). With several processes
+each keeps its own window and process 0 sums their drained windows."""
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -34,25 +35,36 @@ class ActionStats:
     self._entropy_sum += np.bincount(task_id, weights=_entropy(logits).ravel(),
                                      minlength=self._k)
 
-  def summary(self, task_names: Sequence[str],
-              action_names: Sequence[str]) -> Tuple[Dict[str, float], List[str]]:
+  def drain(self) -> Dict[str, list]:
+    """The window as JSON-able lists ('counts' [K][A], 'entropy_sum' [K]); resets it."""
+    window = {'counts': self._counts.tolist(), 'entropy_sum': self._entropy_sum.tolist()}
+    self.reset()
+    return window
+
+  def summary(self, task_names: Sequence[str], action_names: Sequence[str],
+              windows: Optional[Sequence[Dict[str, list]]] = None,
+              ) -> Tuple[Dict[str, float], List[str]]:
     """Metrics `actions/<t>/<action>` (frequencies), `entropy/<t>` and
     `collapse/<t>` (1.0 when one action took > 90% of the window), and a
-    warning line per collapsed task. Resets the window."""
+    warning line per collapsed task. Summarises the sum of `windows` (drained
+    windows, e.g. one per process) or else this window, which it resets."""
+    if windows is None:
+      windows = [self.drain()]
+    counts = np.sum([w['counts'] for w in windows], axis=0).reshape(self._k, self._a)
+    entropy_sum = np.sum([w['entropy_sum'] for w in windows], axis=0).reshape(self._k)
     out, warnings = {}, []
     for k, name in enumerate(task_names):
-      total = self._counts[k].sum()
+      total = counts[k].sum()
       if not total:
         continue
-      freqs = self._counts[k] / total
+      freqs = counts[k] / total
       for a, action in enumerate(action_names):
         out[f'actions/{name}/{action}'] = float(freqs[a])
-      out[f'entropy/{name}'] = float(self._entropy_sum[k] / total)
+      out[f'entropy/{name}'] = float(entropy_sum[k] / total)
       top = int(np.argmax(freqs))
       collapsed = freqs[top] > COLLAPSE_THRESHOLD
       out[f'collapse/{name}'] = float(collapsed)
       if collapsed:
         warnings.append(f'task {name}: action {action_names[top]!r} took {freqs[top]:.1%} of '
                         f'its {total:,} actions this window (policy collapse?)')
-    self.reset()
     return out, warnings

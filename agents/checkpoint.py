@@ -1,5 +1,9 @@
 """Checkpoints of the whole learner state with orbax, numbered by env step.
 
+With several processes every process makes the same calls (orbax's
+multi-process checkpointing: they are collective), into one folder all of
+them can read.
+
 A checkpoint holds the learner state (params, PopArt statistics, optimiser
 state with its schedule count, learner step), the env-step counter and the
 RNG key the actors are seeded from. `<workdir>/checkpoints/<env_steps>/`.
@@ -33,6 +37,10 @@ class Checkpointer:
             save_interval_steps=0 if read_only else 1,
             enable_async_checkpointing=False))
 
+  @property
+  def directory(self) -> str:
+    return str(self._manager.directory)
+
   def steps(self) -> Sequence[int]:
     """Env steps of the checkpoints on disk, ascending."""
     return tuple(sorted(self._manager.all_steps()))
@@ -43,8 +51,10 @@ class Checkpointer:
   def save(self, env_steps: int, state: LearnerState, rng: jax.Array) -> None:
     if env_steps in self._manager.all_steps():
       return
+    # Host values (env steps, the key's data) are the same on every process;
+    # with several processes orbax writes them and the replicated state once.
     item = {'state': state._asdict(), 'env_steps': np.asarray(env_steps, np.int64),
-            'rng': jax.random.key_data(rng)}
+            'rng': np.asarray(jax.random.key_data(rng))}
     self._manager.save(env_steps, args=ocp.args.StandardSave(item))
     self._manager.wait_until_finished()
 

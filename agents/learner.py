@@ -146,4 +146,19 @@ def init_state(variables, optimizer, mesh: Mesh) -> LearnerState:
 
 
 def shard_batch(batch: Unroll, mesh: Mesh) -> Unroll:
-  return jax.device_put(batch, batch_sharding(mesh, batch))
+  """This process's unrolls as its shard of the global batch.
+
+  With one process the batch is the global batch. With several, each
+  process's rows go to its own learner devices and the global batch is the
+  processes' batches side by side in process order.
+  """
+  shardings = batch_sharding(mesh, batch)
+  if jax.process_count() == 1:
+    return jax.device_put(batch, shardings)
+  return jax.tree.map(jax.make_array_from_process_local_data, shardings, batch)
+
+
+def local_copy(tree):
+  """This process's copy of a replicated pytree (on its first learner
+  device): what actors, checks and analyses read, with one or many processes."""
+  return jax.tree.map(lambda x: x.addressable_data(0), tree)

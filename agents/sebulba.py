@@ -10,7 +10,7 @@ import collections
 import queue
 import threading
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 from absl import logging
 import jax
@@ -20,6 +20,7 @@ from agents import learner as learner_lib
 from agents.action_stats import ActionStats
 from agents.checkpoint import Checkpointer
 from agents import losses
+from agents import multihost
 from agents.actor import (Actor, ParamsStore, UnrollBlock, host_dtype, make_act_fn,
                           observation_spec_with_prev)
 from agents.timing import StageTimer
@@ -31,6 +32,22 @@ from networks import agent as agent_net
 
 class ActorFailed(RuntimeError):
   pass
+
+
+class NonFiniteError(FloatingPointError):
+  """A learner quantity became NaN or inf; the last good state is saved."""
+
+
+# Checked after every update, in this order: the first non-finite one names the failure.
+FINITE_CHECKS = ('loss/total', 'grad_norm', 'popart/mu', 'popart/sigma')
+
+
+def first_non_finite(metrics: Dict) -> Optional[str]:
+  """The first of FINITE_CHECKS whose value (host arrays) is not finite, or None."""
+  for key in FINITE_CHECKS:
+    if not np.all(np.isfinite(metrics[key])):
+      return key
+  return None
 
 
 def concat_blocks(blocks: List[UnrollBlock]) -> Unroll:
@@ -49,15 +66,20 @@ class Trainer:
   def __init__(self, config, plan):
     self.config, self.plan = config, plan
     self.timer = StageTimer()
-    self.stop = threading.Event()
+    self.stop = threading.Event()            # stops the actors
+    # A stop asked for by a signal; with several processes the loop stops
+    # when any process asks, at the same update on all of them.
+    self.stop_requested = threading.Event()
+    self.interrupted = False
     a = config.actors
+    first_actor = jax.process_index() * a.num_actors  # actor ids are global
     self.checkpointer = Checkpointer(config.workdir, config.keep_intermediate)
     # A resumed run continues from its latest checkpoint; its envs and actors
     # get fresh seeds (offset by the env step) rather than replaying the start.
     self.resumed_from = self.checkpointer.latest_step()
     offset = self.resumed_from or 0
     self.envs = [registry.make_actor_envs(
-        groups, seed=(config.seed * 100_003 + 1_009 * i + offset) % 2**31,
+        groups, seed=(config.seed * 100_003 + 1_009 * (first_actor + i) + offset) % 2**31,
         envpool_threads=a.envpool_threads,
         nle_workers=a.nle_workers, observation_keys=plan.observation_keys,
         nle_savedir=(f'{config.workdir}/nle' if a.nle_ttyrecs else None))
@@ -90,7 +112,7 @@ class Trainer:
     self.actors = [
         Actor(i, e, act, self.network.initial_state(e.num_envs), self.store, self.unrolls,
               self.episodes, self.timer, self.stop, config.unroll_length,
-              plan.actor_device, seed=self._actor_seed(i))
+              plan.actor_device, seed=self._actor_seed(first_actor + i))
         for i, e in enumerate(self.envs)]
     self._latest_hns: Dict[str, float] = {}
     self._latest_returns: Dict[str, float] = {}
@@ -107,26 +129,50 @@ class Trainer:
     return (env_steps // every + 1) * every if every else float('inf')
 
   def save_checkpoint(self) -> None:
-    """Saves the learner state at the current env step (once per step)."""
+    """Saves the learner state at the current env step (once per step).
+    With several processes every process calls it (orbax writes once)."""
     self.checkpointer.save(self.env_steps, self.state, self.rng)
 
   def _variables(self):
-    return {'params': self.state.params, 'popart': self.state.popart}
+    """This process's copy of the variables, for its actors."""
+    return learner_lib.local_copy({'params': self.state.params, 'popart': self.state.popart})
+
+  def check_replicas(self) -> str:
+    """The params' digest, the same on every learner device of every process;
+    raises RuntimeError naming the processes whose copies differ."""
+    digest = multihost.replica_digest(self.state.params)
+    digests = multihost.allgather_json(digest)
+    if len(set(digests)) != 1 or digest == 'differ':
+      raise RuntimeError('learner params differ across devices or processes (digest per '
+                         f'process: {digests}) at learner step {int(self.state.step)}')
+    return digest
+
+  def _check_actors(self) -> None:
+    for actor in self.actors:
+      if actor.error is not None:
+        raise ActorFailed(f'{actor.name} failed: {actor.error!r}') from actor.error
+      if not actor.is_alive():
+        raise ActorFailed(f'{actor.name} stopped unexpectedly')
 
   def _next_block(self) -> UnrollBlock:
+    # Checked at every block, not only when the queue is empty: with several
+    # actors the others would keep the queue full and hide a dead one.
+    self._check_actors()
     with self.timer.time('learner_queue_get'):
       while True:
         try:
           return self.unrolls.get(timeout=1.0)
         except queue.Empty:
-          for actor in self.actors:
-            if actor.error is not None:
-              raise ActorFailed(f'{actor.name} failed: {actor.error!r}') from actor.error
-            if not actor.is_alive():
-              raise ActorFailed(f'{actor.name} stopped unexpectedly')
+          self._check_actors()
 
   def run(self, on_log: Callable[[Dict], None]):
-    """Trains until total_env_steps; returns the final learner state."""
+    """Trains until total_env_steps; returns the final learner state.
+
+    `on_log` gets the metrics of every log step, on process 0 only; every
+    process's episodes and actions are in them. Raises NonFiniteError after
+    saving the last good state when a loss, gradient or PopArt statistic
+    stops being finite.
+    """
     config, plan = self.config, self.plan
     version = int(self.state.step)
     if self.config.keep_intermediate and self.env_steps == 0:
@@ -139,16 +185,21 @@ class Trainer:
     last_log = time.perf_counter()
     last_steps = self.env_steps
     try:
-      while self.env_steps < config.total_env_steps and not self.stop.is_set():
+      while self.env_steps < config.total_env_steps:
         blocks = [self._next_block() for _ in range(plan.blocks_per_batch)]
         lags.extend(version - b.params_version for b in blocks)
         unroll = concat_blocks(blocks)
+        if int(self.state.step) + 1 == config.debug.nan_reward_at_update:
+          unroll = unroll._replace(reward=np.full_like(unroll.reward, np.nan))
         self.action_stats.add(unroll.task_id, unroll.action, unroll.behaviour_logits)
         with self.timer.time('learner_h2d'):
           batch = learner_lib.shard_batch(unroll, self.mesh)
         with self.timer.time('learner_step'):
           state, metrics = self.update(self.state, batch)
-          jax.block_until_ready(metrics)
+          checked = jax.device_get({k: metrics[k] for k in FINITE_CHECKS})
+        bad = first_non_finite(checked)
+        if bad is not None:
+          self._stop_non_finite(bad, checked[bad])
         self.state = state  # with env_steps below: what a checkpoint pairs
         version += 1
         self.store.publish(self._variables(), version)
@@ -159,28 +210,76 @@ class Trainer:
             self.save_checkpoint()
           self._next_checkpoint = self._checkpoint_after(self.env_steps)
         now = time.perf_counter()
-        done = self.env_steps >= config.total_env_steps or self.stop.is_set()
-        if done or now - last_log >= config.log.every_seconds:
-          summary = self._summarise(window, lags, (self.env_steps - last_steps) / (now - last_log))
-          on_log(summary)
-          if not np.isfinite(summary['loss/total']):
-            raise FloatingPointError(f'loss is {summary["loss/total"]} at env step {self.env_steps}')
+        log_due, stop = self._agree(now - last_log >= config.log.every_seconds,
+                                    self.stop_requested.is_set())
+        done = self.env_steps >= config.total_env_steps or stop
+        if done or log_due:
+          reports = multihost.allgather_json(self._window_report(lags))
+          if multihost.is_primary():
+            sps = (self.env_steps - last_steps) / (now - last_log)
+            on_log(self._summarise(window, reports, sps))
           window, lags, last_log, last_steps = [], [], now, self.env_steps
+        if stop:
+          self.interrupted = True
+          break
     finally:
       self.close()
     return self.state
 
-  def _summarise(self, window, lags, sps) -> Dict:
+  def _agree(self, log_due: bool, stop: bool):
+    """(log now, stop now), the same on every process: process 0's clock
+    decides when to log; any process asking to stop stops them all."""
+    if not multihost.is_multiprocess():
+      return log_due, stop
+    votes = multihost.allgather_json([bool(log_due), bool(stop)])
+    return votes[0][0], any(v[1] for v in votes)
+
+  def _stop_non_finite(self, name: str, value) -> None:
+    """Saves the state before the update that went non-finite, then raises."""
+    self.close()
+    self.save_checkpoint()
+    value = np.asarray(value)
+    shown = value.item() if value.size == 1 else value.tolist()
+    raise NonFiniteError(
+        f'non-finite {name} ({shown}) at learner step {int(self.state.step) + 1} '
+        f'(env step {self.env_steps + self.plan.env_steps_per_update:,}); the last good state '
+        f'is saved at env step {self.env_steps:,} in {self.checkpointer.directory}')
+
+  def _window_report(self, lags: List[int]) -> Dict:
+    """This process's side of a log window, JSON-able: its episodes, actions,
+    policy lags and actor counts. Drains the episode queue and resets the
+    action window."""
+    episodes = []
+    while True:
+      try:
+        e = self.episodes.get_nowait()
+      except queue.Empty:
+        break
+      episodes.append([e.task_id, e.episode_return, e.episode_length, e.stats])
+    return {'episodes': episodes, 'actions': self.action_stats.drain(),
+            'lags': [int(x) for x in lags],
+            'actor_env_steps': int(sum(a.env_steps for a in self.actors)),
+            'queue_size': self.unrolls.qsize(),
+            'restarts': int(sum(env.restarts for env in self.envs))}
+
+  def _summarise(self, window, reports: List[Dict], sps) -> Dict:
+    """The log step's metrics from the update metrics of the window and every
+    process's window report (process order)."""
     plan = self.plan
     host = jax.device_get(window)
+    lags = [x for r in reports for x in r['lags']]
     out = {'env_steps': self.env_steps,
            'env_frames': self.env_steps * plan.frames_per_step,
            'learner_steps': int(self.state.step),
            'sps': float(sps),
            'policy_lag': float(np.mean(lags)) if lags else 0.0,
            'policy_lag_max': int(np.max(lags)) if lags else 0,
-           'actor_env_steps': sum(a.env_steps for a in self.actors),
-           'queue_size': self.unrolls.qsize()}
+           'actor_env_steps': sum(r['actor_env_steps'] for r in reports),
+           'queue_size': sum(r['queue_size'] for r in reports)}
+    if len(reports) > 1:  # what each process contributes: a slow host shows here
+      for p, r in enumerate(reports):
+        out[f'process/{p}/actor_env_steps'] = r['actor_env_steps']
+        out[f'process/{p}/episodes'] = len(r['episodes'])
     for key in host[0]:
       if key.startswith('popart/'):
         continue
@@ -191,19 +290,16 @@ class Trainer:
       out[f'popart/mu/{name}'] = float(last['popart/mu'][j])
       out[f'popart/sigma/{name}'] = float(last['popart/sigma'][j])
     episodes = collections.defaultdict(list)
-    while True:
-      try:
-        e = self.episodes.get_nowait()
-      except queue.Empty:
-        break
-      episodes[e.task_id].append(e)
+    for r in reports:
+      for task_id, episode_return, episode_length, stats in r['episodes']:
+        episodes[task_id].append((episode_return, episode_length, stats))
     for task_id, eps in sorted(episodes.items()):
       name = plan.task_names[task_id]
-      out[f'episode_return/{name}'] = float(np.mean([e.episode_return for e in eps]))
-      out[f'episode_length/{name}'] = float(np.mean([e.episode_length for e in eps]))
+      out[f'episode_return/{name}'] = float(np.mean([e[0] for e in eps]))
+      out[f'episode_length/{name}'] = float(np.mean([e[1] for e in eps]))
       out[f'episodes/{name}'] = len(eps)
-      for stat in (eps[0].stats or {}):  # e.g. NetHack's in-game score, depth, turns
-        out[f'{stat}/{name}'] = float(np.nanmean([e.stats[stat] for e in eps]))
+      for stat in (eps[0][2] or {}):  # e.g. NetHack's in-game score, depth, turns
+        out[f'{stat}/{name}'] = float(np.nanmean([e[2][stat] for e in eps]))
       self._latest_returns[name] = out[f'episode_return/{name}']
       hns = atari.human_normalised(plan.task_games[task_id], out[f'episode_return/{name}'])
       if hns is not None:  # Atari games with reference scores
@@ -213,11 +309,12 @@ class Trainer:
     if len(self._latest_hns) > 1:  # over each task's latest window with episodes
       for stat, value in atari.hns_summary(self._latest_hns).items():
         out[f'hns/{stat}'] = value
-    actions, collapsed = self.action_stats.summary(plan.task_names, self.action_names)
+    actions, collapsed = self.action_stats.summary(
+        plan.task_names, self.action_names, [r['actions'] for r in reports])
     out.update(actions)
     for line in collapsed:
       logging.warning('%s', line)
-    out['env/restarts'] = sum(env.restarts for env in self.envs)
+    out['env/restarts'] = sum(r['restarts'] for r in reports)
     out.update(self.timer.drain())
     return out
 

@@ -73,6 +73,15 @@ def base_config() -> ml_collections.ConfigDict:
   c.wandb.entity = ''           # wandb entity (team); '' = your default
   c.wandb.group = ''            # wandb group; '' = config_name
   c.wandb.tags = ()             # extra wandb tags
+
+  # Several processes (one per host; launch/train.py's --coordinator_address,
+  # --num_processes, --process_id). Unused by a single-process run.
+  c.distributed = ml_collections.ConfigDict()
+  c.distributed.timeout_seconds = 60.0   # a peer silent this long stops the run, naming it
+  c.distributed.connect_timeout_seconds = 300.0  # wait this long for every process at start
+
+  c.debug = ml_collections.ConfigDict()
+  c.debug.nan_reward_at_update = 0  # test hook: NaN rewards in this learner update (1-based; 0 = never)
   return c
 
 

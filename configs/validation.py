@@ -10,6 +10,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import jax
 
+from agents import multihost
 from agents.rewards import REWARD_MODES
 from envs import atari
 from envs import nethack
@@ -35,10 +36,10 @@ class RunPlan:
   """Sizes and assignments derived from a valid config."""
   task_names: Tuple[str, ...]
   num_values: int                      # value outputs: tasks with PopArt, else 1
-  learner_devices: Tuple[jax.Device, ...]
-  actor_device: jax.Device
-  actor_env_groups: Tuple[Tuple[registry.EnvGroup, ...], ...]  # per actor
-  blocks_per_batch: int                # actor unroll blocks per learner batch
+  learner_devices: Tuple[jax.Device, ...]  # of every process: the learner mesh
+  actor_device: jax.Device             # local
+  actor_env_groups: Tuple[Tuple[registry.EnvGroup, ...], ...]  # per local actor
+  blocks_per_batch: int                # local actor unroll blocks per learner batch
   env_steps_per_update: int            # T * batch_size
   total_learner_steps: int
   observation_keys: Tuple[str, ...]
@@ -166,6 +167,21 @@ def _random_character_tasks(tasks, env_kwargs):
     raise ConfigError('tasks', str(e))
 
 
+def check_distributed(config) -> None:
+  """The `distributed` and `debug` groups; needs no device (runs before
+  jax.distributed starts)."""
+  group = config.get('distributed')
+  if group is None:
+    raise ConfigError('distributed', 'missing; configs start from configs.common.base_config()')
+  for name in ('timeout_seconds', 'connect_timeout_seconds'):
+    value = group.get(name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 5:
+      raise ConfigError(f'distributed.{name}', f'must be a number of seconds >= 5, got {value!r}')
+  at = config.debug.nan_reward_at_update
+  if isinstance(at, bool) or not isinstance(at, int) or at < 0:
+    raise ConfigError('debug.nan_reward_at_update', f'must be an integer >= 0, got {at!r}')
+
+
 def validate(config) -> RunPlan:
   """Checks every field a run depends on; returns the derived RunPlan."""
   _positive(config, ['total_env_steps', 'batch_size', 'unroll_length', 'learning_rate',
@@ -242,16 +258,23 @@ def validate(config) -> RunPlan:
                       f'{len(devices)} local devices; use 0 for all or 1..{len(devices)}')
   if config.actor_device_id >= len(devices):
     raise ConfigError('actor_device_id', f'must be in 0..{len(devices) - 1}')
-  if config.batch_size % n_learn:
+  # batch_size is global: every process's actors fill an equal share of it.
+  processes = jax.process_count()
+  n_global = n_learn * processes
+  if config.batch_size % n_global:
+    where = f' ({n_learn} on each of {processes} processes)' if processes > 1 else ''
     raise ConfigError('batch_size', f'{config.batch_size} is not divisible by the '
-                      f'{n_learn} learner devices; use a multiple of {n_learn}')
+                      f'{n_global} learner devices{where}; use a multiple of {n_global}')
   envs = config.actors.envs_per_actor
   if envs % num_tasks:
     raise ConfigError('actors.envs_per_actor', f'{envs} does not split evenly over '
                       f'{num_tasks} tasks; use a multiple of {num_tasks}')
-  if config.batch_size % envs:
-    raise ConfigError('batch_size', f'{config.batch_size} unrolls is not a whole number '
+  local_batch = config.batch_size // processes
+  if local_batch % envs:
+    share = f' ({local_batch} per process of {processes})' if processes > 1 else ''
+    raise ConfigError('batch_size', f'{config.batch_size} unrolls{share} is not a whole number '
                       f'of actor blocks of {envs} envs (actors.envs_per_actor)')
+  check_distributed(config)
 
   per_task = envs // num_tasks
   groups = tuple(
@@ -265,10 +288,10 @@ def validate(config) -> RunPlan:
   return RunPlan(
       task_names=tuple(t['name'] for t in tasks),
       num_values=num_tasks if config.popart.enabled else 1,
-      learner_devices=tuple(devices[:n_learn]),
+      learner_devices=multihost.learner_devices(n_learn),
       actor_device=devices[config.actor_device_id],
       actor_env_groups=groups,
-      blocks_per_batch=config.batch_size // envs,
+      blocks_per_batch=local_batch // envs,
       env_steps_per_update=steps_per_update,
       total_learner_steps=max(1, -(-config.total_env_steps // steps_per_update)),
       observation_keys=tuple(obs_keys),

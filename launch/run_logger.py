@@ -2,7 +2,8 @@
 
 Every metrics line is flushed as it is written, so nothing logged before a
 crash or Ctrl-C is lost. wandb keeps its files inside the workdir; its
-default mode is offline, so no account is needed.
+default mode is offline, so no account is needed. With several processes
+only process 0 (`primary`) writes; the others only print their messages.
 """
 
 import datetime
@@ -43,9 +44,15 @@ def _wandb_run_id(workdir: str) -> str:
 
 class RunLogger:
 
-  def __init__(self, workdir: str, config, task_names: Sequence[str]):
+  def __init__(self, workdir: str, config, task_names: Sequence[str], primary: bool = True,
+               process_index: int = 0):
     self.workdir = workdir
     self._task_names = tuple(task_names)
+    self._primary = primary
+    self._prefix = '' if primary else f'[process {process_index}] '
+    self._metrics = self._wandb = None
+    if not primary:
+      return
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, 'config.json'), 'w') as f:
       f.write(config.to_json_best_effort(indent=2, sort_keys=True))
@@ -66,6 +73,8 @@ class RunLogger:
           name=os.path.basename(os.path.normpath(workdir)))
 
   def write(self, metrics: Dict) -> None:
+    if not self._primary:
+      return
     record = {'time': round(time.time() - self._start, 3), **metrics}
     self._metrics.write(json.dumps({k: _jsonable(v) for k, v in record.items()}) + '\n')
     if self._wandb is not None:
@@ -99,10 +108,11 @@ class RunLogger:
     print(line, file=sys.stdout, flush=True)
 
   def message(self, text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    print(self._prefix + text, file=sys.stderr, flush=True)
 
   def close(self) -> None:
-    self._metrics.close()
+    if self._metrics is not None:
+      self._metrics.close()
     if self._wandb is not None:
       self._wandb.finish()
       self._wandb = None

@@ -4,8 +4,15 @@
   python launch/train.py --config=configs/atari_single.py:game=Pong,smoke
   python launch/train.py --config=configs/cartpole.py --config.learning_rate=1e-3
 
-Wires config -> validation -> run folder and logger -> Sebulba trainer.
-A config mistake stops the run before any work with one line naming the field.
+Several hosts: one process each, with JAX's own flags (or JAX_COORDINATOR_ADDRESS,
+JAX_NUM_PROCESSES, JAX_PROCESS_ID; detected on SLURM) and one shared workdir:
+
+  python launch/train.py --config=... --config.workdir=/shared/run \
+      --coordinator_address=host0:1234 --num_processes=2 --process_id=0
+
+Wires config -> processes -> validation -> run folder and logger -> Sebulba
+trainer. A config mistake stops the run before any work with one line naming
+the field; so does a wrong multi-process setting.
 """
 
 import os
@@ -26,30 +33,59 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=True)
 _VALIDATE_ONLY = flags.DEFINE_bool(
     'validate_only', False, 'Check the config (and overrides), print it as JSON and exit.')
+# JAX's own names (jax.distributed.initialize); unset: a single process.
+_COORDINATOR = flags.DEFINE_string(
+    'coordinator_address', None, 'host:port of process 0, reachable from every host '
+    '(default: $JAX_COORDINATOR_ADDRESS)')
+_NUM_PROCESSES = flags.DEFINE_integer(
+    'num_processes', None, 'Processes in the run, one per host (default: $JAX_NUM_PROCESSES)')
+_PROCESS_ID = flags.DEFINE_integer(
+    'process_id', None, 'This process, 0..num_processes-1 (default: $JAX_PROCESS_ID)')
 
 
 def train(config):
   """Validates, trains and logs; returns (final learner state, workdir).
 
-  Raises configs.validation.ConfigError before any work on a bad config.
+  Raises configs.validation.ConfigError before any work on a bad config, and
+  agents.sebulba.NonFiniteError (after saving the last good state) when the
+  learner's loss, gradient or PopArt statistics stop being finite. With
+  several processes (jax.distributed initialised) every process calls it.
   """
+  import jax
+  from agents import multihost
   from agents.sebulba import Trainer
   from configs import validation
   from launch.run_logger import RunLogger, resolve_workdir
 
   plan = validation.validate(config)
   with config.unlocked():
-    config.workdir = resolve_workdir(config)
-  logger = RunLogger(config.workdir, config, plan.task_names)
+    # Every process writes to and resumes from process 0's run folder.
+    config.workdir = multihost.allgather_json(resolve_workdir(config))[0]
+  logger = RunLogger(config.workdir, config, plan.task_names, primary=multihost.is_primary(),
+                     process_index=jax.process_index())
   logger.message(f'run folder: {config.workdir}')
   trainer, state = None, None
-  previous_sigterm = _sigterm_interrupts()
+  watchdog = None
+  previous_sigterm = _sigterm_interrupts(lambda: trainer)
   try:
     trainer = Trainer(config, plan)
+    if multihost.is_multiprocess():
+      watchdog = multihost.Watchdog(config.distributed.timeout_seconds,
+                                    on_stop=lambda line: _stop_on_peer(line, trainer, logger))
+      watchdog.start()
+      logger.message(f'process {jax.process_index()} of {jax.process_count()}: '
+                     f'{len(plan.learner_devices)} learner devices in all')
     if trainer.resumed_from is not None:
       logger.message(f'resuming from the checkpoint at env step {trainer.resumed_from:,}')
     state = trainer.run(logger.write)
     trainer.save_checkpoint()
+    if multihost.is_multiprocess():
+      digest = trainer.check_replicas()
+      logger.message(f'params digest {digest}: identical on all {len(plan.learner_devices)} '
+                     f'learner devices of {jax.process_count()} processes')
+    if trainer.interrupted:
+      logger.message(f'interrupted at env step {trainer.env_steps:,}; '
+                     f'checkpoint and metrics are in {config.workdir}')
   except KeyboardInterrupt:
     if trainer is not None:
       trainer.close()
@@ -58,6 +94,8 @@ def train(config):
     logger.message(f'interrupted at env step {trainer.env_steps if trainer else 0:,}; '
                    f'checkpoint and metrics are in {config.workdir}')
   finally:
+    if watchdog is not None:
+      watchdog.stop()
     if previous_sigterm is not None:
       signal.signal(signal.SIGTERM, previous_sigterm)
     if trainer is not None:
@@ -66,21 +104,44 @@ def train(config):
   return state, config.workdir
 
 
+def _stop_on_peer(line: str, trainer, logger) -> None:
+  """The watchdog's way out: a peer died or failed. Prints the line, then
+  stops this process's actors and envs (bounded: the main thread may be
+  stuck in a collective with the dead peer); the caller exits."""
+  print(f'error: {line}', file=sys.stderr, flush=True)
+  closer = threading.Thread(target=lambda: (trainer.close(), logger.close()), daemon=True)
+  closer.start()
+  closer.join(timeout=20.0)
+
+
 def _raise_interrupt(signum, frame):
   raise KeyboardInterrupt(f'signal {signum}')
 
 
-def _sigterm_interrupts():
+def _sigterm_interrupts(get_trainer):
   """SIGTERM stops a run like Ctrl-C (final checkpoint first); returns the
   previous handler, or None off the main thread where handlers cannot be set.
 
   SIGINT gets Python's KeyboardInterrupt handler too: a process started in
   the background by a shell (`cmd &`, nohup) inherits SIGINT *ignored*, and
-  `kill -INT` would then do nothing."""
+  `kill -INT` would then do nothing.
+
+  With several processes a signal must not break a process out of the middle
+  of a collective: once training runs it asks the trainer to stop, and every
+  process stops at the same update (`Trainer.stop_requested`)."""
   if threading.current_thread() is not threading.main_thread():
     return None
-  signal.signal(signal.SIGINT, signal.default_int_handler)
-  return signal.signal(signal.SIGTERM, _raise_interrupt)
+
+  def handler(signum, frame):
+    from agents import multihost
+    trainer = get_trainer()
+    if trainer is not None and multihost.is_multiprocess():
+      trainer.stop_requested.set()
+    else:
+      _raise_interrupt(signum, frame)
+
+  signal.signal(signal.SIGINT, handler)
+  return signal.signal(signal.SIGTERM, handler)
 
 
 _USER_ERRORS = (flags.Error, AttributeError, KeyError, ValueError, TypeError, OSError)
@@ -107,6 +168,43 @@ def parse_flags(argv):
     _exit_with_config_error(e, argv)
 
 
+def _start_processes(config) -> None:
+  """jax.distributed for a multi-process run (flags, JAX_* variables or a
+  detected cluster); nothing for a single process. Exits with status 2 on a
+  wrong setting."""
+  from agents import multihost
+  from configs import validation
+  try:
+    spec = multihost.resolve(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+  except multihost.DistributedError as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
+  if spec is None:
+    return
+  validation.check_distributed(config)
+  multihost.initialize(spec, config.distributed.timeout_seconds,
+                       config.distributed.connect_timeout_seconds)
+
+
+def _fail(e: BaseException) -> None:
+  """A run that stops on an error: its traceback (the actor's own for a dead
+  actor), one last line naming it, exit status 1. With several processes the
+  others are told first, so they stop too, naming this one."""
+  import traceback
+  from agents import multihost
+  from agents.sebulba import ActorFailed, NonFiniteError
+  if isinstance(e, ActorFailed) and e.__cause__ is not None:
+    traceback.print_exception(e.__cause__)
+  elif not isinstance(e, NonFiniteError):
+    traceback.print_exception(e)
+  print(f'error: {type(e).__name__}: {e}', file=sys.stderr, flush=True)
+  if multihost.is_multiprocess():
+    if not isinstance(e, NonFiniteError):  # non-finite: every process stops on its own
+      multihost.announce_failure(f'{type(e).__name__}: {e}')
+    multihost.exit_now(1)  # no shutdown barrier with peers that are stopping
+  sys.exit(1)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
@@ -119,6 +217,7 @@ def main(argv):
   except _USER_ERRORS as e:
     _exit_with_config_error(e, sys.argv)
   try:
+    _start_processes(config)
     if _VALIDATE_ONLY.value:
       from configs.validation import validate
       plan = validate(config)
@@ -130,6 +229,8 @@ def main(argv):
   except ConfigError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
+  except Exception as e:  # noqa: BLE001 -- every failure ends in one line (and tells peers)
+    _fail(e)
 
 
 if __name__ == '__main__':
