@@ -110,7 +110,7 @@ class Trainer:
     self.episodes = queue.SimpleQueue()
     act = make_act_fn(self.network)
     self.actors = [
-        Actor(i, e, act, self.network.initial_state(e.num_envs), self.store, self.unrolls,
+        Actor(first_actor + i, e, act, self.network.initial_state(e.num_envs), self.store, self.unrolls,
               self.episodes, self.timer, self.stop, config.unroll_length,
               plan.actor_device, seed=self._actor_seed(first_actor + i))
         for i, e in enumerate(self.envs)]

@@ -86,6 +86,13 @@ def train(config):
     if trainer.interrupted:
       logger.message(f'interrupted at env step {trainer.env_steps:,}; '
                      f'checkpoint and metrics are in {config.workdir}')
+  except jax.errors.JaxRuntimeError:
+    if watchdog is not None:
+      # A dead peer breaks the collectives of the others (e.g. gloo's
+      # "connection reset by peer"); the watchdog names it within its timeout.
+      logger.message('a collective failed; waiting for the watchdog to tell which process stopped')
+      watchdog.join(timeout=config.distributed.timeout_seconds + 5)
+    raise
   except KeyboardInterrupt:
     if trainer is not None:
       trainer.close()

@@ -1,0 +1,144 @@
+"""One process of a multi-process test (tests/test_multihost.py starts two).
+
+  python tests/multihost_worker.py update OUT --coordinator_address=... --num_processes=2 --process_id=I
+  python tests/multihost_worker.py actor_fails OUT ...
+
+`update`: two learner updates on a fixed global batch, this process feeding
+its half; writes its copy of the learner state to OUT/update_<I>.npz.
+`actor_fails`: a CartPole run whose actor in process 1 raises after a few
+steps; exits as launch/train.py does.
+`global_batch` and `learner_setup` are also what the test computes the
+one-process reference with.
+"""
+
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+T, B, A, TASKS = 5, 8, 3, 2
+
+
+def learner_setup(mesh):
+  """(update, initial state, network) of an LSTM MLP agent with PopArt."""
+  import jax
+  import ml_collections
+  import numpy as np
+  from agents import learner, losses
+  from networks import agent as agent_net
+  cfg = ml_collections.ConfigDict({'name': 'mlp', 'lstm_size': 16, 'torso_kwargs': {},
+                                   'core_extra_inputs': False})
+  network = agent_net.make_network(cfg, num_actions=A, num_values=TASKS)
+  variables = agent_net.init_variables(network, jax.random.key(0),
+                                       {'state': np.zeros((4,), np.float32)})
+  optimizer, schedule = learner.make_optimizer(6e-4, 100, 40.0, 0.99, 0.01, 0.0)
+  loss_cfg = losses.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=0.01,
+                               reward_mode='none', popart_enabled=True, popart_beta=0.1)
+  update = learner.build_update(agent_net.apply_fn(network), optimizer, schedule, loss_cfg,
+                                agent_net.VALUE_HEAD, mesh)
+  return update, learner.init_state(variables, optimizer, mesh), network
+
+
+def global_batch(network, seed):
+  """A global batch of B unrolls. Columns 0..B/2-1 (process 0's half) are all
+  task 0 and the rest task 1 with rewards 100x larger: each task is seen by
+  one process only, so PopArt's statistics must be reduced across processes."""
+  import jax
+  import numpy as np
+  from agents.types import Unroll
+  rng = np.random.default_rng(seed)
+  first = rng.random((T + 1, B)) < 0.2
+  first[0] = True
+  task = np.tile((np.arange(B) >= B // 2).astype(np.int32), (T + 1, 1))
+  core = jax.tree.map(lambda x: np.asarray(rng.normal(size=x.shape), np.float32),
+                      network.initial_state(B))
+  return Unroll(
+      obs={'state': rng.normal(size=(T + 1, B, 4)).astype(np.float32)},
+      first=first,
+      action=rng.integers(0, A, (T + 1, B)).astype(np.int32),
+      behaviour_logits=rng.normal(size=(T + 1, B, A)).astype(np.float32),
+      reward=(rng.normal(size=(T + 1, B)) * np.where(task == 1, 100.0, 1.0)).astype(np.float32),
+      discount=(rng.random((T + 1, B)) > 0.1).astype(np.float32),
+      task_id=task, core_state=core)
+
+
+def process_half(batch, index, count):
+  """Process `index`'s contiguous share of the batch columns (core state: rows)."""
+  import jax
+  from agents.types import BATCH_AXES, Unroll
+  share = B // count
+  sl = slice(index * share, (index + 1) * share)
+  fields = [jax.tree.map(lambda x, axis=axis: x[(slice(None),) * axis + (sl,)], field)
+            for field, axis in zip(batch, BATCH_AXES)]
+  return Unroll(*fields)
+
+
+def run_updates(mesh, feed):
+  """Two updates; `feed(batch)` turns a global batch into the update's input."""
+  update, state, network = learner_setup(mesh)
+  for seed in range(2):
+    state, metrics = update(state, feed(global_batch(network, seed)))
+  return state, metrics
+
+
+def _update(out):
+  import jax
+  import numpy as np
+  from agents import learner
+  mesh = learner.make_mesh(jax.devices())
+  state, metrics = run_updates(mesh, lambda b: learner.shard_batch(
+      process_half(b, jax.process_index(), jax.process_count()), mesh))
+  leaves = jax.tree.leaves(learner.local_copy(state))
+  np.savez(os.path.join(out, f'update_{jax.process_index()}.npz'),
+           *[np.asarray(x) for x in leaves], loss=np.asarray(jax.device_get(metrics['loss/total'])))
+
+
+def _actor_fails(out):
+  import jax
+  from configs import cartpole
+  from envs import registry
+  from launch import train
+  make = registry.make_actor_envs
+
+  def failing_envs(*args, **kwargs):
+    env = make(*args, **kwargs)
+    if jax.process_index() == 1:
+      step, calls = env.step, [0]
+
+      def step_then_fail(action):
+        calls[0] += 1
+        if calls[0] > 30:
+          raise RuntimeError('env exploded on purpose')
+        return step(action)
+      env.step = step_then_fail
+    return env
+
+  registry.make_actor_envs = failing_envs
+  config = cartpole.get_config('smoke')
+  config.workdir = os.path.join(out, 'run')
+  config.num_learner_devices = 0
+  config.batch_size = 4
+  config.actors.envs_per_actor = 2
+  config.total_env_steps = 10_000_000
+  config.distributed.timeout_seconds = 60
+  try:
+    train.train(config)
+  except Exception as e:  # noqa: BLE001 -- as launch/train.py's main
+    train._fail(e)
+
+
+def main(argv):
+  from absl import flags
+  from agents import multihost
+  from launch import train  # defines --coordinator_address, --num_processes, --process_id
+  mode, out = argv[1], argv[2]
+  flags.FLAGS(['worker', *argv[3:]], known_only=True)
+  spec = multihost.resolve(train._COORDINATOR.value, train._NUM_PROCESSES.value,
+                           train._PROCESS_ID.value)
+  multihost.initialize(spec, timeout_seconds=60, connect_timeout_seconds=120)
+  {'update': _update, 'actor_fails': _actor_fails}[mode](out)
+
+
+if __name__ == '__main__':
+  main(sys.argv)

@@ -1,0 +1,167 @@
+"""Multi-process training on one machine: 2 processes of 2 fake CPU devices
+each, a localhost coordinator, jax.distributed as on several hosts.
+
+The run finishes with identical params on every device of both processes;
+the 2-process update equals a 1-process 4-device update of the same global
+batch (PopArt included, with each task seen by one process only); a resumed
+2-process run continues the counters; a process that dies or fails stops the
+other with a line naming it.
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from agents import learner, multihost
+from networks import agent as agent_net
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, 'tests'))
+import multihost_worker  # noqa: E402
+
+SMOKE = ['--config=configs/cartpole.py:smoke', '--config.num_learner_devices=0',
+         '--config.batch_size=4', '--config.actors.envs_per_actor=2',
+         '--config.wandb.mode=disabled']
+
+
+def _env():
+  env = dict(os.environ)
+  env['XLA_FLAGS'] = '--xla_force_host_platform_device_count=2'
+  for name in multihost.ENV_VARS.values():
+    env.pop(name, None)
+  return env
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('localhost', 0))
+    return s.getsockname()[1]
+
+
+def _start(args, n=2):
+  """n processes of `python args...`, each with the process flags appended."""
+  port = _free_port()
+  return [subprocess.Popen(
+      [sys.executable, *args, f'--coordinator_address=localhost:{port}',
+       f'--num_processes={n}', f'--process_id={i}'],
+      cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+      for i in range(n)]
+
+
+def _finish(procs, timeout=240):
+  outs = []
+  for p in procs:
+    try:
+      outs.append(p.communicate(timeout=timeout)[0])
+    except subprocess.TimeoutExpired:
+      for q in procs:
+        q.kill()
+      raise AssertionError('a process hung:\n' + (p.communicate()[0] or ''))
+  return [p.returncode for p in procs], outs
+
+
+def _script(workdir, total_env_steps):
+  """launch/multihost_local.sh with 2 processes (what the README shows)."""
+  proc = subprocess.run(
+      ['bash', 'launch/multihost_local.sh', '2', *SMOKE, f'--config.workdir={workdir}',
+       f'--config.total_env_steps={total_env_steps}'],
+      cwd=ROOT, env={**_env(), 'PYTHON': sys.executable}, capture_output=True, text=True,
+      timeout=300)
+  return proc.returncode, proc.stdout + proc.stderr
+
+
+def _metrics(workdir):
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    return [json.loads(line) for line in f]
+
+
+def test_two_process_run_agrees_gathers_episodes_and_resumes(tmp_path):
+  workdir = tmp_path / 'run'
+  rc, out = _script(workdir, total_env_steps=160)  # 10 updates of 4 x 4 steps
+  assert rc == 0, out
+  digests = re.findall(r'params digest (\w+): identical on all 4 learner devices of 2 processes', out)
+  assert len(digests) == 2 and digests[0] == digests[1], out  # one line from each process
+  records = _metrics(workdir)
+  assert records[-1]['env_steps'] == 160 and records[-1]['learner_steps'] == 10
+  # Episodes and actor steps of both processes reach process 0's log.
+  for p in (0, 1):
+    assert sum(r[f'process/{p}/episodes'] for r in records) > 0
+    assert records[-1][f'process/{p}/actor_env_steps'] > 0
+  assert sum(r.get('episodes/CartPole', 0) for r in records) == sum(
+      r['process/0/episodes'] + r['process/1/episodes'] for r in records)
+  assert (workdir / 'process_1.log').exists()
+  # Only process 0 writes the run's files; both resume from its checkpoint.
+  rc, out = _script(workdir, total_env_steps=320)
+  assert rc == 0, out
+  assert out.count('resuming from the checkpoint at env step 160') == 2, out
+  more = _metrics(workdir)
+  assert len(more) > len(records)
+  resumed = more[len(records):]
+  assert resumed[0]['env_steps'] == 176 and resumed[0]['learner_steps'] == 11
+  assert resumed[-1]['env_steps'] == 320 and resumed[-1]['learner_steps'] == 20
+
+
+def test_two_process_update_equals_one_process_four_devices(tmp_path):
+  rcs, outs = _finish(_start(['tests/multihost_worker.py', 'update', str(tmp_path)]))
+  assert rcs == [0, 0], outs
+  got = [np.load(tmp_path / f'update_{i}.npz') for i in (0, 1)]
+  mesh = learner.make_mesh(jax.devices()[:4])
+  state, metrics = multihost_worker.run_updates(mesh, lambda b: learner.shard_batch(b, mesh))
+  expected = [np.asarray(x) for x in jax.tree.leaves(jax.device_get(state))]
+  names = [f'arr_{k}' for k in range(len(expected))]
+  for k, want in zip(names, expected):
+    np.testing.assert_array_equal(got[0][k], got[1][k])  # both processes hold the same state
+    np.testing.assert_allclose(got[0][k], want, rtol=2e-5, atol=1e-6)
+  np.testing.assert_allclose(got[0]['loss'], metrics['loss/total'], rtol=1e-5)
+  # PopArt statistics moved for both tasks, each from one process's data.
+  assert np.all(np.abs(np.asarray(state.popart[agent_net.VALUE_HEAD]['mu'])) > 0)
+
+
+def test_a_killed_process_stops_the_other_naming_it(tmp_path):
+  procs = _start(['launch/train.py', *SMOKE, f'--config.workdir={tmp_path / "run"}',
+                  '--config.total_env_steps=100000000', '--config.distributed.timeout_seconds=8'])
+  deadline = time.time() + 120
+  metrics = tmp_path / 'run' / 'metrics.jsonl'
+  while time.time() < deadline and not (metrics.exists() and metrics.read_text().count('\n') >= 3):
+    time.sleep(0.5)
+  assert metrics.exists(), 'the run wrote no metrics'
+  procs[1].send_signal(signal.SIGKILL)
+  start = time.time()
+  rcs, outs = _finish(procs, timeout=90)
+  assert rcs[0] == 1, outs[0]
+  assert time.time() - start < 60
+  assert 'error: process 1 of 2 has not been heard from for' in outs[0], outs[0]
+  # What was written before stays.
+  assert len(metrics.read_text().splitlines()) >= 3
+
+
+def test_a_killed_coordinator_stops_the_other(tmp_path):
+  """Process 0 hosts JAX's coordination service: its death stops the others
+  at once (JAX's own abort, naming the leader task), never a hang."""
+  procs = _start(['launch/train.py', *SMOKE, f'--config.workdir={tmp_path / "run"}',
+                  '--config.total_env_steps=100000000', '--config.distributed.timeout_seconds=8'])
+  metrics = tmp_path / 'run' / 'metrics.jsonl'
+  deadline = time.time() + 120
+  while time.time() < deadline and not (metrics.exists() and metrics.read_text().count('\n') >= 3):
+    time.sleep(0.5)
+  procs[0].send_signal(signal.SIGKILL)
+  rcs, outs = _finish(procs, timeout=90)
+  assert rcs[1] != 0
+  assert re.search(r'leader task|lost the coordinator', outs[1]), outs[1][-3000:]
+
+
+def test_an_actor_error_in_one_process_stops_both_naming_it(tmp_path):
+  rcs, outs = _finish(_start(['tests/multihost_worker.py', 'actor_fails', str(tmp_path)]))
+  assert rcs == [1, 1], outs
+  assert 'env exploded on purpose' in outs[1]
+  assert re.search(r"error: process 1 of 2 failed: ActorFailed: actor-1 failed: "
+                   r"RuntimeError\('env exploded on purpose'\)", outs[0]), outs[0][-3000:]
