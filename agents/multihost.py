@@ -155,6 +155,15 @@ def allgather_json(value) -> List:
   return [json.loads(bytes(row[:int(n)]).decode()) for row, n in zip(rows, np.ravel(sizes))]
 
 
+def allgather_ints(values: Sequence[int]) -> np.ndarray:
+  """[processes, len(values)]: small integers of every process, one collective."""
+  row = np.asarray(values, np.int32)
+  if not is_multiprocess():
+    return row[None]
+  from jax.experimental import multihost_utils
+  return np.asarray(multihost_utils.process_allgather(row)).reshape(-1, row.size)
+
+
 def replica_digest(tree) -> str:
   """A hash of every local copy of a replicated pytree, or 'differ' when two
   local copies are not bitwise equal."""

@@ -231,8 +231,9 @@ class Trainer:
     decides when to log; any process asking to stop stops them all."""
     if not multihost.is_multiprocess():
       return log_due, stop
-    votes = multihost.allgather_json([bool(log_due), bool(stop)])
-    return votes[0][0], any(v[1] for v in votes)
+    with self.timer.time('process_sync'):
+      votes = multihost.allgather_ints([log_due, stop])
+    return bool(votes[0, 0]), bool(votes[:, 1].any())
 
   def _stop_non_finite(self, name: str, value) -> None:
     """Saves the state before the update that went non-finite, then raises."""
