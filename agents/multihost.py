@@ -35,6 +35,7 @@ BEAT_SECONDS = 1.0           # heartbeat period of every process
 # peer stays silent this much longer than the watchdog's timeout, so the
 # watchdog's clear line comes first.
 JAX_HEARTBEAT_MARGIN = 30
+BYE_SECONDS = 60.0           # how long process 0 waits for the others to leave first
 
 
 class DistributedError(ValueError):
@@ -60,12 +61,22 @@ def _int_setting(name: str, value, environ_name: str) -> Optional[int]:
     raise DistributedError(f'--{name} (or {environ_name}) must be an integer, got {value!r}')
 
 
-def _detected_cluster():
-  """The cluster JAX would auto-detect here (SLURM, Open MPI, ...), or None."""
+# Clusters whose launchers set the process layout in environment variables,
+# as JAX detects them: SLURM inside an srun step (not a plain sbatch script,
+# which is one process whatever --ntasks says) and Open MPI's mpirun. JAX's
+# other detectors (Kubernetes, cloud TPUs) query services, and are left to
+# explicit flags.
+DETECTED_CLUSTERS = ('slurm', 'ompi')
+
+
+def _detected_cluster(environ: Mapping[str, str]):
+  """The cluster JAX would auto-detect here, or None."""
+  if 'SLURM_STEP_ID' not in environ and 'OMPI_MCA_orte_hnp_uri' not in environ:
+    return None
   try:
     from jax._src import clusters  # JAX's own detection; private, so guarded
     return next((c for c in clusters.ClusterEnv._cluster_types
-                 if not c.opt_in_only_method and c.is_env_present()), None)
+                 if c.name in DETECTED_CLUSTERS and c.is_env_present()), None)
   except Exception:  # an API change must not break single-process runs
     return None
 
@@ -76,8 +87,8 @@ def resolve(coordinator_address: Optional[str] = None, num_processes: Optional[i
   """The run's process layout, or None for one process (nothing to start).
 
   Each setting comes from its flag, else its JAX_* environment variable.
-  With none set, a cluster JAX detects (e.g. SLURM with more than one task)
-  supplies them; on a plain machine the run is single-process. Some set and
+  With none set, a cluster JAX detects (an srun step of more than one task,
+  or mpirun) supplies them; on a plain machine the run is single-process. Some set and
   some not is an error naming the missing ones, unless a cluster fills them.
   """
   given = {'coordinator_address': coordinator_address, 'num_processes': num_processes,
@@ -87,7 +98,7 @@ def resolve(coordinator_address: Optional[str] = None, num_processes: Optional[i
   values['num_processes'] = _int_setting('num_processes', values['num_processes'],
                                          ENV_VARS['num_processes'])
   values['process_id'] = _int_setting('process_id', values['process_id'], ENV_VARS['process_id'])
-  cluster = _detected_cluster()
+  cluster = _detected_cluster(environ)
   if all(v is None for v in values.values()):
     if cluster is None or cluster.get_process_count() <= 1:
       return None
@@ -112,12 +123,14 @@ def resolve(coordinator_address: Optional[str] = None, num_processes: Optional[i
 
 
 def initialize(spec: ProcessSpec, timeout_seconds: float, connect_timeout_seconds: float) -> None:
-  """Starts JAX's distributed runtime; call before anything touches a device."""
+  """Starts JAX's distributed runtime and this process's watchdog; call
+  before anything touches a device."""
   jax.distributed.initialize(
       coordinator_address=spec.coordinator_address, num_processes=spec.num_processes,
       process_id=spec.process_id,
       initialization_timeout=int(max(1, connect_timeout_seconds)),
       heartbeat_timeout_seconds=int(timeout_seconds) + JAX_HEARTBEAT_MARGIN)
+  start_watchdog(timeout_seconds)
 
 
 def is_multiprocess() -> bool:
@@ -179,24 +192,74 @@ def replica_digest(tree) -> str:
 
 def _client():
   from jax._src import distributed  # the coordination service's key-value store
-  return distributed.global_state.client
+  client = distributed.global_state.client
+  if client is None:
+    raise RuntimeError('jax.distributed is not initialised')
+  return client
 
 
-def announce_failure(message: str, wait_seconds: float = 10.0) -> None:
-  """Tells the other processes this one is stopping on an error, and waits
-  (at most `wait_seconds`) until their watchdogs have read it: the key-value
-  store lives in process 0, and lives only as long as it does."""
-  client, me, n = _client(), jax.process_index(), jax.process_count()
+_watchdog: Optional['Watchdog'] = None
+
+
+def start_watchdog(timeout_seconds: float) -> None:
+  """Starts this process's watchdog (once, right after initialisation, so a
+  peer lost during start-up is caught too)."""
+  global _watchdog
+  if _watchdog is None:
+    _watchdog = Watchdog(timeout_seconds)
+    _watchdog.start()
+
+
+def on_peer_stop(cleanup: Callable[[], None]) -> None:
+  """`cleanup` runs (bounded in time) before the watchdog ends this process."""
+  if _watchdog is not None:
+    _watchdog.cleanups.append(cleanup)
+
+
+def peer_stopping() -> bool:
+  """True once the watchdog is ending this process: errors the main thread
+  sees from then on are consequences, not causes."""
+  return _watchdog is not None and _watchdog.stopping.is_set()
+
+
+def await_verdict(seconds: float) -> None:
+  """Gives the watchdog `seconds` to find a dead peer (it ends the process
+  if it does); returns if it does not."""
+  if _watchdog is not None:
+    _watchdog.join(timeout=seconds)
+
+
+def announce_failure(message: str) -> None:
+  """Tells the other processes this one is stopping on an error; they stop
+  too, naming it. From then on this process's watchdog judges no peer."""
+  if _watchdog is not None:
+    _watchdog.standing_down.set()
   try:
-    client.key_value_set(f'{_KEY}/failed/{me}', message[:2000])
-    deadline = time.monotonic() + wait_seconds
-    while time.monotonic() < deadline:
-      seen = client.key_value_dir_get(f'{_KEY}/seen/')
-      if len(seen) >= n - 1:
-        return
-      time.sleep(0.2)
+    _client().key_value_set(f'{_KEY}/failed/{jax.process_index()}', message[:2000],
+                            allow_overwrite=True)
   except Exception:  # the coordinator may be gone already
     pass
+
+
+def leave(code: int) -> None:
+  """Ends a process of a multi-process run that stops on an error, without
+  JAX's shutdown barrier (peers may be dead). Process 0 hosts the store that
+  keeps every process alive, so it leaves last: it waits (bounded) until the
+  others have said goodbye."""
+  try:
+    client, me = _client(), jax.process_index()
+    client.key_value_set(f'{_KEY}/bye/{me}', '1', allow_overwrite=True)
+    if me == 0:
+      gone = _watchdog.silent if _watchdog is not None else set()
+      deadline = time.monotonic() + BYE_SECONDS
+      while time.monotonic() < deadline:
+        byes = {_process_of(k) for k, _ in client.key_value_dir_get(f'{_KEY}/bye/')}
+        if set(range(jax.process_count())) <= byes | gone:
+          break
+        time.sleep(0.2)
+  except Exception:
+    pass
+  exit_now(code)
 
 
 def exit_now(code: int) -> None:
@@ -206,64 +269,77 @@ def exit_now(code: int) -> None:
   os._exit(code)
 
 
+def _process_of(key: str) -> int:
+  return int(key.rsplit('/', 1)[1])
+
+
 class Watchdog(threading.Thread):
   """Beats for this process and watches the others'.
 
-  Stops this process (`on_stop(line)`, then exit status 1) with one line
-  naming the peer when a peer announces a failure, stays silent for more
-  than `timeout_seconds`, or the coordinator (process 0) cannot be reached.
-  Beats come from this thread, so a long compile or a slow step is not
-  silence; a dead or frozen process is.
+  Ends this process (exit status 1) with one line on stderr naming the peer
+  when a peer announces a failure, stays silent for more than
+  `timeout_seconds`, or the coordinator (process 0) stays unreachable that
+  long. Beats come from this thread, so a long compile or a slow step is not
+  silence; a dead or frozen process is. Before exiting it runs the
+  registered cleanups (at most CLEANUP_SECONDS), then `leave`s.
   """
+  CLEANUP_SECONDS = 20.0
 
-  def __init__(self, timeout_seconds: float, on_stop: Callable[[str], None],
-               beat_seconds: float = BEAT_SECONDS):
+  def __init__(self, timeout_seconds: float, beat_seconds: float = BEAT_SECONDS):
     super().__init__(name='multihost-watchdog', daemon=True)
-    self._timeout, self._beat, self._on_stop = timeout_seconds, beat_seconds, on_stop
+    self._timeout, self._beat = timeout_seconds, beat_seconds
     self._me, self._n = jax.process_index(), jax.process_count()
-    self._halt = threading.Event()
-
-  def stop(self) -> None:
-    self._halt.set()
+    self.cleanups: List[Callable[[], None]] = []
+    self.stopping = threading.Event()       # this watchdog is ending the process
+    self.standing_down = threading.Event()  # this process failed itself: judge no peer
+    self.silent: set = set()                # peers found dead (no goodbye to wait for)
 
   def run(self) -> None:
     client = _client()
     beat = 0
     heard = {p: (None, time.monotonic()) for p in range(self._n) if p != self._me}
-    while not self._halt.wait(self._beat):
+    unreachable_since = None
+    while True:
+      time.sleep(self._beat)
       try:
         beat += 1
         client.key_value_set(f'{_KEY}/beat/{self._me}', str(beat), allow_overwrite=True)
-        failed = dict(client.key_value_dir_get(f'{_KEY}/failed/'))
-        others = {int(k.rsplit('/', 1)[1]): v for k, v in failed.items()
-                  if int(k.rsplit('/', 1)[1]) != self._me}
-        if others:
-          p, message = sorted(others.items())[0]
-          client.key_value_set(f'{_KEY}/seen/{self._me}', '1', allow_overwrite=True)
-          self._stop(f'process {p} of {self._n} failed: {message}; stopping process {self._me}')
-          return
-        beats = {int(k.rsplit('/', 1)[1]): v
-                 for k, v in client.key_value_dir_get(f'{_KEY}/beat/')}
-        now = time.monotonic()
-        for p, (last, since) in heard.items():
-          if beats.get(p) != last:
-            heard[p] = (beats.get(p), now)
-          elif now - since > self._timeout:
-            self._stop(f'process {p} of {self._n} has not been heard from for {now - since:.0f} s '
-                       f'(distributed.timeout_seconds={self._timeout:g}): it died or hangs; '
-                       f'stopping process {self._me}')
-            return
-      except Exception as e:  # the store is process 0's: it is gone
-        if self._halt.is_set():
-          return
-        self._stop(f'lost the coordinator (process 0 of {self._n}): {type(e).__name__}: '
-                   f'{str(e).splitlines()[0] if str(e) else ""}; stopping process {self._me}')
-        return
+        failed = {_process_of(k): v for k, v in client.key_value_dir_get(f'{_KEY}/failed/')}
+        beats = {_process_of(k): v for k, v in client.key_value_dir_get(f'{_KEY}/beat/')}
+      except Exception as e:  # the store is process 0's; a loaded one may time out once
+        unreachable_since = unreachable_since or time.monotonic()
+        if time.monotonic() - unreachable_since > self._timeout:
+          first = str(e).splitlines()[0] if str(e) else ''
+          self._stop(f'lost the coordinator (process 0 of {self._n}) for over '
+                     f'{self._timeout:g} s: {type(e).__name__}: {first}')
+        continue
+      unreachable_since = None
+      if self.standing_down.is_set():
+        continue
+      failed.pop(self._me, None)
+      if failed:
+        p, message = min(failed.items())
+        self._stop(f'process {p} of {self._n} failed: {message}')
+      now = time.monotonic()
+      for p, (last, since) in heard.items():
+        if beats.get(p) != last:
+          heard[p] = (beats.get(p), now)
+        elif now - since > self._timeout:
+          self.silent.add(p)
+          self._stop(f'process {p} of {self._n} has not been heard from for {now - since:.0f} s '
+                     f'(distributed.timeout_seconds={self._timeout:g}): it died or hangs')
 
-  def _stop(self, line: str) -> None:
-    if self._halt.is_set():
-      return
-    try:
-      self._on_stop(line)
-    finally:
-      exit_now(1)
+  def _stop(self, reason: str) -> None:
+    self.stopping.set()
+    print(f'error: {reason}; stopping process {self._me}', file=sys.stderr, flush=True)
+    done = threading.Thread(target=self._cleanup, daemon=True)
+    done.start()
+    done.join(timeout=self.CLEANUP_SECONDS)
+    leave(1)
+
+  def _cleanup(self) -> None:
+    for cleanup in self.cleanups:
+      try:
+        cleanup()
+      except Exception:  # a cleanup must not keep the process from exiting
+        pass

@@ -63,20 +63,21 @@ def concat_blocks(blocks: List[UnrollBlock]) -> Unroll:
 
 class Trainer:
 
-  def __init__(self, config, plan):
+  def __init__(self, config, plan, stop_requested: Optional[threading.Event] = None):
     self.config, self.plan = config, plan
     self.timer = StageTimer()
-    self.stop = threading.Event()            # stops the actors
-    # A stop asked for by a signal; with several processes the loop stops
-    # when any process asks, at the same update on all of them.
-    self.stop_requested = threading.Event()
+    self.stop = threading.Event()            # stops the actors (and, in one process, the loop)
+    # A stop asked for (a signal, a benchmark's end): the loop ends after the
+    # update in progress; with several processes when any process asks, at
+    # the same update on all of them.
+    self.stop_requested = stop_requested or threading.Event()
     self.interrupted = False
     a = config.actors
     first_actor = jax.process_index() * a.num_actors  # actor ids are global
     self.checkpointer = Checkpointer(config.workdir, config.keep_intermediate)
     # A resumed run continues from its latest checkpoint; its envs and actors
     # get fresh seeds (offset by the env step) rather than replaying the start.
-    self.resumed_from = self.checkpointer.latest_step()
+    self.resumed_from = self._agreed_latest_step()
     offset = self.resumed_from or 0
     self.envs = [registry.make_actor_envs(
         groups, seed=(config.seed * 100_003 + 1_009 * (first_actor + i) + offset) % 2**31,
@@ -110,8 +111,8 @@ class Trainer:
     self.episodes = queue.SimpleQueue()
     act = make_act_fn(self.network)
     self.actors = [
-        Actor(first_actor + i, e, act, self.network.initial_state(e.num_envs), self.store, self.unrolls,
-              self.episodes, self.timer, self.stop, config.unroll_length,
+        Actor(first_actor + i, e, act, self.network.initial_state(e.num_envs), self.store,
+              self.unrolls, self.episodes, self.timer, self.stop, config.unroll_length,
               plan.actor_device, seed=self._actor_seed(first_actor + i))
         for i, e in enumerate(self.envs)]
     self._latest_hns: Dict[str, float] = {}
@@ -119,6 +120,16 @@ class Trainer:
     group = plan.actor_env_groups[0][0]
     self.action_names = registry.action_names(group.env_id, group.env_kwargs, env.num_actions)
     self.action_stats = ActionStats(plan.num_tasks, env.num_actions)
+
+  def _agreed_latest_step(self) -> Optional[int]:
+    """The latest checkpoint's env step, the same on every process (a shared
+    filesystem's caches may lag on one host: restoring is collective)."""
+    steps = multihost.allgather_json(self.checkpointer.latest_step())
+    if len(set(steps)) > 1:
+      raise RuntimeError(f'processes see different latest checkpoints in '
+                         f'{self.checkpointer.directory}: {steps} (by process); is the workdir '
+                         'one shared folder?')
+    return steps[0]
 
   def _actor_seed(self, i: int) -> int:
     key = jax.random.fold_in(jax.random.fold_in(self.rng, self.env_steps), i)
@@ -185,11 +196,11 @@ class Trainer:
     last_log = time.perf_counter()
     last_steps = self.env_steps
     try:
-      while self.env_steps < config.total_env_steps:
+      while self.env_steps < config.total_env_steps and not self.stop.is_set():
         blocks = [self._next_block() for _ in range(plan.blocks_per_batch)]
         lags.extend(version - b.params_version for b in blocks)
         unroll = concat_blocks(blocks)
-        if int(self.state.step) + 1 == config.debug.nan_reward_at_update:
+        if version + 1 == config.debug.nan_reward_at_update:  # test hook
           unroll = unroll._replace(reward=np.full_like(unroll.reward, np.nan))
         self.action_stats.add(unroll.task_id, unroll.action, unroll.behaviour_logits)
         with self.timer.time('learner_h2d'):

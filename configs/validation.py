@@ -4,6 +4,7 @@ Every user mistake becomes a `ConfigError` naming the field and what it
 allows, raised before any env, thread or compilation starts.
 """
 
+import collections
 import dataclasses
 import math
 from typing import List, Optional, Sequence, Tuple
@@ -177,7 +178,10 @@ def check_distributed(config) -> None:
     value = group.get(name)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 5:
       raise ConfigError(f'distributed.{name}', f'must be a number of seconds >= 5, got {value!r}')
-  at = config.debug.nan_reward_at_update
+  debug = config.get('debug')
+  if debug is None:
+    raise ConfigError('debug', 'missing; configs start from configs.common.base_config()')
+  at = debug.get('nan_reward_at_update')
   if isinstance(at, bool) or not isinstance(at, int) or at < 0:
     raise ConfigError('debug.nan_reward_at_update', f'must be an integer >= 0, got {at!r}')
 
@@ -252,7 +256,10 @@ def validate(config) -> RunPlan:
                         f'{t["env_id"]} (task {t["name"]}) gives {list(provided)}')
 
   devices = jax.local_devices()
-  n_learn = config.num_learner_devices or len(devices)
+  # 0 = all local devices; with several processes the fewest any process has,
+  # so every process computes the same mesh.
+  fewest = min(collections.Counter(d.process_index for d in jax.devices()).values())
+  n_learn = config.num_learner_devices or fewest
   if n_learn > len(devices):
     raise ConfigError('num_learner_devices', f'{n_learn} requested but only '
                       f'{len(devices)} local devices; use 0 for all or 1..{len(devices)}')

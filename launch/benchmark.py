@@ -98,7 +98,7 @@ def bench_train(config, plan, seconds, warmup):
     marks.append((time.perf_counter(), m['env_steps']))
     timings.update({k: v for k, v in m.items() if k.startswith('timing/')})
     if marks[-1][0] - marks[0][0] >= warmup + seconds:
-      trainer.stop.set()
+      trainer.stop_requested.set()
 
   trainer.run(on_log)
   t0 = next(m for m in marks if m[0] - marks[0][0] >= warmup)

@@ -37,10 +37,18 @@ for ((i = 0; i < n; i++)); do
   pids+=("$!")
 done
 
+# Ctrl-C or SIGTERM to this script reaches every process: train.py stops
+# them all at one update with a final checkpoint.
+trap 'kill -TERM "${pids[@]}" 2>/dev/null' INT TERM
+
 status=0
 for i in "${!pids[@]}"; do
-  wait "${pids[$i]}"
-  rc=$?
+  # wait returns early (status > 128) when a trapped signal arrives: wait again.
+  while true; do
+    wait "${pids[$i]}"
+    rc=$?
+    kill -0 "${pids[$i]}" 2>/dev/null || break
+  done
   if [[ $rc -ne 0 && $status -eq 0 ]]; then
     status=$rc
     echo "[multihost_local] process $i exited with status $rc" >&2

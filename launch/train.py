@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -53,11 +54,11 @@ def train(config):
   """
   import jax
   from agents import multihost
-  from agents.sebulba import Trainer
-  from configs import validation
+  from agents.sebulba import NonFiniteError, Trainer
   from launch.run_logger import RunLogger, resolve_workdir
 
-  plan = validation.validate(config)
+  multi = multihost.is_multiprocess()
+  plan = _validate_everywhere(config)
   with config.unlocked():
     # Every process writes to and resumes from process 0's run folder.
     config.workdir = multihost.allgather_json(resolve_workdir(config))[0]
@@ -65,34 +66,25 @@ def train(config):
                      process_index=jax.process_index())
   logger.message(f'run folder: {config.workdir}')
   trainer, state = None, None
-  watchdog = None
-  previous_sigterm = _sigterm_interrupts(lambda: trainer)
+  stop_requested = threading.Event()
+  previous_handlers = _handle_signals(stop_requested, multi)
+  multihost.on_peer_stop(lambda: (trainer and trainer.close(), logger.close()))
   try:
-    trainer = Trainer(config, plan)
-    if multihost.is_multiprocess():
-      watchdog = multihost.Watchdog(config.distributed.timeout_seconds,
-                                    on_stop=lambda line: _stop_on_peer(line, trainer, logger))
-      watchdog.start()
+    trainer = Trainer(config, plan, stop_requested)
+    if multi:
       logger.message(f'process {jax.process_index()} of {jax.process_count()}: '
                      f'{len(plan.learner_devices)} learner devices in all')
     if trainer.resumed_from is not None:
       logger.message(f'resuming from the checkpoint at env step {trainer.resumed_from:,}')
     state = trainer.run(logger.write)
     trainer.save_checkpoint()
-    if multihost.is_multiprocess():
+    if multi:
       digest = trainer.check_replicas()
       logger.message(f'params digest {digest}: identical on all {len(plan.learner_devices)} '
                      f'learner devices of {jax.process_count()} processes')
     if trainer.interrupted:
       logger.message(f'interrupted at env step {trainer.env_steps:,}; '
                      f'checkpoint and metrics are in {config.workdir}')
-  except jax.errors.JaxRuntimeError:
-    if watchdog is not None:
-      # A dead peer breaks the collectives of the others (e.g. gloo's
-      # "connection reset by peer"); the watchdog names it within its timeout.
-      logger.message('a collective failed; waiting for the watchdog to tell which process stopped')
-      watchdog.join(timeout=config.distributed.timeout_seconds + 5)
-    raise
   except KeyboardInterrupt:
     if trainer is not None:
       trainer.close()
@@ -100,55 +92,76 @@ def train(config):
       state = trainer.state
     logger.message(f'interrupted at env step {trainer.env_steps if trainer else 0:,}; '
                    f'checkpoint and metrics are in {config.workdir}')
+  except Exception as e:
+    if multi and not multihost.peer_stopping() and not isinstance(e, NonFiniteError):
+      if isinstance(e, jax.errors.JaxRuntimeError):
+        # A dead peer breaks the others' collectives (e.g. gloo's "connection
+        # reset by peer"): the watchdog names it within its timeout.
+        logger.message('a collective failed; waiting for the watchdog to tell which process stopped')
+        multihost.await_verdict(config.distributed.timeout_seconds + 5)
+      # Told before cleaning up, which may be slow: the others stop now, naming this one.
+      multihost.announce_failure(f'{type(e).__name__}: {e}')
+    raise
   finally:
-    if watchdog is not None:
-      watchdog.stop()
-    if previous_sigterm is not None:
-      signal.signal(signal.SIGTERM, previous_sigterm)
+    for sig, handler in previous_handlers.items():
+      signal.signal(sig, handler)
     if trainer is not None:
       trainer.close()
     logger.close()
   return state, config.workdir
 
 
-def _stop_on_peer(line: str, trainer, logger) -> None:
-  """The watchdog's way out: a peer died or failed. Prints the line, then
-  stops this process's actors and envs (bounded: the main thread may be
-  stuck in a collective with the dead peer); the caller exits."""
-  print(f'error: {line}', file=sys.stderr, flush=True)
-  closer = threading.Thread(target=lambda: (trainer.close(), logger.close()), daemon=True)
-  closer.start()
-  closer.join(timeout=20.0)
+def _validate_everywhere(config):
+  """validation.validate on every process; with several, a mistake found by
+  any process (e.g. a device count of its own) stops all of them alike."""
+  from agents import multihost
+  from configs import validation
+  try:
+    plan, problem = validation.validate(config), None
+  except validation.ConfigError as e:
+    plan, problem = None, e
+  if not multihost.is_multiprocess():
+    if problem is not None:
+      raise problem
+    return plan
+  problems = multihost.allgather_json(None if problem is None else [problem.field, str(problem)])
+  for p, found in enumerate(problems):
+    if found is not None:
+      field, text = found
+      raise validation.ConfigError(field, f'{text.split(": ", 1)[-1]} (found by process {p})')
+  return plan
 
 
 def _raise_interrupt(signum, frame):
   raise KeyboardInterrupt(f'signal {signum}')
 
 
-def _sigterm_interrupts(get_trainer):
-  """SIGTERM stops a run like Ctrl-C (final checkpoint first); returns the
-  previous handler, or None off the main thread where handlers cannot be set.
+def _handle_signals(stop_requested: threading.Event, multi: bool):
+  """SIGINT and SIGTERM stop a run cleanly (final checkpoint first); returns
+  the previous handlers ({} off the main thread, where none can be set).
 
-  SIGINT gets Python's KeyboardInterrupt handler too: a process started in
-  the background by a shell (`cmd &`, nohup) inherits SIGINT *ignored*, and
-  `kill -INT` would then do nothing.
+  One process: they raise KeyboardInterrupt, as Ctrl-C does. SIGINT needs
+  its handler set too: a process started in the background by a shell
+  (`cmd &`, nohup) inherits SIGINT *ignored*, and `kill -INT` would then do
+  nothing.
 
-  With several processes a signal must not break a process out of the middle
-  of a collective: once training runs it asks the trainer to stop, and every
-  process stops at the same update (`Trainer.stop_requested`)."""
+  Several processes: a signal must not break a process out of the middle of
+  a collective, so it sets `stop_requested` and every process stops at the
+  same update (the trainer's vote). A second signal exits at once."""
   if threading.current_thread() is not threading.main_thread():
-    return None
+    return {}
 
   def handler(signum, frame):
-    from agents import multihost
-    trainer = get_trainer()
-    if trainer is not None and multihost.is_multiprocess():
-      trainer.stop_requested.set()
-    else:
+    if not multi:
       _raise_interrupt(signum, frame)
+    if stop_requested.is_set():
+      from agents import multihost
+      print(f'error: second signal {signum}: exiting without a final checkpoint',
+            file=sys.stderr, flush=True)
+      multihost.exit_now(1)
+    stop_requested.set()
 
-  signal.signal(signal.SIGINT, handler)
-  return signal.signal(signal.SIGTERM, handler)
+  return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
 
 
 _USER_ERRORS = (flags.Error, AttributeError, KeyError, ValueError, TypeError, OSError)
@@ -178,7 +191,7 @@ def parse_flags(argv):
 def _start_processes(config) -> None:
   """jax.distributed for a multi-process run (flags, JAX_* variables or a
   detected cluster); nothing for a single process. Exits with status 2 on a
-  wrong setting."""
+  wrong setting, 1 when the processes cannot connect."""
   from agents import multihost
   from configs import validation
   try:
@@ -189,27 +202,36 @@ def _start_processes(config) -> None:
   if spec is None:
     return
   validation.check_distributed(config)
-  multihost.initialize(spec, config.distributed.timeout_seconds,
-                       config.distributed.connect_timeout_seconds)
+  try:
+    multihost.initialize(spec, config.distributed.timeout_seconds,
+                         config.distributed.connect_timeout_seconds)
+  except Exception as e:  # noqa: BLE001 -- JAX raises several kinds here
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ''
+    print(f'error: could not start the distributed runtime (from {spec.source}: coordinator '
+          f'{spec.coordinator_address}, process {spec.process_id} of {spec.num_processes}): '
+          f'{type(e).__name__}: {first}', file=sys.stderr)
+    multihost.exit_now(1)
 
 
 def _fail(e: BaseException) -> None:
   """A run that stops on an error: its traceback (the actor's own for a dead
   actor), one last line naming it, exit status 1. With several processes the
-  others are told first, so they stop too, naming this one."""
+  others were told already (train); when this process's watchdog is ending
+  it because of a peer, the error is a consequence and is not reported."""
   import traceback
   from agents import multihost
   from agents.sebulba import ActorFailed, NonFiniteError
+  if multihost.peer_stopping():
+    while True:  # the watchdog prints the cause and exits
+      time.sleep(1.0)
   if isinstance(e, ActorFailed) and e.__cause__ is not None:
     traceback.print_exception(e.__cause__)
   elif not isinstance(e, NonFiniteError):
     traceback.print_exception(e)
   print(f'error: {type(e).__name__}: {e}', file=sys.stderr, flush=True)
-  if multihost.is_multiprocess():
-    if not isinstance(e, NonFiniteError):  # non-finite: every process stops on its own
-      multihost.announce_failure(f'{type(e).__name__}: {e}')
-    multihost.exit_now(1)  # no shutdown barrier with peers that are stopping
-  sys.exit(1)
+  if multihost.is_multiprocess() and not isinstance(e, NonFiniteError):
+    multihost.leave(1)  # no shutdown barrier with peers that are stopping
+  sys.exit(1)  # a non-finite stop is every process's: they leave together
 
 
 def main(argv):

@@ -1,12 +1,13 @@
 """One process of a multi-process test (tests/test_multihost.py starts two).
 
-  python tests/multihost_worker.py update OUT --coordinator_address=... --num_processes=2 --process_id=I
+  python tests/multihost_worker.py update OUT --coordinator_address=... \
+      --num_processes=2 --process_id=I
   python tests/multihost_worker.py actor_fails OUT ...
 
 `update`: two learner updates on a fixed global batch, this process feeding
 its half; writes its copy of the learner state to OUT/update_<I>.npz.
-`actor_fails`: a CartPole run whose actor in process 1 raises after a few
-steps; exits as launch/train.py does.
+`actor_fails [--failing_process=P]`: a CartPole run whose actor in process
+P (default 1) raises after a few steps; exits as launch/train.py does.
 `global_batch` and `learner_setup` are also what the test computes the
 one-process reference with.
 """
@@ -94,7 +95,7 @@ def _update(out):
            *[np.asarray(x) for x in leaves], loss=np.asarray(jax.device_get(metrics['loss/total'])))
 
 
-def _actor_fails(out):
+def _actor_fails(out, failing):
   import jax
   from configs import cartpole
   from envs import registry
@@ -103,7 +104,7 @@ def _actor_fails(out):
 
   def failing_envs(*args, **kwargs):
     env = make(*args, **kwargs)
-    if jax.process_index() == 1:
+    if jax.process_index() == failing:
       step, calls = env.step, [0]
 
       def step_then_fail(action):
@@ -133,11 +134,15 @@ def main(argv):
   from agents import multihost
   from launch import train  # defines --coordinator_address, --num_processes, --process_id
   mode, out = argv[1], argv[2]
-  flags.FLAGS(['worker', *argv[3:]], known_only=True)
+  failing = [int(a.split('=')[1]) for a in argv[3:] if a.startswith('--failing_process=')]
+  flags.FLAGS(['worker', *[a for a in argv[3:] if not a.startswith('--failing_process=')]])
   spec = multihost.resolve(train._COORDINATOR.value, train._NUM_PROCESSES.value,
                            train._PROCESS_ID.value)
   multihost.initialize(spec, timeout_seconds=60, connect_timeout_seconds=120)
-  {'update': _update, 'actor_fails': _actor_fails}[mode](out)
+  if mode == 'update':
+    _update(out)
+  else:
+    _actor_fails(out, failing[0] if failing else 1)
 
 
 if __name__ == '__main__':

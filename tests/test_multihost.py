@@ -47,36 +47,55 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _start(args, n=2):
-  """n processes of `python args...`, each with the process flags appended."""
+def _start(args, tmp_path, n=2):
+  """n processes of `python args...`, each with the process flags appended;
+  output to files (a full pipe must not block a process that is exiting)."""
   port = _free_port()
-  return [subprocess.Popen(
-      [sys.executable, *args, f'--coordinator_address=localhost:{port}',
-       f'--num_processes={n}', f'--process_id={i}'],
-      cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-      for i in range(n)]
+  procs = []
+  for i in range(n):
+    out = open(tmp_path / f'out_{i}.txt', 'w')
+    procs.append(subprocess.Popen(
+        [sys.executable, *args, f'--coordinator_address=localhost:{port}',
+         f'--num_processes={n}', f'--process_id={i}'],
+        cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT, text=True))
+    procs[-1].out_path = tmp_path / f'out_{i}.txt'
+  return procs
 
 
 def _finish(procs, timeout=240):
-  outs = []
+  """(exit statuses, outputs); kills everything and fails on a hang."""
+  deadline = time.time() + timeout
   for p in procs:
     try:
-      outs.append(p.communicate(timeout=timeout)[0])
+      p.wait(timeout=max(1.0, deadline - time.time()))
     except subprocess.TimeoutExpired:
       for q in procs:
         q.kill()
-      raise AssertionError('a process hung:\n' + (p.communicate()[0] or ''))
-  return [p.returncode for p in procs], outs
+      raise AssertionError('a process hung:\n' + p.out_path.read_text()[-3000:])
+  return [p.returncode for p in procs], [p.out_path.read_text() for p in procs]
+
+
+def _wait_for_metrics(metrics, lines=3, timeout=150):
+  deadline = time.time() + timeout
+  while time.time() < deadline and not (metrics.exists()
+                                        and metrics.read_text().count('\n') >= lines):
+    time.sleep(0.5)
+  assert metrics.exists() and metrics.read_text().count('\n') >= lines, 'the run wrote no metrics'
 
 
 def _script(workdir, total_env_steps):
   """launch/multihost_local.sh with 2 processes (what the README shows)."""
-  proc = subprocess.run(
+  proc = subprocess.Popen(
       ['bash', 'launch/multihost_local.sh', '2', *SMOKE, f'--config.workdir={workdir}',
        f'--config.total_env_steps={total_env_steps}'],
-      cwd=ROOT, env={**_env(), 'PYTHON': sys.executable}, capture_output=True, text=True,
-      timeout=300)
-  return proc.returncode, proc.stdout + proc.stderr
+      cwd=ROOT, env={**_env(), 'PYTHON': sys.executable}, stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True, start_new_session=True)
+  try:
+    out = proc.communicate(timeout=300)[0]
+  except subprocess.TimeoutExpired:
+    os.killpg(proc.pid, signal.SIGKILL)  # the script and both training processes
+    raise
+  return proc.returncode, out
 
 
 def _metrics(workdir):
@@ -111,7 +130,7 @@ def test_two_process_run_agrees_gathers_episodes_and_resumes(tmp_path):
 
 
 def test_two_process_update_equals_one_process_four_devices(tmp_path):
-  rcs, outs = _finish(_start(['tests/multihost_worker.py', 'update', str(tmp_path)]))
+  rcs, outs = _finish(_start(['tests/multihost_worker.py', 'update', str(tmp_path)], tmp_path))
   assert rcs == [0, 0], outs
   got = [np.load(tmp_path / f'update_{i}.npz') for i in (0, 1)]
   mesh = learner.make_mesh(jax.devices()[:4])
@@ -126,42 +145,62 @@ def test_two_process_update_equals_one_process_four_devices(tmp_path):
   assert np.all(np.abs(np.asarray(state.popart[agent_net.VALUE_HEAD]['mu'])) > 0)
 
 
+def _long_run(tmp_path):
+  return _start(['launch/train.py', *SMOKE, f'--config.workdir={tmp_path / "run"}',
+                 '--config.total_env_steps=100000000', '--config.distributed.timeout_seconds=20'],
+                tmp_path)
+
+
 def test_a_killed_process_stops_the_other_naming_it(tmp_path):
-  procs = _start(['launch/train.py', *SMOKE, f'--config.workdir={tmp_path / "run"}',
-                  '--config.total_env_steps=100000000', '--config.distributed.timeout_seconds=8'])
-  deadline = time.time() + 120
+  procs = _long_run(tmp_path)
   metrics = tmp_path / 'run' / 'metrics.jsonl'
-  while time.time() < deadline and not (metrics.exists() and metrics.read_text().count('\n') >= 3):
-    time.sleep(0.5)
-  assert metrics.exists(), 'the run wrote no metrics'
+  _wait_for_metrics(metrics)
   procs[1].send_signal(signal.SIGKILL)
   start = time.time()
-  rcs, outs = _finish(procs, timeout=90)
-  assert rcs[0] == 1, outs[0]
-  assert time.time() - start < 60
-  assert 'error: process 1 of 2 has not been heard from for' in outs[0], outs[0]
-  # What was written before stays.
-  assert len(metrics.read_text().splitlines()) >= 3
+  rcs, outs = _finish(procs, timeout=120)
+  assert rcs[0] == 1, outs[0][-3000:]
+  assert time.time() - start < 90
+  assert 'error: process 1 of 2 has not been heard from for' in outs[0], outs[0][-3000:]
+  assert 'stopping process 0' in outs[0]
+  assert len(metrics.read_text().splitlines()) >= 3  # what was written stays
 
 
 def test_a_killed_coordinator_stops_the_other(tmp_path):
   """Process 0 hosts JAX's coordination service: its death stops the others
   at once (JAX's own abort, naming the leader task), never a hang."""
-  procs = _start(['launch/train.py', *SMOKE, f'--config.workdir={tmp_path / "run"}',
-                  '--config.total_env_steps=100000000', '--config.distributed.timeout_seconds=8'])
-  metrics = tmp_path / 'run' / 'metrics.jsonl'
-  deadline = time.time() + 120
-  while time.time() < deadline and not (metrics.exists() and metrics.read_text().count('\n') >= 3):
-    time.sleep(0.5)
+  procs = _long_run(tmp_path)
+  _wait_for_metrics(tmp_path / 'run' / 'metrics.jsonl')
   procs[0].send_signal(signal.SIGKILL)
-  rcs, outs = _finish(procs, timeout=90)
+  rcs, outs = _finish(procs, timeout=120)
   assert rcs[1] != 0
   assert re.search(r'leader task|lost the coordinator', outs[1]), outs[1][-3000:]
 
 
-def test_an_actor_error_in_one_process_stops_both_naming_it(tmp_path):
-  rcs, outs = _finish(_start(['tests/multihost_worker.py', 'actor_fails', str(tmp_path)]))
+def test_sigterm_to_one_process_stops_both_at_one_update(tmp_path):
+  procs = _long_run(tmp_path)
+  metrics = tmp_path / 'run' / 'metrics.jsonl'
+  _wait_for_metrics(metrics)
+  procs[1].send_signal(signal.SIGTERM)
+  rcs, outs = _finish(procs, timeout=120)
+  assert rcs == [0, 0], outs
+  last = json.loads(metrics.read_text().splitlines()[-1])
+  for out in outs:
+    assert f'interrupted at env step {last["env_steps"]:,}' in out
+  checkpoints = [int(p.name) for p in (tmp_path / 'run' / 'checkpoints').iterdir()
+                 if p.name.isdigit()]
+  assert max(checkpoints) == last['env_steps']
+
+
+@pytest.mark.parametrize('failing', [1, 0])
+def test_an_actor_error_in_one_process_stops_both_naming_it(tmp_path, failing):
+  """Process 0 failing is the harder case: it hosts the coordination service,
+  so it waits until the other has stopped before it exits."""
+  rcs, outs = _finish(_start(['tests/multihost_worker.py', 'actor_fails', str(tmp_path),
+                              f'--failing_process={failing}'], tmp_path))
+  other = 1 - failing
   assert rcs == [1, 1], outs
-  assert 'env exploded on purpose' in outs[1]
-  assert re.search(r"error: process 1 of 2 failed: ActorFailed: actor-1 failed: "
-                   r"RuntimeError\('env exploded on purpose'\)", outs[0]), outs[0][-3000:]
+  assert 'env exploded on purpose' in outs[failing]
+  assert re.search(rf"error: process {failing} of 2 failed: ActorFailed: actor-{failing} failed: "
+                   rf"RuntimeError\('env exploded on purpose'\); stopping process {other}",
+                   outs[other]), outs[other][-3000:]
+  assert 'lost the coordinator' not in outs[other] and 'leader task' not in outs[other]

@@ -14,7 +14,7 @@ from configs.validation import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLURM = {'SLURM_JOB_ID': '4242', 'SLURM_STEP_NODELIST': 'node[007-008]', 'SLURM_NTASKS': '2',
-         'SLURM_PROCID': '1', 'SLURM_LOCALID': '0'}
+         'SLURM_PROCID': '1', 'SLURM_LOCALID': '0', 'SLURM_STEP_ID': '0'}
 
 
 @pytest.fixture(autouse=True)
@@ -55,12 +55,16 @@ def test_a_non_integer_environment_variable_names_it():
                                'JAX_PROCESS_ID': '0'})
 
 
-def test_slurm_is_detected_by_jax(monkeypatch):
+def test_an_srun_step_is_detected_by_jax(monkeypatch):
   for k, v in SLURM.items():
     monkeypatch.setenv(k, v)
-  assert multihost.resolve(environ={}) == multihost.ProcessSpec(None, None, None, 'slurm')
-  monkeypatch.setenv('SLURM_NTASKS', '1')  # one task: an ordinary single-process run
-  assert multihost.resolve(environ={}) is None
+  environ = dict(os.environ)
+  assert multihost.resolve(environ=environ) == multihost.ProcessSpec(None, None, None, 'slurm')
+  # A plain sbatch script (no srun step) and a one-task step are single runs.
+  assert multihost.resolve(environ={k: v for k, v in environ.items()
+                                    if k != 'SLURM_STEP_ID'}) is None
+  monkeypatch.setenv('SLURM_NTASKS', '1')
+  assert multihost.resolve(environ=dict(os.environ)) is None
 
 
 def test_single_process_helpers():
