@@ -127,6 +127,13 @@ def test_two_process_run_agrees_gathers_episodes_and_resumes(tmp_path):
   resumed = more[len(records):]
   assert resumed[0]['env_steps'] == 176 and resumed[0]['learner_steps'] == 11
   assert resumed[-1]['env_steps'] == 320 and resumed[-1]['learner_steps'] == 20
+  # The checkpoint is a whole replicated state: one process goes on from it too.
+  env = {k: v for k, v in _env().items() if k != 'XLA_FLAGS'}
+  proc = subprocess.run([sys.executable, 'launch/train.py', *SMOKE, f'--config.workdir={workdir}',
+                         '--config.total_env_steps=400'], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=180)
+  assert proc.returncode == 0, proc.stderr
+  assert _metrics(workdir)[-1]['learner_steps'] == 25
 
 
 def test_two_process_update_equals_one_process_four_devices(tmp_path):
