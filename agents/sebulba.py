@@ -219,6 +219,8 @@ class Trainer:
         if self.env_steps >= self._next_checkpoint:
           with self.timer.time('checkpoint'):
             self.save_checkpoint()
+            if multihost.is_multiprocess():
+              self.check_replicas()  # what the checkpoint holds is what every process holds
           self._next_checkpoint = self._checkpoint_after(self.env_steps)
         now = time.perf_counter()
         log_due, stop = self._agree(now - last_log >= config.log.every_seconds,
