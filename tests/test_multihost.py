@@ -198,6 +198,19 @@ def test_sigterm_to_one_process_stops_both_at_one_update(tmp_path):
   assert max(checkpoints) == last['env_steps']
 
 
+def test_a_non_finite_loss_stops_every_process_with_the_last_good_state(tmp_path):
+  procs = _start(['launch/train.py', *SMOKE, f'--config.workdir={tmp_path / "run"}',
+                  '--config.total_env_steps=100000000', '--config.debug.nan_reward_at_update=3'],
+                 tmp_path)
+  rcs, outs = _finish(procs, timeout=180)
+  assert rcs == [1, 1], outs
+  line = ('error: NonFiniteError: non-finite loss/total (nan) at learner step 3 (env step 48); '
+          'the last good state is saved at env step 32 in')
+  assert all(line in out for out in outs), outs
+  checkpoints = [p.name for p in (tmp_path / 'run' / 'checkpoints').iterdir() if p.name.isdigit()]
+  assert checkpoints == ['32']
+
+
 @pytest.mark.parametrize('failing', [1, 0])
 def test_an_actor_error_in_one_process_stops_both_naming_it(tmp_path, failing):
   """Process 0 failing is the harder case: it hosts the coordination service,
