@@ -133,6 +133,19 @@ def initialize(spec: ProcessSpec, timeout_seconds: float, connect_timeout_second
   start_watchdog(timeout_seconds)
 
 
+def check_uniform_devices() -> None:
+  """Every process must have as many local devices as the others (the
+  global mesh and JAX's process_allgather assume it)."""
+  counts: Dict[int, int] = {}
+  for d in jax.devices():
+    counts[d.process_index] = counts.get(d.process_index, 0) + 1
+  if len(set(counts.values())) > 1:
+    listed = ', '.join(f'process {p}: {n}' for p, n in sorted(counts.items()))
+    raise DistributedError(f'every process needs the same number of local devices; found '
+                           f'{listed} (restrict them with CUDA_VISIBLE_DEVICES or '
+                           'JAX_LOCAL_DEVICE_IDS)')
+
+
 def is_multiprocess() -> bool:
   return jax.process_count() > 1
 
@@ -159,7 +172,7 @@ def allgather_json(value) -> List:
     return [value]
   from jax.experimental import multihost_utils
   data = np.frombuffer(json.dumps(value).encode(), np.uint8)
-  sizes = multihost_utils.process_allgather(np.asarray([data.size], np.int64))
+  sizes = multihost_utils.process_allgather(np.asarray([data.size], np.int32))
   # Padded to a power of two so the gather compiles for few distinct shapes.
   width = 1 << int(max(int(np.max(sizes)), 1) - 1).bit_length()
   padded = np.zeros((width,), np.uint8)

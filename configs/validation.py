@@ -4,7 +4,6 @@ Every user mistake becomes a `ConfigError` naming the field and what it
 allows, raised before any env, thread or compilation starts.
 """
 
-import collections
 import dataclasses
 import math
 from typing import List, Optional, Sequence, Tuple
@@ -256,10 +255,7 @@ def validate(config) -> RunPlan:
                         f'{t["env_id"]} (task {t["name"]}) gives {list(provided)}')
 
   devices = jax.local_devices()
-  # 0 = all local devices; with several processes the fewest any process has,
-  # so every process computes the same mesh.
-  fewest = min(collections.Counter(d.process_index for d in jax.devices()).values())
-  n_learn = config.num_learner_devices or fewest
+  n_learn = config.num_learner_devices or len(devices)  # per process (all have as many)
   if n_learn > len(devices):
     raise ConfigError('num_learner_devices', f'{n_learn} requested but only '
                       f'{len(devices)} local devices; use 0 for all or 1..{len(devices)}')

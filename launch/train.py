@@ -211,6 +211,11 @@ def _start_processes(config) -> None:
           f'{spec.coordinator_address}, process {spec.process_id} of {spec.num_processes}): '
           f'{type(e).__name__}: {first}', file=sys.stderr)
     multihost.exit_now(1)
+  try:
+    multihost.check_uniform_devices()
+  except multihost.DistributedError as e:  # every process finds the same, and leaves
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
 
 
 def _fail(e: BaseException) -> None:

@@ -8,6 +8,7 @@
 its half; writes its copy of the learner state to OUT/update_<I>.npz.
 `actor_fails [--failing_process=P]`: a CartPole run whose actor in process
 P (default 1) raises after a few steps; exits as launch/train.py does.
+`config_error`: a CartPole run whose validation fails on process 1 only.
 `global_batch` and `learner_setup` are also what the test computes the
 one-process reference with.
 """
@@ -129,6 +130,32 @@ def _actor_fails(out, failing):
     train._fail(e)
 
 
+def _config_error(out):
+  """launch/train.py's main on a CartPole run whose validation fails on
+  process 1 only."""
+  import jax
+  from configs import cartpole, validation
+  from launch import train
+  validate = validation.validate
+
+  def validate_here(config):
+    if jax.process_index() == 1:
+      raise validation.ConfigError('network.name', 'not on this host')
+    return validate(config)
+
+  validation.validate = validate_here
+  config = cartpole.get_config('smoke')
+  config.workdir = os.path.join(out, 'run')
+  config.num_learner_devices = 0
+  config.batch_size = 4
+  config.actors.envs_per_actor = 2
+  try:
+    train.train(config)
+  except validation.ConfigError as e:  # as launch/train.py's main
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
+
+
 def main(argv):
   from absl import flags
   from agents import multihost
@@ -141,6 +168,8 @@ def main(argv):
   multihost.initialize(spec, timeout_seconds=60, connect_timeout_seconds=120)
   if mode == 'update':
     _update(out)
+  elif mode == 'config_error':
+    _config_error(out)
   else:
     _actor_fails(out, failing[0] if failing else 1)
 

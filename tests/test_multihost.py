@@ -47,17 +47,19 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _start(args, tmp_path, n=2):
-  """n processes of `python args...`, each with the process flags appended;
-  output to files (a full pipe must not block a process that is exiting)."""
+def _start(args, tmp_path, n=2, devices=(2, 2)):
+  """n processes of `python args...`, each with the process flags appended
+  and devices[i] fake CPU devices; output to files (a full pipe must not
+  block a process that is exiting)."""
   port = _free_port()
   procs = []
   for i in range(n):
     out = open(tmp_path / f'out_{i}.txt', 'w')
+    env = {**_env(), 'XLA_FLAGS': f'--xla_force_host_platform_device_count={devices[i]}'}
     procs.append(subprocess.Popen(
         [sys.executable, *args, f'--coordinator_address=localhost:{port}',
          f'--num_processes={n}', f'--process_id={i}'],
-        cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT, text=True))
+        cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, text=True))
     procs[-1].out_path = tmp_path / f'out_{i}.txt'
   return procs
 
@@ -196,6 +198,26 @@ def test_sigterm_to_one_process_stops_both_at_one_update(tmp_path):
   checkpoints = [int(p.name) for p in (tmp_path / 'run' / 'checkpoints').iterdir()
                  if p.name.isdigit()]
   assert max(checkpoints) == last['env_steps']
+
+
+def test_uneven_device_counts_stop_every_process_at_start(tmp_path):
+  procs = _start(['launch/train.py', *SMOKE, f'--config.workdir={tmp_path / "run"}'],
+                 tmp_path, devices=(2, 1))
+  rcs, outs = _finish(procs, timeout=120)
+  assert rcs == [2, 2], outs
+  line = ('error: every process needs the same number of local devices; found process 0: 2, '
+          'process 1: 1')
+  assert all(line in out for out in outs), outs
+
+
+def test_a_config_error_found_by_one_process_stops_both(tmp_path):
+  """Validation that fails on process 1 only (in practice: something of that
+  host's own) stops both with the same line naming process 1."""
+  rcs, outs = _finish(_start(['tests/multihost_worker.py', 'config_error', str(tmp_path)],
+                             tmp_path))
+  assert rcs == [2, 2], outs
+  line = 'error: config field network.name: not on this host (found by process 1)'
+  assert all(line in out for out in outs), outs
 
 
 def test_a_non_finite_loss_stops_every_process_with_the_last_good_state(tmp_path):
