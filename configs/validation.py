@@ -168,8 +168,7 @@ def _random_character_tasks(tasks, env_kwargs):
 
 
 def check_distributed(config) -> None:
-  """The `distributed` and `debug` groups; needs no device (runs before
-  jax.distributed starts)."""
+  """The `distributed` group; needs no device (runs before jax.distributed starts)."""
   group = config.get('distributed')
   if group is None:
     raise ConfigError('distributed', 'missing; configs start from configs.common.base_config()')
@@ -177,10 +176,10 @@ def check_distributed(config) -> None:
     value = group.get(name)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 5:
       raise ConfigError(f'distributed.{name}', f'must be a number of seconds >= 5, got {value!r}')
-  debug = config.get('debug')
-  if debug is None:
-    raise ConfigError('debug', 'missing; configs start from configs.common.base_config()')
-  at = debug.get('nan_reward_at_update')
+
+
+def _check_debug(config) -> None:
+  at = config.get('debug', {}).get('nan_reward_at_update')
   if isinstance(at, bool) or not isinstance(at, int) or at < 0:
     raise ConfigError('debug.nan_reward_at_update', f'must be an integer >= 0, got {at!r}')
 
@@ -278,6 +277,7 @@ def validate(config) -> RunPlan:
     raise ConfigError('batch_size', f'{config.batch_size} unrolls{share} is not a whole number '
                       f'of actor blocks of {envs} envs (actors.envs_per_actor)')
   check_distributed(config)
+  _check_debug(config)
 
   per_task = envs // num_tasks
   groups = tuple(

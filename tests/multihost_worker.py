@@ -46,23 +46,9 @@ def global_batch(network, seed):
   """A global batch of B unrolls. Columns 0..B/2-1 (process 0's half) are all
   task 0 and the rest task 1 with rewards 100x larger: each task is seen by
   one process only, so PopArt's statistics must be reduced across processes."""
-  import jax
   import numpy as np
-  from agents.types import Unroll
-  rng = np.random.default_rng(seed)
-  first = rng.random((T + 1, B)) < 0.2
-  first[0] = True
-  task = np.tile((np.arange(B) >= B // 2).astype(np.int32), (T + 1, 1))
-  core = jax.tree.map(lambda x: np.asarray(rng.normal(size=x.shape), np.float32),
-                      network.initial_state(B))
-  return Unroll(
-      obs={'state': rng.normal(size=(T + 1, B, 4)).astype(np.float32)},
-      first=first,
-      action=rng.integers(0, A, (T + 1, B)).astype(np.int32),
-      behaviour_logits=rng.normal(size=(T + 1, B, A)).astype(np.float32),
-      reward=(rng.normal(size=(T + 1, B)) * np.where(task == 1, 100.0, 1.0)).astype(np.float32),
-      discount=(rng.random((T + 1, B)) > 0.1).astype(np.float32),
-      task_id=task, core_state=core)
+  from synthetic_unroll import random_unroll
+  return random_unroll(network, np.arange(B) >= B // 2, seed, length=T, num_actions=A)
 
 
 def process_half(batch, index, count):
@@ -96,32 +82,23 @@ def _update(out):
            *[np.asarray(x) for x in leaves], loss=np.asarray(jax.device_get(metrics['loss/total'])))
 
 
-def _actor_fails(out, failing):
-  import jax
+def _smoke_config(out):
+  """configs/cartpole.py:smoke split over 2 processes of 2 devices."""
   from configs import cartpole
-  from envs import registry
-  from launch import train
-  make = registry.make_actor_envs
-
-  def failing_envs(*args, **kwargs):
-    env = make(*args, **kwargs)
-    if jax.process_index() == failing:
-      step, calls = env.step, [0]
-
-      def step_then_fail(action):
-        calls[0] += 1
-        if calls[0] > 30:
-          raise RuntimeError('env exploded on purpose')
-        return step(action)
-      env.step = step_then_fail
-    return env
-
-  registry.make_actor_envs = failing_envs
   config = cartpole.get_config('smoke')
   config.workdir = os.path.join(out, 'run')
   config.num_learner_devices = 0
   config.batch_size = 4
   config.actors.envs_per_actor = 2
+  return config
+
+
+def _actor_fails(out, failing):
+  import jax
+  from faults import make_env_step_fail
+  from launch import train
+  make_env_step_fail(None, lambda _: jax.process_index() == failing, after_steps=30)
+  config = _smoke_config(out)
   config.total_env_steps = 10_000_000
   config.distributed.timeout_seconds = 60
   try:
@@ -134,7 +111,7 @@ def _config_error(out):
   """launch/train.py's main on a CartPole run whose validation fails on
   process 1 only."""
   import jax
-  from configs import cartpole, validation
+  from configs import validation
   from launch import train
   validate = validation.validate
 
@@ -144,11 +121,7 @@ def _config_error(out):
     return validate(config)
 
   validation.validate = validate_here
-  config = cartpole.get_config('smoke')
-  config.workdir = os.path.join(out, 'run')
-  config.num_learner_devices = 0
-  config.batch_size = 4
-  config.actors.envs_per_actor = 2
+  config = _smoke_config(out)
   try:
     train.train(config)
   except validation.ConfigError as e:  # as launch/train.py's main

@@ -1,9 +1,6 @@
 """Catch-pixels (envs/catch.py): the rules, the drawing, the auto-reset
 convention, its config and validation, and one learning run."""
 
-import json
-import os
-
 import numpy as np
 import pytest
 
@@ -231,17 +228,11 @@ LEARNING_STEPS = 250_000
 
 @pytest.mark.learning
 def test_a2c_learns_catch_from_pixels(tmp_path):
-  from launch.train import train
+  from training_runs import train_and_read
   config = catch_config.get_config('size=40')
   with config.unlocked():
     config.total_env_steps = LEARNING_STEPS
-    config.workdir = str(tmp_path / 'run')
-    config.wandb.mode = 'disabled'
-    config.num_learner_devices = 1
-    config.log.every_seconds = 2.0
-  _, workdir = train(config)
-  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
-    records = [json.loads(line) for line in f]
+  records = train_and_read(config, tmp_path)
   returns = [r['episode_return/Catch'] for r in records
              if r.get('episodes/Catch', 0) >= 50]
   assert returns and min(returns) < 0.0, returns   # it started at random play (about -0.6)

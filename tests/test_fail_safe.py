@@ -15,7 +15,7 @@ import pytest
 from agents.checkpoint import Checkpointer
 from agents.sebulba import ActorFailed, NonFiniteError, first_non_finite
 from configs import cartpole, cartpole_popart
-from envs import registry
+from faults import make_env_step_fail
 from launch.train import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,32 +70,11 @@ def test_nan_stop_from_the_command_line_is_one_line(tmp_path):
                     f'{tmp_path / "run" / "checkpoints"}'], proc.stderr
 
 
-def _failing_envs(monkeypatch, fail_actor: int, after_steps: int):
-  """Actor `fail_actor`'s env raises in step() after `after_steps` steps."""
-  make, made = registry.make_actor_envs, []
-
-  def make_envs(*args, **kwargs):
-    env = make(*args, **kwargs)
-    if len(made) == fail_actor:
-      step, calls = env.step, [0]
-
-      def step_then_fail(action):
-        calls[0] += 1
-        if calls[0] > after_steps:
-          raise RuntimeError('env exploded on purpose')
-        return step(action)
-      env.step = step_then_fail
-    made.append(env)
-    return env
-
-  monkeypatch.setattr(registry, 'make_actor_envs', make_envs)
-
-
 @pytest.mark.parametrize('num_actors', [1, 2])
 def test_an_actor_exception_stops_the_run_with_its_error(tmp_path, monkeypatch, num_actors):
   """With two actors the healthy one keeps the queue full: the dead one must
   still be noticed (it is checked at every block, not only on an empty queue)."""
-  _failing_envs(monkeypatch, fail_actor=num_actors - 1, after_steps=50)
+  make_env_step_fail(monkeypatch, lambda i: i == num_actors - 1, after_steps=50)
   config = cartpole.get_config('smoke')
   config.workdir = str(tmp_path / 'run')
   config.actors.num_actors = num_actors

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from agents import learner, losses, popart
-from agents.types import Unroll
 from networks import agent as agent_net
+from synthetic_unroll import random_unroll
 
 T, B, A, TASKS = 5, 8, 3, 2
 
@@ -20,20 +20,7 @@ def _network(lstm_size):
 
 
 def _batch(network, seed=0):
-  rng = np.random.default_rng(seed)
-  first = rng.random((T + 1, B)) < 0.2
-  first[0] = True
-  core = jax.tree.map(lambda x: np.asarray(rng.normal(size=x.shape), np.float32),
-                      network.initial_state(B))
-  return Unroll(
-      obs={'state': rng.normal(size=(T + 1, B, 4)).astype(np.float32)},
-      first=first,
-      action=rng.integers(0, A, (T + 1, B)).astype(np.int32),
-      behaviour_logits=rng.normal(size=(T + 1, B, A)).astype(np.float32),
-      reward=(rng.normal(size=(T + 1, B)) * np.array([1.0, 100.0] * (B // 2))).astype(np.float32),
-      discount=(rng.random((T + 1, B)) > 0.1).astype(np.float32),
-      task_id=np.tile(np.arange(B) % TASKS, (T + 1, 1)).astype(np.int32),
-      core_state=core)
+  return random_unroll(network, np.arange(B) % TASKS, seed, length=T, num_actions=A)
 
 
 def _run(network, devices, steps=2):

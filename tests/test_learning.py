@@ -5,13 +5,10 @@ score when the mean return of the episodes that ended in one log window
 (2 s, at least 10 episodes) is at or above it before the step budget ends.
 """
 
-import json
-import os
-
 import pytest
 
 from configs import cartpole, cartpole_popart
-from launch.train import train
+from training_runs import train_and_read
 
 pytestmark = pytest.mark.learning
 
@@ -20,14 +17,7 @@ MIN_EPISODES = 10
 
 
 def _best_window_returns(config, tmp_path):
-  with config.unlocked():
-    config.workdir = str(tmp_path / 'run')
-    config.wandb.mode = 'disabled'
-    config.num_learner_devices = 1
-    config.log.every_seconds = 2.0
-  _, workdir = train(config)
-  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
-    records = [json.loads(line) for line in f]
+  records = train_and_read(config, tmp_path)
   assert records[-1]['env_steps'] <= config.total_env_steps + config.batch_size * config.unroll_length
   best = {}
   for r in records:
