@@ -37,7 +37,7 @@ DEFAULT_CHARS = ('mon-hum-neu-mal', 'val-dwa-law-fem', 'wiz-elf-cha-mal', 'tou-h
 ENVS_PER_CHAR = 8        # envs (and batch unrolls) per fixed character
 ENVS_PER_ROLE = 4        # with chars=@: 52 envs for the 13 role tasks
 # net= choices -> LSTM core size (0: feed-forward).
-NETWORK_LSTM_SIZES = {'nle_simple': 0, 'nle_baseline': 512, 'nle_attention': 512}
+NETWORK_LSTM_SIZES = {'nle_fast': 512, 'nle_simple': 0, 'nle_baseline': 512, 'nle_attention': 512}
 
 
 def _tasks(chars, env_id):

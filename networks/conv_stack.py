@@ -7,27 +7,32 @@ on a CPU (2-core EPYC, 672 maps, one 16->16 layer: forward 0.2 s, kernel
 gradient ~1 s, i.e. 5-12 GFLOP/s), and they were most of the baseline
 network's learner step. Here:
 
-* Forward: XLA's conv over chunks of ~_FWD_CELLS cells (16 full maps;
-  `lax.scan`), each chunk looking up its own embeddings; the ELU outputs
-  are saved (elu'(z) is 1 where y > 0, else y + 1: no pre-activations).
+* Forward: the first layer as nine table lookups (_embed_conv3x3: each
+  glyph's embedding times each kernel tap, made once per call; 672 maps,
+  32 -> 16: 39 ms against XLA's 289 ms for embedding + conv; 32 maps: 0.8
+  against 8.2 ms), then XLA's conv over chunks of ~_FWD_CELLS cells (16 full
+  maps; `lax.scan`); the ELU outputs are saved (elu'(z) is 1 where y > 0,
+  else y + 1: no pre-activations).
 * Backward: ~_BWD_CELLS cells (one full map) at a time, layers in reverse,
   each an explicit im2col and one matmul that stay in cache:
   dW += dz^T @ patches(input), and the input gradient is itself a 3x3 SAME
   conv, patches(dz) @ (kernel flipped in space, in/out swapped): no col2im.
-* The first layer's input gradient is never formed: with S[k] = the sum,
-  over the cells q showing glyph k, of the tap-reversed patches(dz0)[q] (one
-  scatter-add of 9 * C1-wide rows, cheap on XLA:CPU, unlike its gathers),
-  the embedding gradient is S @ W0' and the first kernel's E^T @ S: two
-  tiny matmuls instead of two full-size ones and a 32-wide scatter.
+* The first layer's input gradient is never formed: with S[i, j, k] = the
+  sum of dz0 over the cells whose tap (i, j) read glyph k (nine scatter-adds
+  of C1-wide rows, one per tap, indexed by the shifted glyphs; one scatter of
+  the 9 C1-wide tap-reversed patches was slower), the embedding gradient is
+  S @ W0' and the first kernel's E^T @ S: two tiny matmuls instead of two
+  full-size ones and a 32-wide scatter.
 
-Measured (2-core EPYC, a training run beside it, 672 maps of 21x79,
-32->16->16->16->16->8, forward + backward): XLA (nn.Embed + nn.Conv)
-2.7-3.3 s; this op 1.2-1.4 s. Variants that were slower: im2col for the
-forward pass too (1.4-1.5 s); chunks of 2, 4, 8 maps in the backward pass
-(1.6, 1.8, 2.0+ s); for the 9x9 crops, chunks of one crop (49 ms against
-39 ms for 16); XLA's conv for the input gradient; a flat, pre-padded
-layout whose patches are contiguous slices; 9 or 3 accumulated matmuls
-instead of one patch matrix.
+Measured (2-core EPYC, 672 maps of 21x79, 32->16->16->16->16->8, forward +
+backward): XLA (nn.Embed + nn.Conv) 2.7-3.3 s (a training run beside it);
+this op 1.2-1.4 s before the table lookups and per-tap scatters, 1.44 s
+after on a quiet machine (32->16->8: 0.37-0.39 s). Variants that were
+slower: im2col for the forward pass too (1.4-1.5 s; at 32->16->8 im2col is
+10x XLA's conv); for the 9x9 crops, chunks of one crop (49 ms against 39 ms
+for 16); XLA's conv for the input gradient; a flat, pre-padded layout whose
+patches are contiguous slices; 9 or 3 accumulated matmuls instead of one
+patch matrix.
 
 The math is the plain network's; only the float summation order differs
 (tests/test_nethack_networks.py checks values and gradients). Calls that
@@ -39,9 +44,11 @@ import jax.numpy as jnp
 from jax import lax
 
 # Cells (map positions) per chunk: 16 maps of 21x79 forward (16-64 measured
-# alike; the whole batch at once is slower), one map backward.
+# alike; the whole batch at once is slower), two maps backward (with the
+# per-tap scatter below: 5 layers 1.87 s with one map, 1.44 s with two;
+# 32 -> 16 -> 8: 0.51-0.59 s and 0.37-0.39 s; four maps 0.54 s).
 _FWD_CELLS = 16 * 21 * 79
-_BWD_CELLS = 21 * 79
+_BWD_CELLS = 2 * 21 * 79
 
 _CONV_DIMS = ('NHWC', 'HWIO', 'NHWC')
 
@@ -84,19 +91,42 @@ def glyph_conv_stack(glyphs, embedding, kernels, biases):
   return _glyph_conv_stack(glyphs.astype(jnp.int32), embedding, tuple(kernels), tuple(biases))
 
 
+def _tap_tables(embedding, kernel):
+  """[G, E] and [3, 3, E, C] -> [3, 3, G + 1, C]: each glyph's embedding
+  times each tap of the first kernel; row G is 0 (the zero padding)."""
+  tables = jnp.einsum('ge,ijeo->ijgo', embedding, kernel)
+  return jnp.pad(tables, ((0, 0), (0, 0), (0, 1), (0, 0)))
+
+
+def _embed_conv3x3(glyphs, tables, bias):
+  """conv3x3(embedding[glyphs]) + bias as nine table lookups (_tap_tables):
+  out[p] = bias + sum over taps (i, j) of tables[i, j, glyph at p + (i - 1, j - 1)].
+  The embedding-times-kernel products are made once per glyph, not once per
+  cell: 9 gathers of C floats a cell instead of 9 E C multiply-adds."""
+  h, w = glyphs.shape[1:3]
+  padded = jnp.pad(glyphs, ((0, 0), (1, 1), (1, 1)), constant_values=tables.shape[2] - 1)
+  out = bias
+  for i in range(3):
+    for j in range(3):
+      out = out + tables[i, j].at[padded[:, i:i + h, j:j + w]].get(mode='promise_in_bounds')
+  return out
+
+
 @jax.custom_vjp
 def _glyph_conv_stack(glyphs, embedding, kernels, biases):
-  x = jnp.take(embedding, glyphs, axis=0)
-  for k, b in zip(kernels, biases):
+  x = jax.nn.elu(_embed_conv3x3(glyphs, _tap_tables(embedding, kernels[0]), biases[0]))
+  for k, b in zip(kernels[1:], biases[1:]):
     x = jax.nn.elu(_conv3x3(x, k, b))
   return x
 
 
 def _fwd(glyphs, embedding, kernels, biases):
+  tables = _tap_tables(embedding, kernels[0])
+
   def body(_, g):
-    x = jnp.take(embedding, g, axis=0)
-    ys = []
-    for k, b in zip(kernels, biases):
+    x = jax.nn.elu(_embed_conv3x3(g, tables, biases[0]))
+    ys = [x]
+    for k, b in zip(kernels[1:], biases[1:]):
       x = jax.nn.elu(_conv3x3(x, k, b))
       ys.append(x)
     return None, ys
@@ -123,20 +153,25 @@ def _bwd(res, dy):
                                           (((0, 1, 2), (0, 1, 2)), ((), ())))
         grad = patches3x3(dz) @ transposed[l]
       else:
-        # Tap-reversed patches: q[p, (i, j)] = dz0[p - (i - 1, j - 1)].
-        q = patches3x3(dz)
-        q = q.reshape(q.shape[:3] + (3, 3, -1))[..., ::-1, ::-1, :]
-        s = s.at[g.reshape(-1)].add(q.reshape(-1, s.shape[1]), mode='promise_in_bounds')
+        # Tap (i, j) of the first layer read glyph padded[p + (i, j)] at cell p.
+        h, w = g.shape[1:3]
+        padded = jnp.pad(g, ((0, 0), (1, 1), (1, 1)), constant_values=num_glyphs)
+        rows = dz.reshape(-1, dz.shape[-1])
+        for i in range(3):
+          for j in range(3):
+            s = s.at[i, j, padded[:, i:i + h, j:j + w].reshape(-1)].add(
+                rows, mode='promise_in_bounds')
     return (s, dws, dbs), None
 
   num_glyphs, c0 = embedding.shape[0], kernels[0].shape[3]
-  init = (jnp.zeros((num_glyphs, 9 * c0), embedding.dtype),
+  init = (jnp.zeros((3, 3, num_glyphs + 1, c0), embedding.dtype),
           [jnp.zeros((k.shape[3], 9 * k.shape[2]), k.dtype) for k in kernels],
           [jnp.zeros((k.shape[3],), k.dtype) for k in kernels])
   chunks = (_chunk(glyphs, _BWD_CELLS), [_chunk(y, _BWD_CELLS) for y in ys], _chunk(dy, _BWD_CELLS))
   (s, dws, dbs), _ = lax.scan(body, init, chunks)
-  # s[k, i, j, o] = sum over the cells q showing glyph k of dz0[q - (i - 1, j - 1), o].
-  s = s.reshape(num_glyphs, 3, 3, c0)
+  # s[k, i, j, o] = sum over the cells p whose tap (i, j) read glyph k of dz0[p, o]
+  # (row num_glyphs gathered the zero padding's and is dropped).
+  s = s[:, :, :num_glyphs].transpose(2, 0, 1, 3)
   dk0 = jnp.einsum('ge,gijo->ijeo', embedding, s)
   dembedding = jnp.einsum('gijo,ijeo->ge', s, kernels[0])
   dks = (dk0,) + tuple(dw.T.reshape(k.shape) for dw, k in zip(dws[1:], kernels[1:]))

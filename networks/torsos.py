@@ -7,7 +7,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from networks.conv import Conv2D
-from networks.nethack import NLE_NUM_GLYPHS, NLEAttentionTorso, NLEBaselineTorso, blstats_mlp
+from networks.nethack import (NLE_NUM_GLYPHS, NLEAttentionTorso, NLEBaselineTorso, NLEFastTorso,
+                              blstats_mlp)
 from networks.pooling import max_pool_3x3_s2
 
 
@@ -94,6 +95,7 @@ TORSOS = {
     'resnet': ResNetTorso,
     'nle_simple': NLESimpleTorso,
     'nle_baseline': NLEBaselineTorso,    # networks/nethack.py
+    'nle_fast': NLEFastTorso,            # networks/nethack.py
     'nle_attention': NLEAttentionTorso,  # networks/nethack.py
 }
 
@@ -104,6 +106,7 @@ OBS_KEYS = {
     'resnet': ('frames',),
     'nle_simple': ('glyphs', 'blstats'),
     'nle_baseline': ('glyphs', 'blstats'),
+    'nle_fast': ('glyphs', 'blstats'),
     'nle_attention': ('glyphs', 'blstats'),
     'attention': ('frames',),  # networks/attention.py: not a torso, see NETWORK_NAMES
 }
