@@ -74,6 +74,25 @@ def test_nethack_variants_choose_task_and_characters():
   assert [t['env_kwargs']['character'] for t in c.tasks] == ['val-dwa-law-fem', 'wiz-elf-cha-mal']
 
 
+def test_nethack_recipes():
+  fast = _load('nethack_popart')
+  assert (fast.network.name, fast.network.lstm_size) == ('nle_fast', 512)
+  assert (fast.learning_rate, fast.optimizer.rmsprop_eps, fast.popart.beta) == (2e-4, 1e-6, 3e-3)
+  assert (fast.entropy_cost, fast.discount, fast.unroll_length, fast.batch_size) == (0.01, 0.99, 20, 32)
+  # recipe=impala: IMPALA's Atari table, as base_config has it.
+  impala, base = _load('nethack_popart', 'recipe=impala'), common.base_config()
+  for field in ('learning_rate', 'entropy_cost', 'discount', 'unroll_length'):
+    assert impala[field] == base[field]
+  assert (impala.optimizer.rmsprop_eps, impala.popart.beta) == (0.01, 3e-4)
+  # recipe=nle: NLE's published TorchBeast agent, with its network.
+  nle = _load('nethack_popart', 'recipe=nle,net=nle_baseline')
+  assert (nle.learning_rate, nle.optimizer.rmsprop_eps, nle.entropy_cost) == (2e-4, 1e-6, 1e-4)
+  assert (nle.discount, nle.unroll_length, nle.batch_size, nle.optimizer.max_grad_norm) == (0.999, 80, 32, 40.0)
+  assert (nle.network.name, nle.popart.beta) == ('nle_baseline', 3e-4)
+  with pytest.raises(ValueError, match="unknown recipe 'adam'; choose one of fast, impala, nle"):
+    _load('nethack_popart', 'recipe=adam')
+
+
 def test_reward_scales_override_is_a_tuple():
   c = _load('cartpole_popart')
   assert tuple(c.reward_scales) == (1.0, 1000.0)

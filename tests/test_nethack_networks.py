@@ -86,7 +86,7 @@ def _network(name, **torso_kwargs):
   return agent_net.make_network(cfg, num_actions=23, num_values=4)
 
 
-@pytest.fixture(scope='module', params=['nle_baseline', 'nle_attention'])
+@pytest.fixture(scope='module', params=['nle_fast', 'nle_baseline', 'nle_attention'])
 def network(request):
   net = _network(request.param)
   example = {**jax.tree.map(lambda x: x[0], _obs(np.random.default_rng(0), 1)),
@@ -96,7 +96,7 @@ def network(request):
 
 
 def test_registered_with_their_observation_keys():
-  for name in ('nle_baseline', 'nle_attention'):
+  for name in ('nle_fast', 'nle_baseline', 'nle_attention'):
     assert name in torsos.NETWORK_NAMES
     assert torsos.OBS_KEYS[name] == ('glyphs', 'blstats')
 
@@ -138,11 +138,15 @@ def test_parameter_counts(network):
   count = lambda tree: sum(x.size for x in jax.tree.leaves(tree))
   embed = nethack.NLE_NUM_GLYPHS * 32
   blstats = _dense(27, 32) + _dense(32, 32)
-  if name == 'nle_baseline':
+  if name in ('nle_baseline', 'nle_fast'):
     stack = _conv(32, 16) + 3 * _conv(16, 16) + _conv(16, 8)
+    # nle_fast: the map's CNN is 32 -> 16 -> 8, the crop's the baseline's.
+    map_stack = stack if name == 'nle_baseline' else _conv(32, 16) + _conv(16, 8)
     fc = _dense(21 * 79 * 8 + 9 * 9 * 8 + 32, 512) + _dense(512, 512)
-    expected = embed + 2 * stack + blstats + fc
-    assert expected == 7_625_296
+    expected = embed + map_stack + stack + blstats + fc
+    assert expected == {'nle_baseline': 7_625_296, 'nle_fast': 7_618_336}[name]
+    assert sorted(k for k in params['torso'] if k.startswith('map_conv')) == [
+        f'map_conv{i}' for i in range(5 if name == 'nle_baseline' else 2)]
   else:
     cnn = (_conv(32, 16) + 2 * _conv(16, 16) + _conv(16, 32) + 2 * _conv(32, 32)
            + _conv(32, 64) + 2 * _conv(64, 64))
@@ -157,7 +161,7 @@ def test_parameter_counts(network):
 
 # ---- The fast path equals the plain reference.
 
-@pytest.mark.parametrize('name', ['nle_baseline', 'nle_attention'])
+@pytest.mark.parametrize('name', ['nle_fast', 'nle_baseline', 'nle_attention'])
 def test_fast_torso_equals_reference_values_and_gradients(name):
   # A small FC keeps the compilations short; the glyph path is full size.
   fast, ref = (torsos.TORSOS[name](reference=r, hidden_size=32) for r in (False, True))
@@ -189,14 +193,15 @@ def _reference_stack(glyphs, embedding, kernels, biases):
   return x
 
 
-@pytest.mark.parametrize('shape,cells', [((6, 21, 79), (2 * 21 * 79, 21 * 79)),  # several chunks
-                                         ((5, 9, 9), (10 ** 6, 10 ** 6)),        # one chunk
-                                         ((7, 4, 3), (8 * 12, 3 * 12))])         # odd sizes
-def test_glyph_conv_stack_equals_embed_and_convs(monkeypatch, shape, cells):
+@pytest.mark.parametrize('shape,cells,channels', [
+    ((6, 21, 79), (2 * 21 * 79, 21 * 79), (6, 5, 4, 3)),  # several chunks
+    ((5, 9, 9), (10 ** 6, 10 ** 6), (6, 5, 4, 3)),        # one chunk
+    ((7, 4, 3), (8 * 12, 3 * 12), (6, 5, 4, 3)),          # odd sizes
+    ((3, 5, 7), (2 * 35, 35), (6, 4))])                   # the table-lookup layer alone
+def test_glyph_conv_stack_equals_embed_and_convs(monkeypatch, shape, cells, channels):
   monkeypatch.setattr(conv_stack, '_FWD_CELLS', cells[0])
   monkeypatch.setattr(conv_stack, '_BWD_CELLS', cells[1])
   rng = np.random.RandomState(0)
-  channels = (6, 5, 4, 3)
   glyphs = rng.randint(0, 50, shape).astype(np.int32)
   glyphs[0, 0, 0] = glyphs[-1, -1, -1] = 49  # the edges and a repeated glyph
   embedding = rng.randn(50, channels[0]).astype(np.float32)
@@ -220,3 +225,23 @@ def test_glyph_conv_stack_equals_embed_and_convs(monkeypatch, shape, cells):
   absent = np.setdiff1d(np.arange(50), glyphs)
   if absent.size:
     assert not np.asarray(gf[0])[absent].any()
+
+
+def test_first_layer_table_lookup_by_hand():
+  # One 2x2 map of glyphs [[0, 1], [1, 0]], embedding size 1 (e_0 = 1, e_1 = 2),
+  # one output channel, kernel taps w[i, j] = 10 i + j (i, j = row, column
+  # offset + 1), bias 0.5: out[p] = 0.5 + sum over taps of w[i, j] * e[glyph
+  # at p + (i - 1, j - 1)], 0 outside the map.
+  glyphs = np.array([[[0, 1], [1, 0]]], np.int32)
+  embedding = np.array([[1.0], [2.0]], np.float32)
+  w = np.array([[10.0 * i + j for j in range(3)] for i in range(3)], np.float32)
+  kernel = w.reshape(3, 3, 1, 1)
+  tables = conv_stack._tap_tables(jnp.asarray(embedding), jnp.asarray(kernel))
+  out = np.asarray(conv_stack._embed_conv3x3(jnp.asarray(glyphs), tables, jnp.array([0.5])))
+  e = lambda r, c: embedding[glyphs[0, r, c], 0] if 0 <= r < 2 and 0 <= c < 2 else 0.0
+  for r in range(2):
+    for c in range(2):
+      want = 0.5 + sum(w[i, j] * e(r + i - 1, c + j - 1) for i in range(3) for j in range(3))
+      assert out[0, r, c, 0] == pytest.approx(want)
+  # Cell (0, 0): taps (1,1) e0=1 -> 11, (1,2) e1=2 -> 24, (2,1) e1=2 -> 42, (2,2) e0=1 -> 22.
+  assert out[0, 0, 0, 0] == pytest.approx(0.5 + 11 + 24 + 42 + 22)
