@@ -13,7 +13,7 @@ network's learner step. Here:
   against 8.2 ms), then XLA's conv over chunks of ~_FWD_CELLS cells (16 full
   maps; `lax.scan`); the ELU outputs are saved (elu'(z) is 1 where y > 0,
   else y + 1: no pre-activations).
-* Backward: ~_BWD_CELLS cells (one full map) at a time, layers in reverse,
+* Backward: ~_BWD_CELLS cells (two full maps) at a time, layers in reverse,
   each an explicit im2col and one matmul that stay in cache:
   dW += dz^T @ patches(input), and the input gradient is itself a 3x3 SAME
   conv, patches(dz) @ (kernel flipped in space, in/out swapped): no col2im.
@@ -26,17 +26,18 @@ network's learner step. Here:
 
 Measured (2-core EPYC, 672 maps of 21x79, 32->16->16->16->16->8, forward +
 backward): XLA (nn.Embed + nn.Conv) 2.7-3.3 s (a training run beside it);
-this op 1.2-1.4 s before the table lookups and per-tap scatters, 1.44 s
-after on a quiet machine (32->16->8: 0.37-0.39 s). Variants that were
-slower: im2col for the forward pass too (1.4-1.5 s; at 32->16->8 im2col is
-10x XLA's conv); for the 9x9 crops, chunks of one crop (49 ms against 39 ms
+this op 1.9 s before the table lookups and per-tap scatters, 1.44 s after,
+on a quiet machine (32->16->8: 0.37-0.39 s). Variants that were
+slower: im2col for the forward pass too (1.4-1.5 s against 1.2-1.4 s before
+the table lookups; for one 16->8 layer im2col is 10x XLA's conv); for the 9x9 crops, chunks of one crop (49 ms against 39 ms
 for 16); XLA's conv for the input gradient; a flat, pre-padded layout whose
 patches are contiguous slices; 9 or 3 accumulated matmuls instead of one
 patch matrix.
 
 The math is the plain network's; only the float summation order differs
 (tests/test_nethack_networks.py checks values and gradients). Calls that
-are not differentiated (the actors) run the plain XLA version.
+are not differentiated (the actors) run the table lookups and then XLA's
+convs on the whole batch, without chunks.
 """
 
 import jax
@@ -98,17 +99,23 @@ def _tap_tables(embedding, kernel):
   return jnp.pad(tables, ((0, 0), (0, 0), (0, 1), (0, 0)))
 
 
+def _tap_glyphs(glyphs, pad_glyph: int):
+  """[N, H, W] -> ((i, j), [N, H, W]) for the nine taps in HWIO order: the
+  glyph that tap (i, j) reads at each cell p, glyphs[p + (i - 1, j - 1)],
+  and pad_glyph beyond the map's edges."""
+  h, w = glyphs.shape[1:3]
+  padded = jnp.pad(glyphs, ((0, 0), (1, 1), (1, 1)), constant_values=pad_glyph)
+  return [((i, j), padded[:, i:i + h, j:j + w]) for i in range(3) for j in range(3)]
+
+
 def _embed_conv3x3(glyphs, tables, bias):
   """conv3x3(embedding[glyphs]) + bias as nine table lookups (_tap_tables):
   out[p] = bias + sum over taps (i, j) of tables[i, j, glyph at p + (i - 1, j - 1)].
   The embedding-times-kernel products are made once per glyph, not once per
   cell: 9 gathers of C floats a cell instead of 9 E C multiply-adds."""
-  h, w = glyphs.shape[1:3]
-  padded = jnp.pad(glyphs, ((0, 0), (1, 1), (1, 1)), constant_values=tables.shape[2] - 1)
   out = bias
-  for i in range(3):
-    for j in range(3):
-      out = out + tables[i, j].at[padded[:, i:i + h, j:j + w]].get(mode='promise_in_bounds')
+  for (i, j), g in _tap_glyphs(glyphs, tables.shape[2] - 1):
+    out = out + tables[i, j].at[g].get(mode='promise_in_bounds')
   return out
 
 
@@ -153,14 +160,10 @@ def _bwd(res, dy):
                                           (((0, 1, 2), (0, 1, 2)), ((), ())))
         grad = patches3x3(dz) @ transposed[l]
       else:
-        # Tap (i, j) of the first layer read glyph padded[p + (i, j)] at cell p.
-        h, w = g.shape[1:3]
-        padded = jnp.pad(g, ((0, 0), (1, 1), (1, 1)), constant_values=num_glyphs)
+        # Each cell's dz0 goes to the row of the glyph each tap read there.
         rows = dz.reshape(-1, dz.shape[-1])
-        for i in range(3):
-          for j in range(3):
-            s = s.at[i, j, padded[:, i:i + h, j:j + w].reshape(-1)].add(
-                rows, mode='promise_in_bounds')
+        for (i, j), tap in _tap_glyphs(g, num_glyphs):
+          s = s.at[i, j, tap.reshape(-1)].add(rows, mode='promise_in_bounds')
     return (s, dws, dbs), None
 
   num_glyphs, c0 = embedding.shape[0], kernels[0].shape[3]
