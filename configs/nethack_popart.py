@@ -20,7 +20,7 @@ are nominal and the tasks' shares of the data follow NetHack's role draw.
 
 net= picks the network (networks/torsos.py, networks/nethack.py):
 nle_fast (the default: NLE's bundled agent with a 2-layer CNN on the full
-map, 2.3x its speed on a CPU), nle_baseline (NLE's bundled agent: map and
+map; the main job trains 2.1x as fast with it on a 2-core CPU), nle_baseline (NLE's bundled agent: map and
 9x9 crop CNNs of 5 layers, FC 512 x2, LSTM 512), nle_simple (small and
 feed-forward) or nle_attention (the course report's variant: a strided glyph
 ResNet whose 3x10 grid a blstats query attends over, FC 512 x2, LSTM 512).
