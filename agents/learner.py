@@ -8,6 +8,7 @@ with respect to the replicated parameters are per-device and are reduced
 explicitly.
 """
 
+import functools
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
@@ -18,6 +19,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from agents import losses
 from agents import popart
+from agents import ppo
 from agents.types import BATCH_AXES, Unroll
 
 AXIS = 'learner'
@@ -31,15 +33,21 @@ class LearnerState(NamedTuple):
   step: jax.Array        # learner steps taken (int32 scalar)
 
 
+OPTIMIZERS = ('rmsprop', 'adam')
+
+
 def make_optimizer(learning_rate: float, total_learner_steps: int,
                    max_grad_norm: float, decay: float, eps: float,
-                   momentum: float, eps_in_sqrt: bool = True, initial_scale: float = 0.0):
-  """Global-norm clip, then RMSProp with a learning rate annealed linearly to 0.
+                   momentum: float, eps_in_sqrt: bool = True, initial_scale: float = 0.0,
+                   name: str = 'rmsprop', adam_b1: float = 0.9, adam_b2: float = 0.999,
+                   adam_eps: float = 1e-5):
+  """Global-norm clip, then RMSProp or Adam, the learning rate annealed
+  linearly to 0 over `total_learner_steps` optimiser steps.
 
-  `eps_in_sqrt` picks the denominator: sqrt(nu + eps) as TensorFlow's RMSProp
-  (IMPALA's own code), or sqrt(nu) + eps as PyTorch's (TorchBeast). With
-  eps = 0.01 and small gradients the first caps steps at lr * g / 0.1, the
-  second at lr * g / 0.01.
+  RMSProp: `eps_in_sqrt` picks the denominator: sqrt(nu + eps) as
+  TensorFlow's RMSProp (IMPALA's own code), or sqrt(nu) + eps as PyTorch's
+  (TorchBeast). With eps = 0.01 and small gradients the first caps steps at
+  lr * g / 0.1, the second at lr * g / 0.01.
 
   `initial_scale` is where RMSProp's second moment nu starts. optax's default
   0 makes the first step lr * g / sqrt(0.01 g^2) = 10 lr sign(g) for every
@@ -47,22 +55,41 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
   in one update, and most ReLU units dead within a few updates; README,
   Atari). 1.0 is TensorFlow's RMSProp (IMPALA's and A2C's own code): steps
   start at lr * g and grow as nu forgets its start.
+
+  Adam (optax.adam, PyTorch's form): bias-corrected moments, epsilon
+  outside the square root (`adam_eps`; cleanrl's PPO uses 1e-5).
   """
   schedule = optax.linear_schedule(learning_rate, 0.0, max(total_learner_steps, 1))
-  return optax.chain(
-      optax.clip_by_global_norm(max_grad_norm),
-      optax.rmsprop(schedule, decay=decay, eps=eps, eps_in_sqrt=eps_in_sqrt,
-                    initial_scale=initial_scale,
-                    momentum=momentum if momentum > 0 else None),
-  ), schedule
+  if name == 'adam':
+    opt = optax.adam(schedule, b1=adam_b1, b2=adam_b2, eps=adam_eps)
+  elif name == 'rmsprop':
+    opt = optax.rmsprop(schedule, decay=decay, eps=eps, eps_in_sqrt=eps_in_sqrt,
+                        initial_scale=initial_scale,
+                        momentum=momentum if momentum > 0 else None)
+  else:
+    raise ValueError(f'unknown optimizer {name!r}; choose one of {", ".join(OPTIMIZERS)}')
+  return optax.chain(optax.clip_by_global_norm(max_grad_norm), opt), schedule
+
+
+def optimizer_steps_per_update(config) -> int:
+  """Optimiser steps per learner update: epochs x minibatches for PPO, else 1."""
+  if config.loss.name == 'ppo':
+    return config.ppo.epochs * config.ppo.minibatches
+  return 1
 
 
 def optimizer_from_config(config, total_learner_steps: int):
-  """make_optimizer from a run config's learning_rate and `optimizer` group."""
+  """(optimizer, schedule) from a run config's learning_rate and `optimizer`
+  group. The optimiser anneals over every optimiser step of the run; the
+  schedule returned is indexed by learner update (what `LearnerState.step`
+  counts), for logging."""
   o = config.optimizer
-  return make_optimizer(config.learning_rate, total_learner_steps, o.max_grad_norm,
-                        o.rmsprop_decay, o.rmsprop_eps, o.momentum, o.eps_in_sqrt,
-                        o.rmsprop_initial_scale)
+  k = optimizer_steps_per_update(config)
+  optimizer, schedule = make_optimizer(
+      config.learning_rate, total_learner_steps * k, o.max_grad_norm, o.rmsprop_decay,
+      o.rmsprop_eps, o.momentum, o.eps_in_sqrt, o.rmsprop_initial_scale, name=o.name,
+      adam_b1=o.adam_b1, adam_b2=o.adam_b2, adam_eps=o.adam_eps)
+  return optimizer, (schedule if k == 1 else lambda step: schedule(step * k))
 
 
 def make_mesh(devices: Sequence[jax.Device]) -> Mesh:
@@ -85,14 +112,39 @@ def batch_sharding(mesh: Mesh, unroll: Unroll):
 
 def build_update(apply_fn: Callable, optimizer, schedule,
                  loss_cfg: losses.LossConfig, value_head: str, mesh: Mesh,
-                 max_grad_norm: float = float('inf')):
+                 max_grad_norm: float = float('inf'), seed: int = 0):
   """Returns jitted update(state, batch) -> (state, metrics).
 
-  `apply_fn(params, popart_stats, obs, first, core_state)` runs the network;
-  `value_head` names the value head's entry in params and the popart collection.
+  `apply_fn(params, popart_stats, obs, first, core_state)` runs the network
+  (with networks.agent.apply_fn(..., with_health=True) the metrics include
+  the network's health, agents/health.py); `value_head` names the value
+  head's entry in params and the popart collection. `loss_cfg.name` picks
+  the IMPALA update (one optimiser step per batch) or PPO's (epochs x
+  minibatches steps; `seed` and the learner step seed its shuffles).
   `max_grad_norm` (the optimiser's clip) only feeds the 'grad_clipped'
-  metric: 1 when the clip binds on this update, else 0.
+  metric: 1 when the clip binds on a step, else 0.
   """
+  if loss_cfg.name == 'ppo':
+    per_device_update = _ppo_update(apply_fn, optimizer, schedule, loss_cfg, value_head,
+                                    max_grad_norm, seed)
+  elif loss_cfg.name == 'impala':
+    per_device_update = _impala_update(apply_fn, optimizer, schedule, loss_cfg, value_head,
+                                       max_grad_norm)
+  else:
+    raise ValueError(f'unknown loss {loss_cfg.name!r}; choose one of {", ".join(losses.LOSS_NAMES)}')
+  sharded = jax.shard_map(
+      per_device_update, mesh=mesh,
+      in_specs=(P(), _BATCH_SPECS), out_specs=(P(), P()),
+      check_vma=False)
+  return jax.jit(sharded)
+
+
+def _step_metrics(grad_norm, max_grad_norm):
+  return {'grad_norm': grad_norm,
+          'grad_clipped': (grad_norm > max_grad_norm).astype(jnp.float32)}
+
+
+def _impala_update(apply_fn, optimizer, schedule, loss_cfg, value_head, max_grad_norm):
   loss_fn = losses.impala_loss(apply_fn, loss_cfg, axis_name=AXIS)
 
   def per_device_update(state: LearnerState, batch: Unroll):
@@ -117,23 +169,92 @@ def build_update(apply_fn: Callable, optimizer, schedule,
     params = optax.apply_updates(params, updates)
 
     metrics = dict(out.metrics)
-    metrics['grad_norm'] = grad_norm
-    metrics['grad_clipped'] = (grad_norm > max_grad_norm).astype(jnp.float32)
-    metrics['learning_rate'] = schedule(state.step)
-    metrics['popart/mu'] = new_stats['mu']
-    metrics['popart/sigma'] = popart.sigma(new_stats)
-    new_state = LearnerState(
-        params=params,
-        popart={**state.popart, value_head: new_stats},
-        opt_state=opt_state,
-        step=state.step + 1)
-    return new_state, metrics
+    metrics.update(_step_metrics(grad_norm, max_grad_norm))
+    return _finish(state, params, opt_state, value_head, new_stats, metrics, schedule)
 
-  sharded = jax.shard_map(
-      per_device_update, mesh=mesh,
-      in_specs=(P(), _BATCH_SPECS), out_specs=(P(), P()),
-      check_vma=False)
-  return jax.jit(sharded)
+  return per_device_update
+
+
+def _finish(state, params, opt_state, value_head, new_stats, metrics, schedule):
+  metrics['learning_rate'] = schedule(state.step)
+  metrics['popart/mu'] = new_stats['mu']
+  metrics['popart/sigma'] = popart.sigma(new_stats)
+  new_state = LearnerState(
+      params=params,
+      popart={**state.popart, value_head: new_stats},
+      opt_state=opt_state,
+      step=state.step + 1)
+  return new_state, metrics
+
+
+def _ppo_update(apply_fn, optimizer, schedule, loss_cfg, value_head, max_grad_norm, seed):
+  """PPO: targets and PopArt once per batch, then epochs x minibatches steps."""
+  targets_fn = ppo.targets_fn(apply_fn, loss_cfg, axis_name=AXIS)
+  loss_fn = ppo.loss_fn(apply_fn, loss_cfg, axis_name=AXIS)
+  cfg = loss_cfg.ppo
+
+  def sgd_step(stats, carry, minibatch):
+    params, opt_state = carry
+    grads, metrics = jax.grad(loss_fn, has_aux=True)(params, stats, minibatch)
+    grads = jax.lax.psum(grads, AXIS)  # the loss sums (or averages) over the global minibatch
+    grad_norm = optax.tree.norm(grads)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    return (params, opt_state), {**metrics, **_step_metrics(grad_norm, max_grad_norm)}
+
+  def per_device_update(state: LearnerState, batch: Unroll):
+    stats = state.popart[value_head]
+    new_stats, targets, metrics = targets_fn(state.params, stats, batch)
+    params = state.params
+    if loss_cfg.popart_enabled:  # once per batch; the epochs see the rescaled head
+      params = {**params, value_head: popart.preserve_outputs(
+          params[value_head], stats, new_stats)}
+    # The same key on every device: each shuffles its own shard alike.
+    key = jax.random.fold_in(jax.random.key(seed), state.step)
+
+    def epoch(carry, epoch_key):
+      minibatches = split_minibatches(batch, targets, cfg.minibatches, cfg.split, epoch_key)
+      return jax.lax.scan(functools.partial(sgd_step, new_stats), carry, minibatches)
+
+    (params, opt_state), step_metrics = jax.lax.scan(
+        epoch, (params, state.opt_state), jax.random.split(key, cfg.epochs))
+    # Means over the update's epochs x minibatches optimiser steps.
+    metrics.update(jax.tree.map(jnp.mean, step_metrics))
+    return _finish(state, params, opt_state, value_head, new_stats, metrics, schedule)
+
+  return per_device_update
+
+
+def split_minibatches(batch: Unroll, targets: ppo.Targets, num: int, split: str, key
+                      ) -> ppo.Minibatch:
+  """One epoch's minibatches of a device's shard, stacked on a leading axis.
+
+  'steps': the T x B transitions shuffled and cut into `num` parts, each a
+  [1, T B / num] batch of single steps (feed-forward networks: no state
+  crosses steps). 'unrolls': the B unrolls shuffled and cut into `num`
+  parts of [T + 1, B / num] with their core states (recurrent networks).
+  """
+  t, b = targets.mask.shape
+  if split == 'steps':
+    n = t * b
+    size = n // num
+    idx = jax.random.permutation(key, n)[:num * size].reshape(num, size)
+    flat = lambda x: x[:t].reshape((n,) + x.shape[2:])
+    take = lambda x: flat(x)[idx][:, None]   # [num, 1, size, ...]
+    return ppo.Minibatch(
+        obs=jax.tree.map(take, batch.obs), first=jnp.ones((num, 1, size), bool),
+        core_state=batch.core_state, action=take(batch.action), task_id=take(batch.task_id),
+        targets=jax.tree.map(take, targets))
+  if split == 'unrolls':
+    size = b // num
+    idx = jax.random.permutation(key, b)[:num * size].reshape(num, size)
+    take = lambda x: jnp.moveaxis(x[:, idx], 1, 0)   # [T(+1), B, ...] -> [num, T(+1), size, ...]
+    return ppo.Minibatch(
+        obs=jax.tree.map(take, batch.obs), first=take(batch.first),
+        core_state=jax.tree.map(lambda x: x[idx], batch.core_state),
+        action=take(batch.action), task_id=take(batch.task_id),
+        targets=jax.tree.map(take, targets))
+  raise ValueError(f'unknown ppo.split {split!r}; choose one of {", ".join(losses.PPO_SPLITS)}')
 
 
 def init_state(variables, optimizer, mesh: Mesh) -> LearnerState:

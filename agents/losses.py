@@ -16,9 +16,27 @@ import jax
 import jax.numpy as jnp
 import rlax
 
+from agents import health
 from agents import popart
 from agents import rewards as rewards_lib
 from agents.types import Unroll
+
+
+LOSS_NAMES = ('impala', 'ppo')
+PPO_VALUE_TARGETS = ('gae', 'vtrace')
+PPO_SPLITS = ('steps', 'unrolls')
+
+
+class PPOConfig(NamedTuple):
+  """agents/ppo.py's settings (the config's `ppo` group; configs/common.py)."""
+  epochs: int = 4
+  minibatches: int = 4
+  clip_epsilon: float = 0.1
+  value_clip_epsilon: float = 0.1   # 0: the value loss is not clipped
+  gae_lambda: float = 0.95
+  value_targets: str = 'gae'        # 'gae' or 'vtrace'
+  normalize_advantages: bool = True
+  split: str = 'steps'              # minibatches of single steps, or of whole unrolls
 
 
 class LossConfig(NamedTuple):
@@ -32,15 +50,22 @@ class LossConfig(NamedTuple):
   # batch's valid steps (A2C's code): the same direction, 1/N the size, which
   # matters for the clip and for RMSProp's epsilon.
   reduction: str = 'sum'
+  name: str = 'impala'              # 'impala' (impala_loss) or 'ppo' (agents/ppo.py)
+  ppo: PPOConfig = PPOConfig()
 
 
 def config_from(config) -> LossConfig:
   """The LossConfig of a run config (ml_collections)."""
+  p = config.ppo
   return LossConfig(
       discount=config.discount, baseline_cost=config.baseline_cost,
       entropy_cost=config.entropy_cost, reward_mode=config.reward_mode,
       popart_enabled=config.popart.enabled, popart_beta=config.popart.beta,
-      reduction=config.loss_reduction)
+      reduction=config.loss_reduction, name=config.loss.name,
+      ppo=PPOConfig(epochs=p.epochs, minibatches=p.minibatches, clip_epsilon=p.clip_epsilon,
+                    value_clip_epsilon=p.value_clip_epsilon, gae_lambda=p.gae_lambda,
+                    value_targets=p.value_targets,
+                    normalize_advantages=p.normalize_advantages, split=p.split))
 
 
 class LossOutput(NamedTuple):
@@ -50,23 +75,25 @@ class LossOutput(NamedTuple):
   extras: dict    # per-step intermediates for tests and analysis (dead code under jit)
 
 
-def vtrace_returns(values, rewards, discounts, rhos):
+def vtrace_returns(values, rewards, discounts, rhos, lambda_: float = 1.0):
   """V-trace targets v_s and q_s = r_s + gamma_s v_{s+1}, time-major [T, B].
 
-  `values` has T+1 rows; rho_bar = c_bar = 1. rlax works on one trajectory,
-  so it is vmapped over the batch axis.
+  `values` has T+1 rows; rho_bar = c_bar = 1; `lambda_` < 1 mixes in
+  shorter returns (c_s = lambda min(1, rho_s)). rlax works on one
+  trajectory, so it is vmapped over the batch axis.
   """
   vtrace = jax.vmap(
       lambda v, r, d, rho: rlax.vtrace_td_error_and_advantage(
           v_tm1=v[:-1], v_t=v[1:], r_t=r, discount_t=d, rho_tm1=rho,
-          lambda_=1.0, clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0),
+          lambda_=lambda_, clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0),
       in_axes=1, out_axes=1)
   out = vtrace(values, rewards, discounts, rhos)
   vs = jax.lax.stop_gradient(values[:-1] + out.errors)
   return vs, jax.lax.stop_gradient(out.q_estimate)
 
 
-def episode_aware_vtrace(raw_values, rewards, discounts, first, rhos, gamma):
+def episode_aware_vtrace(raw_values, rewards, discounts, first, rhos, gamma,
+                         lambda_: float = 1.0):
   """V-trace over unrolls that may cross episode boundaries.
 
   raw_values [T+1, B]; rewards, discounts (1 - terminated), rhos [T, B];
@@ -81,7 +108,7 @@ def episode_aware_vtrace(raw_values, rewards, discounts, first, rhos, gamma):
   mask = 1.0 - reset.astype(jnp.float32)
   rewards = jnp.where(reset, jax.lax.stop_gradient(raw_values[:-1]), rewards)
   discounts = jnp.where(reset, 0.0, gamma * discounts)
-  vs, qs = vtrace_returns(jax.lax.stop_gradient(raw_values), rewards, discounts, rhos)
+  vs, qs = vtrace_returns(jax.lax.stop_gradient(raw_values), rewards, discounts, rhos, lambda_)
   return vs, qs, mask
 
 
@@ -94,8 +121,9 @@ def impala_loss(apply_fn: Callable, cfg: LossConfig,
   """
 
   def loss_fn(params, stats: popart.Stats, batch: Unroll):
-    logits, norm_values, _ = apply_fn(params, stats, batch.obs, batch.first,
-                                      batch.core_state)
+    out = apply_fn(params, stats, batch.obs, batch.first, batch.core_state)
+    logits, norm_values = out[0], out[1]
+    unit_max = out[3] if len(out) > 3 else None  # apply_fn(..., with_health=True)
     t_plus_1, b = batch.action.shape
     chex.assert_shape(logits, (t_plus_1, b, None))
     value_idx = batch.task_id if cfg.popart_enabled else jnp.zeros_like(batch.task_id)
@@ -164,6 +192,7 @@ def impala_loss(apply_fn: Callable, cfg: LossConfig,
     if axis_name is not None:
       # Sums of per-device sums: every device reports the global figure.
       metrics = jax.lax.psum(metrics, axis_name)
+    metrics.update(health.metrics(unit_max, log_pi, mask, axis_name))
     extras = {'vs': vs, 'qs': qs, 'mask': mask, 'pg_advantage': pg_advantage,
               'norm_target': norm_target, 'norm_value': norm_value, 'rhos': rhos}
     return loss, LossOutput(loss, new_stats, metrics, extras)

@@ -89,7 +89,8 @@ class Trainer:
     self.network = agent_net.make_network(config.network, env.num_actions, plan.num_values)
     example = {k: np.zeros(s, host_dtype(d))
                for k, (s, d) in observation_spec_with_prev(env.observation_spec).items()}
-    variables = agent_net.init_variables(self.network, jax.random.key(config.seed), example)
+    variables = agent_net.init_variables(self.network, jax.random.key(config.seed), example,
+                                         init=config.network.init)
 
     optimizer, self.schedule = learner_lib.optimizer_from_config(config, plan.total_learner_steps)
     self.mesh = learner_lib.make_mesh(plan.learner_devices)
@@ -103,8 +104,8 @@ class Trainer:
     self._next_checkpoint = self._checkpoint_after(self.env_steps)
     loss_cfg = losses.config_from(config)
     self.update = learner_lib.build_update(
-        agent_net.apply_fn(self.network), optimizer, self.schedule, loss_cfg,
-        agent_net.VALUE_HEAD, self.mesh, config.optimizer.max_grad_norm)
+        agent_net.apply_fn(self.network, with_health=True), optimizer, self.schedule, loss_cfg,
+        agent_net.VALUE_HEAD, self.mesh, config.optimizer.max_grad_norm, seed=config.seed)
 
     self.store = ParamsStore()
     self.unrolls = queue.Queue(maxsize=a.queue_size)

@@ -35,7 +35,26 @@ def base_config() -> ml_collections.ConfigDict:
   c.num_learner_devices = 0     # learner devices (data parallel); 0 = all local devices
   c.actor_device_id = 0         # index of the local device that runs the actors' policy
 
+  c.loss = ml_collections.ConfigDict()
+  c.loss.name = 'impala'        # 'impala' (V-trace actor-critic, one pass per batch) or 'ppo' (the `ppo` group)
+
+  # PPO (Schulman et al. 2017) on the same actors, PopArt head and sharded
+  # update; read only when loss.name = 'ppo'. Defaults are cleanrl's Atari PPO.
+  c.ppo = ml_collections.ConfigDict()
+  c.ppo.epochs = 4              # passes over each batch
+  c.ppo.minibatches = 4         # gradient steps per pass (the batch split in this many parts)
+  c.ppo.clip_epsilon = 0.1      # the surrogate's ratio clip: [1 - eps, 1 + eps]
+  c.ppo.value_clip_epsilon = 0.1  # clip the value's move from its start-of-update value (normalised units); 0 = off
+  c.ppo.gae_lambda = 0.95       # GAE's lambda; also V-trace's lambda with value_targets='vtrace'
+  c.ppo.value_targets = 'gae'   # 'gae' (on-policy GAE, as PPO) or 'vtrace' (off-policy corrected with lambda)
+  c.ppo.normalize_advantages = True  # per-minibatch advantage mean 0, std 1 (cleanrl), after PopArt's per-task scaling
+  c.ppo.split = 'steps'         # minibatches of shuffled single steps ('steps'; feed-forward nets) or whole unrolls ('unrolls')
+
   c.optimizer = ml_collections.ConfigDict()
+  c.optimizer.name = 'rmsprop'       # 'rmsprop' (the rmsprop_* fields) or 'adam' (the adam_* fields)
+  c.optimizer.adam_b1 = 0.9          # Adam's first-moment decay
+  c.optimizer.adam_b2 = 0.999        # Adam's second-moment decay
+  c.optimizer.adam_eps = 1e-5        # Adam's epsilon, outside the square root (cleanrl's PPO: 1e-5)
   c.optimizer.rmsprop_decay = 0.99   # RMSProp second-moment decay (public IMPALA ports)
   c.optimizer.rmsprop_eps = 0.01     # IMPALA's epsilon; it assumes losses summed over the batch
   c.optimizer.eps_in_sqrt = True     # sqrt(nu + eps) as TF/IMPALA; False: sqrt(nu) + eps as PyTorch/TorchBeast
@@ -48,6 +67,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.popart.beta = 3e-4          # step size of the per-task moment updates
 
   c.network = ml_collections.ConfigDict()
+  c.network.init = 'lecun'      # 'lecun' (Flax's defaults) or 'orthogonal' (hidden sqrt 2, policy 0.01, value 1; cleanrl, baselines)
   c.network.name = 'mlp'        # 'mlp', 'shallow' (Nature CNN), 'resnet', 'attention', 'nle_simple', 'nle_baseline', 'nle_attention'
   c.network.lstm_size = 0       # LSTM core size; 0 = feed-forward
   c.network.core_extra_inputs = True  # the core also sees the one-hot last action and clipped last reward (IMPALA)

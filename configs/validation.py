@@ -11,10 +11,13 @@ from typing import List, Optional, Sequence, Tuple
 import jax
 
 from agents import multihost
+from agents.learner import OPTIMIZERS
+from agents.losses import LOSS_NAMES, PPO_SPLITS, PPO_VALUE_TARGETS
 from agents.rewards import REWARD_MODES
 from envs import atari
 from envs import nethack
 from envs import registry
+from networks.init import INITS
 from networks.torsos import NETWORK_NAMES, OBS_KEYS
 
 WANDB_MODES = ('offline', 'online', 'disabled')
@@ -178,6 +181,46 @@ def check_distributed(config) -> None:
       raise ConfigError(f'distributed.{name}', f'must be a number of seconds >= 5, got {value!r}')
 
 
+def _check_ppo(config) -> None:
+  """The `ppo` group's own fields (the batch split is checked with the devices)."""
+  for name in ('ppo.epochs', 'ppo.minibatches'):
+    value = _field(config, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+      raise ConfigError(name, f'must be an integer >= 1, got {value!r}')
+  _positive(config, ['ppo.clip_epsilon'])
+  for name in ('ppo.value_clip_epsilon',):
+    value = _field(config, name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+      raise ConfigError(name, f'must be a number >= 0 (0 = no clip), got {value!r}')
+  lam = config.ppo.gae_lambda
+  if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam <= 1.0:
+    raise ConfigError('ppo.gae_lambda', f'must be in [0, 1], got {lam!r}')
+  _check_choice('ppo.value_targets', config.ppo.value_targets, PPO_VALUE_TARGETS)
+  _check_choice('ppo.split', config.ppo.split, PPO_SPLITS)
+  if not isinstance(config.ppo.normalize_advantages, bool):
+    raise ConfigError('ppo.normalize_advantages',
+                      f'must be True or False, got {config.ppo.normalize_advantages!r}')
+  recurrent = config.network.lstm_size or config.network.name in RECURRENT_NETWORKS
+  if config.loss.name == 'ppo' and config.ppo.split == 'steps' and recurrent:
+    raise ConfigError('ppo.split', "'steps' shuffles single steps, which a recurrent network "
+                      "cannot take (its state runs along the unroll); use 'unrolls'")
+
+
+def _check_ppo_split(config, per_device_batch: int) -> None:
+  """PPO's minibatches must cut every learner device's shard evenly."""
+  if config.loss.name != 'ppo':
+    return
+  m = config.ppo.minibatches
+  if config.ppo.split == 'unrolls' and per_device_batch % m:
+    raise ConfigError('ppo.minibatches', f'{m} minibatches of whole unrolls do not split the '
+                      f'{per_device_batch} unrolls of each learner device; use a divisor of '
+                      f'{per_device_batch}')
+  steps = per_device_batch * config.unroll_length
+  if config.ppo.split == 'steps' and steps % m:
+    raise ConfigError('ppo.minibatches', f'{m} minibatches do not split the {steps} steps '
+                      f'of each learner device; use a divisor of {steps}')
+
+
 def _check_debug(config) -> None:
   at = config.get('debug', {}).get('nan_reward_at_update')
   if isinstance(at, bool) or not isinstance(at, int) or at < 0:
@@ -202,6 +245,15 @@ def validate(config) -> RunPlan:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
       raise ConfigError(name, f'must be a number >= 0, got {value!r}')
   _check_choice('loss_reduction', config.loss_reduction, LOSS_REDUCTIONS)
+  _check_choice('loss.name', config.loss.name, LOSS_NAMES)
+  _check_choice('optimizer.name', config.optimizer.name, OPTIMIZERS)
+  _check_choice('network.init', config.network.init, INITS)
+  _positive(config, ['optimizer.adam_eps'])
+  for name in ('optimizer.adam_b1', 'optimizer.adam_b2'):
+    value = _field(config, name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+      raise ConfigError(name, f'must be in [0, 1), got {value!r}')
+  _check_ppo(config)
   if not 0.0 <= config.discount <= 1.0:
     raise ConfigError('discount', f'must be in [0, 1], got {config.discount}')
   if not 0.0 < config.popart.beta <= 1.0:
@@ -267,6 +319,7 @@ def validate(config) -> RunPlan:
     where = f' ({n_learn} on each of {processes} processes)' if processes > 1 else ''
     raise ConfigError('batch_size', f'{config.batch_size} is not divisible by the '
                       f'{n_global} learner devices{where}; use a multiple of {n_global}')
+  _check_ppo_split(config, config.batch_size // n_global)
   envs = config.actors.envs_per_actor
   if envs % num_tasks:
     raise ConfigError('actors.envs_per_actor', f'{envs} does not split evenly over '

@@ -13,17 +13,22 @@ clip(prev_reward, -1, 1), read from obs['prev_action'] and obs['prev_reward']
 
 from typing import Any
 
+import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from networks import init as init_lib
 from networks.attention import AttentionCore
 from networks.core import ResettingLSTM
 from networks.heads import POPART_COLLECTION, PolicyHead, PopArtValueHead
 from networks.torsos import OBS_KEYS, TORSOS
 
 VALUE_HEAD = 'value_head'  # name of the PopArt head in params and in the popart collection
+# Flax collection the torsos sow their per-unit activation maxima into
+# (network health: dead ReLUs); only the learner asks for it.
+HEALTH_COLLECTION = 'health'
 
 # The observation keys the core's extra inputs come from, as an
 # observation_spec: {key: (shape per env step, dtype)}. prev_action is the
@@ -105,17 +110,46 @@ def make_network(network_config, num_actions: int, num_values: int) -> AgentNetw
   return network
 
 
-def init_variables(network: AgentNetwork, rng, obs_example, batch: int = 1):
-  """Params and PopArt statistics, from one example observation (no batch axes)."""
+def init_variables(network: AgentNetwork, rng, obs_example, batch: int = 1,
+                   init: str = 'lecun'):
+  """Params and PopArt statistics, from one example observation (no batch axes).
+
+  `init` is the weight scheme of networks/init.py: 'lecun' (the modules' own
+  initialisers) or 'orthogonal'.
+  """
   obs = jax.tree.map(lambda x: jnp.broadcast_to(x, (1, batch) + x.shape), obs_example)
   first = jnp.ones((1, batch), bool)
-  return network.init(rng, obs, first, network.initial_state(batch))
+  variables = network.init(rng, obs, first, network.initial_state(batch))
+  variables = {k: v for k, v in variables.items() if k != HEALTH_COLLECTION}
+  init_key = jax.random.fold_in(rng, 1)
+  return {**variables, 'params': init_lib.apply_init(
+      variables['params'], init, init_key, policy_head='policy_head', value_head=VALUE_HEAD,
+      core='core')}
 
 
-def apply_fn(network: AgentNetwork):
-  """apply(params, popart_stats, obs, first, core_state) in the learner's form."""
+def apply_fn(network: AgentNetwork, with_health: bool = False):
+  """apply(params, popart_stats, obs, first, core_state) in the learner's form:
+  (logits, normalised values, core state).
+
+  with_health=True adds a fourth output, {layer: per-unit maximum over the
+  batch of the layer's ReLU output}, from the torsos' `health` sows (see
+  agents/health.py); layers without ReLUs report nothing.
+  """
   def apply(params, stats, obs, first, core_state):
-    return network.apply({'params': params,
-                          POPART_COLLECTION: {VALUE_HEAD: stats}},
-                         obs, first, core_state)
+    variables = {'params': params, POPART_COLLECTION: {VALUE_HEAD: stats}}
+    if not with_health:
+      return network.apply(variables, obs, first, core_state)
+    out, sown = network.apply(variables, obs, first, core_state, mutable=[HEALTH_COLLECTION])
+    return (*out, flatten_health(sown.get(HEALTH_COLLECTION, {})))
   return apply
+
+
+def flatten_health(sown) -> dict:
+  """{'torso': {'conv1': (x,)}} -> {'conv1': x}: the sown layers by their own
+  names (the module path below the torso, joined with '/')."""
+  flat = flax.traverse_util.flatten_dict(flax.core.unfreeze(sown))
+  out = {}
+  for path, value in flat.items():
+    names = [p for p in path if p != 'torso']
+    out['/'.join(names)] = value[0] if isinstance(value, tuple) else value
+  return out

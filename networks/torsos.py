@@ -4,12 +4,20 @@ Inputs arrive with one flat batch axis [N, ...]; outputs are [N, F].
 """
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 from networks.conv import Conv2D
 from networks.nethack import (NLE_NUM_GLYPHS, NLEAttentionTorso, NLEBaselineTorso, NLEFastTorso,
                               blstats_mlp)
 from networks.pooling import max_pool_3x3_s2
+
+
+def sow_unit_max(module: nn.Module, name: str, x) -> None:
+  """Records a ReLU layer's per-unit maximum over the batch axis (axis 0) in
+  the `health` collection: a unit whose maximum is 0 is dead on the batch
+  (agents/health.py). A no-op unless the caller makes `health` mutable."""
+  module.sow('health', name, jax.lax.stop_gradient(jnp.max(x, axis=0)))
 
 
 class MLPTorso(nn.Module):
@@ -19,8 +27,9 @@ class MLPTorso(nn.Module):
   @nn.compact
   def __call__(self, obs):
     x = obs['state'].astype(jnp.float32)
-    for size in self.hidden_sizes:
+    for i, size in enumerate(self.hidden_sizes):
       x = nn.relu(nn.Dense(size)(x))
+      sow_unit_max(self, f'fc{i}', x)
     return x
 
 
@@ -61,8 +70,11 @@ class ResNetTorso(nn.Module):
         y = Conv2D(c, (3, 3), padding='SAME', name=f'stage{i}_block{j}_conv0')(nn.relu(x))
         y = Conv2D(c, (3, 3), padding='SAME', name=f'stage{i}_block{j}_conv1')(nn.relu(y))
         x = x + y
-    x = nn.relu(x).reshape((x.shape[0], -1))
-    return nn.relu(nn.Dense(self.hidden_size, name='fc')(x))
+    x = nn.relu(x)
+    sow_unit_max(self, 'stages', x)
+    x = nn.relu(nn.Dense(self.hidden_size, name='fc')(x.reshape((x.shape[0], -1))))
+    sow_unit_max(self, 'fc', x)
+    return x
 
 
 class NLESimpleTorso(nn.Module):

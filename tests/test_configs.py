@@ -112,6 +112,18 @@ def test_reward_scales_override_is_a_tuple():
     ('network.name', 'shallow', 'network.name.*frames'),
     ('loss_reduction', 'average', 'loss_reduction.*sum, mean'),
     ('optimizer.rmsprop_initial_scale', -1.0, 'optimizer.rmsprop_initial_scale'),
+    ('loss.name', 'a3c', 'loss.name.*impala, ppo'),
+    ('optimizer.name', 'sgd', 'optimizer.name.*rmsprop, adam'),
+    ('optimizer.adam_eps', 0.0, 'optimizer.adam_eps'),
+    ('optimizer.adam_b2', 1.0, r'optimizer.adam_b2.*\[0, 1\)'),
+    ('network.init', 'xavier', 'network.init.*lecun, orthogonal'),
+    ('ppo.epochs', 0, 'ppo.epochs.*integer >= 1'),
+    ('ppo.minibatches', -2, 'ppo.minibatches'),
+    ('ppo.clip_epsilon', 0.0, 'ppo.clip_epsilon'),
+    ('ppo.value_clip_epsilon', -0.1, 'ppo.value_clip_epsilon'),
+    ('ppo.gae_lambda', 1.5, r'ppo.gae_lambda.*\[0, 1\]'),
+    ('ppo.value_targets', 'td', 'ppo.value_targets.*gae, vtrace'),
+    ('ppo.split', 'envs', 'ppo.split.*steps, unrolls'),
 ])
 def test_bad_fields_raise_config_error_naming_the_field(field, value, match):
   config = _load('cartpole_popart')
@@ -120,6 +132,32 @@ def test_bad_fields_raise_config_error_naming_the_field(field, value, match):
     (config[group] if group else config)[leaf] = value
   with pytest.raises(ConfigError, match=match):
     validate(config)
+
+
+def test_ppo_minibatches_must_split_each_devices_shard():
+  config = _load('cartpole')      # 16 unrolls of 20 steps, on 1 learner device
+  config.num_learner_devices = 1
+  config.loss.name = 'ppo'
+  config.ppo.split = 'unrolls'
+  config.ppo.minibatches = 3
+  with pytest.raises(ConfigError, match='ppo.minibatches.*16 unrolls'):
+    validate(config)
+  config.ppo.split = 'steps'
+  config.ppo.minibatches = 7
+  with pytest.raises(ConfigError, match='ppo.minibatches.*320 steps'):
+    validate(config)
+  config.ppo.minibatches = 8
+  validate(config)
+
+
+def test_ppo_steps_split_needs_a_feed_forward_network():
+  config = _load('cartpole')
+  config.loss.name = 'ppo'
+  config.network.lstm_size = 32
+  with pytest.raises(ConfigError, match="ppo.split.*use 'unrolls'"):
+    validate(config)
+  config.ppo.split = 'unrolls'
+  validate(config)
 
 
 def test_unknown_env_id_names_the_task_field():

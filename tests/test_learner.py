@@ -112,3 +112,32 @@ def test_rmsprop_initial_scale_one_starts_with_small_steps():
   # From nu = 0: lr g / (0.1 |g| + eps), about 10 lr sign(g) for every parameter.
   np.testing.assert_allclose(steps[0.0], -lr * g / (np.sqrt((1 - decay) * g ** 2) + eps), rtol=1e-5)
   assert np.all(np.abs(steps[0.0]) > 9 * lr) and np.all(np.abs(steps[1.0]) < 0.02 * lr)
+
+
+def test_adam_first_step_matches_the_hand_formula():
+  """optax's Adam from zero moments: m_hat = g and v_hat = g^2 after bias
+  correction, so the first step is -lr g / (|g| + eps) after the clip."""
+  lr, eps, clip = 0.1, 1e-5, 1.0
+  optimizer, _ = learner.make_optimizer(lr, 100, clip, 0.99, 0.01, 0.0, name='adam', adam_eps=eps)
+  params = {'w': np.zeros(3, np.float32)}
+  g = np.array([0.3, -0.4, 1.2], np.float32)   # norm 1.3 > clip
+  updates, state = optimizer.update({'w': g}, optimizer.init(params), params)
+  gc = g / 1.3
+  np.testing.assert_allclose(updates['w'], -lr * gc / (np.abs(gc) + eps), rtol=1e-5)
+  # Second step, same gradient: m = (1 - b1^2) g, v = (1 - b2^2) g^2 bias-corrected back to g, g^2.
+  updates, _ = optimizer.update({'w': g}, state, params)
+  np.testing.assert_allclose(updates['w'], -lr * (99 / 100) * gc / (np.abs(gc) + eps), rtol=1e-4)
+
+
+def test_ppo_learning_rate_anneals_over_every_optimiser_step():
+  """PPO takes epochs x minibatches optimiser steps per update; the schedule
+  must reach 0 at the run's last update, not 1/16 of the way."""
+  from configs import common
+  c = common.base_config()
+  c.loss.name, c.ppo.epochs, c.ppo.minibatches = 'ppo', 4, 4
+  _, schedule = learner.optimizer_from_config(c, total_learner_steps=100)
+  np.testing.assert_allclose(float(schedule(50)), 0.5 * c.learning_rate, rtol=1e-6)
+  np.testing.assert_allclose(float(schedule(100)), 0.0, atol=1e-12)
+  c.loss.name = 'impala'
+  _, schedule = learner.optimizer_from_config(c, total_learner_steps=100)
+  np.testing.assert_allclose(float(schedule(50)), 0.5 * c.learning_rate, rtol=1e-6)

@@ -1,0 +1,64 @@
+"""agents/health.py: dead units and the policy's spread over states, by hand,
+and the torsos' health sows through the network."""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from agents import health
+from networks import agent as agent_net
+
+
+def test_dead_shares_by_hand():
+  unit_max = {'conv1': jnp.asarray([[0.0, 1.0], [0.0, -0.0]]), 'fc': jnp.asarray([2.0, 0.5, 0.0])}
+  out = health.dead_shares(unit_max)
+  np.testing.assert_allclose(out['dead/conv1'], 0.75)
+  np.testing.assert_allclose(out['dead/fc'], 1 / 3, rtol=1e-6)
+
+
+def test_logit_spread_by_hand():
+  # Two actions, three states, the middle one masked out.
+  log_pi = jnp.log(jnp.asarray([[0.5, 0.5], [0.9, 0.1], [0.2, 0.8]]))
+  mask = jnp.asarray([1.0, 0.0, 1.0])
+  a = np.log([0.5, 0.2])
+  b = np.log([0.5, 0.8])
+  expected = (np.std(a) + np.std(b)) / 2
+  np.testing.assert_allclose(health.logit_spread(log_pi, mask), expected, rtol=1e-5)
+  # A policy that ignores its input has spread 0.
+  same = jnp.log(jnp.full((4, 3), 1 / 3))
+  np.testing.assert_allclose(health.logit_spread(same, jnp.ones(4)), 0.0, atol=1e-6)
+
+
+def test_sharded_health_equals_one_device():
+  unit = jnp.asarray(np.random.default_rng(0).normal(size=(4, 8, 5)), jnp.float32)
+  log_pi = jax.nn.log_softmax(jnp.asarray(np.random.default_rng(1).normal(size=(4, 6, 3))))
+  mask = jnp.asarray(np.random.default_rng(2).random((4, 6)) > 0.3, jnp.float32)
+  one = health.metrics({'l': unit.max(axis=(0, 1))}, log_pi.reshape(24, 3), mask.reshape(24))
+  mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:4]), ('d',))
+  P = jax.sharding.PartitionSpec
+  f = jax.shard_map(lambda u, lp, m: health.metrics({'l': u[0].max(axis=0)}, lp[0], m[0], 'd'),
+                    mesh=mesh, in_specs=(P('d'), P('d'), P('d')), out_specs=P(), check_vma=False)
+  four = f(unit, log_pi, mask)
+  for k in one:
+    np.testing.assert_allclose(four[k], one[k], rtol=1e-5)
+
+
+def test_mlp_and_cnn_sow_their_relu_maxima():
+  for name, obs, layers in [
+      ('mlp', {'state': np.random.default_rng(0).normal(size=(2, 3, 4)).astype(np.float32)},
+       {'fc0': (64,), 'fc1': (64,)})]:
+    cfg = ml_collections.ConfigDict({'name': name, 'lstm_size': 0, 'torso_kwargs': {},
+                                     'core_extra_inputs': False})
+    network = agent_net.make_network(cfg, num_actions=3, num_values=1)
+    variables = agent_net.init_variables(network, jax.random.key(0),
+                                         jax.tree.map(lambda x: x[0, 0], obs))
+    first = np.zeros((2, 3), bool)
+    out = agent_net.apply_fn(network, with_health=True)(
+        variables['params'], variables['popart']['value_head'], obs, first, ())
+    assert len(out) == 4
+    assert {k: v.shape for k, v in out[3].items()} == layers
+    plain = agent_net.apply_fn(network)(variables['params'], variables['popart']['value_head'],
+                                        obs, first, ())
+    np.testing.assert_allclose(out[0], plain[0], rtol=1e-6)
+    assert all(float(v.min()) >= 0 for v in out[3].values())   # maxima of ReLU outputs
