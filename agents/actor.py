@@ -116,7 +116,7 @@ class Actor(threading.Thread):
   def __init__(self, actor_id: int, env, act_fn: Callable, initial_state: Any,
                store: ParamsStore, unrolls: queue.Queue, episodes: queue.SimpleQueue,
                timer: StageTimer, stop: threading.Event, unroll_length: int,
-               device: jax.Device, seed: int):
+               device: jax.Device, seed: int, wait_for_learner: bool = False):
     super().__init__(name=f'actor-{actor_id}', daemon=True)
     self._env, self._act = env, act_fn
     self._initial_state = initial_state
@@ -125,6 +125,11 @@ class Actor(threading.Thread):
     self._length = unroll_length + 1
     self._device = device
     self._rng = jax.device_put(jax.random.key(seed), device)
+    # After queueing an unroll, wait for room in the queue (the learner took
+    # a block) before acting again, so the next unroll starts with params at
+    # most one update behind the update that consumes it (PPO's ratio is
+    # taken against the acting policy). False: run ahead by queue_size blocks.
+    self._wait_for_learner = wait_for_learner
     self.error: Optional[BaseException] = None
     self.env_steps = 0
 
@@ -142,6 +147,11 @@ class Actor(threading.Thread):
           return
         except queue.Full:
           continue
+
+  def _wait_for_room(self) -> None:
+    with self._timer.time('actor_wait_learner'):
+      while self._unrolls.full() and not self._stop_event.wait(0.002):
+        pass
 
   def _loop(self):
     env, n = self._env, self._env.num_envs
@@ -204,6 +214,8 @@ class Actor(threading.Thread):
       if t == self._length:
         core = jax.tree.map(np.asarray, start_state)
         self._put(UnrollBlock(buf.to_unroll(core), version))
+        if self._wait_for_learner:
+          self._wait_for_room()
         new = _Buffers(self._length, n, env.num_actions, env.observation_spec)
         new.copy_step(buf, self._length - 1, 0)
         buf, start_state, t = new, next_start_state, 1

@@ -114,7 +114,8 @@ class Trainer:
     self.actors = [
         Actor(first_actor + i, e, act, self.network.initial_state(e.num_envs), self.store,
               self.unrolls, self.episodes, self.timer, self.stop, config.unroll_length,
-              plan.actor_device, seed=self._actor_seed(first_actor + i))
+              plan.actor_device, seed=self._actor_seed(first_actor + i),
+              wait_for_learner=a.wait_for_learner)
         for i, e in enumerate(self.envs)]
     self._latest_hns: Dict[str, float] = {}
     self._latest_returns: Dict[str, float] = {}

@@ -52,9 +52,9 @@ def atari_config(name: str, games, variant: dict, *, popart: bool,
     # IMPALA's batch of 32, rounded to whole actor blocks.
     c.batch_size = c.actors.envs_per_actor * max(1, round(32 / c.actors.envs_per_actor))
   common.apply_recipe(c, variant['recipe'])
-  if variant['recipe'] == 'a2c':
-    # 3M agent steps: the budget in which this recipe learns Pong on a 2-core
-    # CPU (README); the learning rate anneals to 0 over it.
+  if variant['recipe'] in ('a2c', 'ppo'):
+    # 3M agent steps per game: what a 2-core CPU runs in hours; the learning
+    # rate anneals to 0 over it.
     c.total_env_steps = 3_000_000 * len(games)
   if variant['smoke']:
     common.apply_smoke(c)

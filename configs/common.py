@@ -81,6 +81,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.actors.envpool_threads = 0  # EnvPool threads per pool; 0 = EnvPool's default
   c.actors.nle_workers = 2      # NLE worker processes per actor
   c.actors.queue_size = 4       # unroll blocks the actors may have waiting for the learner
+  c.actors.wait_for_learner = False  # after queueing, wait for queue room before acting on: params at most ~1 update old (PPO)
   c.actors.nle_ttyrecs = False  # write NLE ttyrecs into <workdir>/nle
 
   c.log = ml_collections.ConfigDict()
@@ -105,7 +106,7 @@ def base_config() -> ml_collections.ConfigDict:
   return c
 
 
-RECIPES = ('impala', 'a2c')
+RECIPES = ('impala', 'a2c', 'ppo')
 
 
 def apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
@@ -127,12 +128,38 @@ def apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
     lr, the first layer's 256 weights per unit all in the same direction
     (Pong's frames are almost all background), and within a few hundred
     updates most first-layer ReLUs are dead for every input (README, Atari).
+  'ppo': cleanrl's Atari PPO (ppo_atari_envpool.py) on the same actors:
+    batches of about 1,024 steps (about 16 envs x 64 steps, in whole actor
+    blocks; the unroll a multiple of 4), 4 epochs x 4 minibatches of shuffled single steps, clip 0.1,
+    GAE(0.95) advantages normalised per minibatch, a clipped value loss,
+    entropy 0.01, the loss averaged, clip 0.5, Adam lr 2.5e-4 with epsilon
+    1e-5, orthogonal initialisation (hidden sqrt 2, policy 0.01, value 1).
+    A queue of one block, and actors that wait for the learner to take
+    their block before acting on, keep the behaviour policy about one
+    update old: PPO's ratio is taken against it, and an older one is
+    clipped more (policy lag 2-4 updates without them).
   """
   if recipe not in RECIPES:
     raise ValueError(f'unknown recipe {recipe!r}; choose one of {", ".join(RECIPES)}')
   if recipe == 'impala':
     return
   envs = c.actors.envs_per_actor
+  if recipe == 'ppo':
+    c.batch_size = envs * max(1, round(16 / envs))
+    # A multiple of the 4 minibatches, so any device's shard splits evenly.
+    c.unroll_length = max(4, 1024 // c.batch_size // 4 * 4)
+    c.loss.name = 'ppo'
+    c.learning_rate = 2.5e-4
+    c.entropy_cost = 0.01
+    c.baseline_cost = 0.5
+    c.loss_reduction = 'mean'
+    c.optimizer.name = 'adam'
+    c.optimizer.adam_eps = 1e-5
+    c.optimizer.max_grad_norm = 0.5
+    c.network.init = 'orthogonal'
+    c.actors.queue_size = 1
+    c.actors.wait_for_learner = True
+    return
   c.unroll_length = 5
   c.batch_size = envs * max(1, round(16 / envs))  # about 16 envs, in whole actor blocks
   c.learning_rate = 7e-4

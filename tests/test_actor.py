@@ -3,6 +3,7 @@ reset steps, discounts and whole-episode returns."""
 
 import queue
 import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -142,3 +143,33 @@ def test_logged_returns_are_whole_games_summed_across_lives():
   # ... while logged episodes are games of two 3-step lives.
   assert eps, 'no game recorded'
   assert all(e.episode_return == 6.0 and e.episode_length == 6 for e in eps)
+
+
+def test_wait_for_learner_acts_with_params_published_after_the_block_was_taken():
+  """With wait_for_learner, an actor that queued a block acts no further
+  until the learner takes it; the next unroll then reads the newest params.
+  Without it, the actor runs ahead with the old params."""
+  for wait in (True, False):
+    store, unrolls, episodes = ParamsStore(), queue.Queue(maxsize=1), queue.SimpleQueue()
+    store.publish({}, 0)
+    stop = threading.Event()
+    env = CountingEnv(length=100)
+    actor = Actor(0, env, _act, (), store, unrolls, episodes, StageTimer(), stop, 4,
+                  jax.devices()[0], seed=0, wait_for_learner=wait)
+    actor.start()
+    first = unrolls.get(timeout=30)        # the learner takes block 0 ...
+    time.sleep(0.3)
+    steps_while_training = actor.env_steps
+    store.publish({}, 1)                   # ... and publishes version 1 after its update
+    second = unrolls.get(timeout=30)
+    stop.set()
+    actor.join(timeout=10)
+    assert actor.error is None, actor.error
+    assert first.params_version == 0
+    # Block 0 takes 5 steps of 2 envs, each later block 4 (they share a step).
+    if wait:
+      # Block 1 was collected while the learner trained on block 0 (params 0),
+      # then the actor stopped: one update of lag at most.
+      assert second.params_version == 0 and steps_while_training == 2 * (5 + 4)
+    else:
+      assert steps_while_training == 2 * (5 + 4 + 4)   # it ran ahead into block 2

@@ -46,8 +46,25 @@ def test_recipes_impala_is_the_default_and_a2c_is_baselines_a2c():
   assert (o.rmsprop_eps, o.eps_in_sqrt, o.rmsprop_initial_scale, o.max_grad_norm) == (1e-5, True, 1.0, 0.5)
   assert a2c.total_env_steps == 3_000_000
   assert _load('atari_popart', 'recipe=a2c').total_env_steps == 6 * 3_000_000
-  with pytest.raises(ValueError, match='unknown recipe.*impala, a2c'):
-    _load('atari_single', 'recipe=ppo')
+  with pytest.raises(ValueError, match='unknown recipe.*impala, a2c, ppo'):
+    _load('atari_single', 'recipe=dqn')
+
+
+def test_recipe_ppo_is_cleanrls_atari_ppo():
+  c = _load('atari_single', 'game=Pong,recipe=ppo')
+  assert (c.loss.name, c.unroll_length * c.batch_size, c.batch_size) == ('ppo', 1024, 16)
+  p = c.ppo
+  assert (p.epochs, p.minibatches, p.clip_epsilon, p.gae_lambda, p.value_targets) == (4, 4, 0.1, 0.95, 'gae')
+  assert (p.normalize_advantages, p.value_clip_epsilon, p.split) == (True, 0.1, 'steps')
+  o = c.optimizer
+  assert (o.name, c.learning_rate, o.adam_eps, o.max_grad_norm) == ('adam', 2.5e-4, 1e-5, 0.5)
+  assert (c.loss_reduction, c.entropy_cost, c.network.init, c.actors.queue_size) == ('mean', 0.01, 'orthogonal', 1)
+  assert c.actors.wait_for_learner
+  assert c.total_env_steps == 3_000_000
+  validate(c)
+  six = _load('atari_popart', 'recipe=ppo')   # 12 envs per actor: 12 x 84 steps
+  assert six.batch_size == 12 and six.unroll_length == 84
+  validate(six)
 
 
 def test_every_config_field_is_commented():
