@@ -61,12 +61,30 @@ def gradient_report(grads: Dict[str, object], max_grad_norm: float) -> Dict[str,
 
 def rmsprop_nu(opt_state):
   """The RMSProp second-moment tree inside the learner's optimiser state."""
-  found = [s.nu for s in jax.tree.leaves(
-      opt_state, is_leaf=lambda s: type(s).__name__ == 'ScaleByRmsState')
-           if type(s).__name__ == 'ScaleByRmsState']
+  return _one_state(opt_state, 'ScaleByRmsState').nu
+
+
+def _one_state(opt_state, type_name: str):
+  found = [s for s in jax.tree.leaves(opt_state, is_leaf=lambda s: type(s).__name__ == type_name)
+           if type(s).__name__ == type_name]
   if len(found) != 1:
-    raise ValueError(f'expected one RMSProp state in the optimiser state, found {len(found)}')
+    raise ValueError(f'expected one {type_name} in the optimiser state, found {len(found)}')
   return found[0]
+
+
+def denominator_floor(opt_state, eps: float, eps_in_sqrt: bool, optimizer: str = 'rmsprop',
+                      adam_b2: float = 0.999):
+  """(the optimiser's per-parameter second-moment term, the value below which
+  epsilon dominates it), flattened: RMSProp's nu against eps (inside the
+  root) or sqrt(nu) against eps (outside); Adam's bias-corrected
+  sqrt(nu_hat) against eps (optax's form)."""
+  if optimizer == 'adam':
+    state = _one_state(opt_state, 'ScaleByAdamState')
+    correction = 1.0 - adam_b2 ** state.count.astype(jnp.float32)
+    nu = jnp.concatenate([n.ravel() for n in jax.tree.leaves(state.nu)])
+    return jnp.sqrt(nu / jnp.maximum(correction, 1e-12)), eps
+  nu = jnp.concatenate([n.ravel() for n in jax.tree.leaves(rmsprop_nu(opt_state))])
+  return (nu if eps_in_sqrt else jnp.sqrt(nu)), eps
 
 
 def _step_kl(logits_p: jax.Array, logits_q: jax.Array) -> jax.Array:
@@ -81,7 +99,8 @@ def policy_kl(logits_p: jax.Array, logits_q: jax.Array, mask: jax.Array) -> jax.
 
 
 def step_report(apply_fn: Callable, before, after, batch: Unroll, learning_rate: float,
-                eps: float, eps_in_sqrt: bool = True) -> Dict[str, jax.Array]:
+                eps: float, eps_in_sqrt: bool = True, optimizer: str = 'rmsprop',
+                adam_b2: float = 0.999) -> Dict[str, jax.Array]:
   """The update from LearnerState `before` to `after` on `batch`.
 
   'step/median', 'step/p99', 'step/max': |delta theta| over all parameters;
@@ -89,13 +108,14 @@ def step_report(apply_fn: Callable, before, after, batch: Unroll, learning_rate:
   steps, far below 1 when epsilon dominates); 'eps_dominated': share of
   parameters whose RMSProp denominator is set by eps rather than the
   gradient: nu < eps for sqrt(nu + eps) (`eps_in_sqrt`), sqrt(nu) < eps for
-  sqrt(nu) + eps, nu read after the update; 'kl_update' and
+  sqrt(nu) + eps, nu read after the update (Adam: sqrt(nu_hat) < eps);
+  'kl_update' and
   'kl_update_max': KL(pi_before || pi_after) over the batch's valid steps
   (the reset steps are masked, as in the loss).
   """
   delta = jnp.concatenate([jnp.abs(a - b).ravel() for a, b in zip(
       jax.tree.leaves(after.params), jax.tree.leaves(before.params))])
-  nu = jnp.concatenate([n.ravel() for n in jax.tree.leaves(rmsprop_nu(after.opt_state))])
+  moment, floor = denominator_floor(after.opt_state, eps, eps_in_sqrt, optimizer, adam_b2)
   logits_before = apply_fn(before.params, _stats(before), batch.obs, batch.first,
                            batch.core_state)[0][:-1]
   logits_after = apply_fn(after.params, _stats(after), batch.obs, batch.first,
@@ -107,7 +127,7 @@ def step_report(apply_fn: Callable, before, after, batch: Unroll, learning_rate:
       'step/p99': jnp.percentile(delta, 99.0),
       'step/max': jnp.max(delta),
       'step/mean_over_lr': jnp.mean(delta) / learning_rate,
-      'eps_dominated': jnp.mean(((nu if eps_in_sqrt else jnp.sqrt(nu)) < eps).astype(jnp.float32)),
+      'eps_dominated': jnp.mean((moment < floor).astype(jnp.float32)),
       'kl_update': jnp.sum(mask * kl) / jnp.maximum(jnp.sum(mask), 1.0),
       'kl_update_max': jnp.max(jnp.where(mask > 0, kl, 0.0)),
   }

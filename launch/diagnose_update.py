@@ -55,6 +55,10 @@ def _load_config():
     config = _CONFIG.value
   else:
     raise app.UsageError('give --config or --workdir')
+  if config.loss.name != 'impala':
+    raise app.UsageError(f'diagnose_update splits the IMPALA loss into its terms; this config '
+                         f'has loss.name={config.loss.name!r} (PPO runs log ppo/clip_fraction, '
+                         'ppo/approx_kl and the health metrics instead)')
   with config.unlocked():
     config.workdir = tempfile.mkdtemp(prefix='diagnose-')  # the Trainer's own, unused
     config.wandb.mode = 'disabled'
@@ -90,7 +94,9 @@ class Diagnoser:
     apply = agent_net.apply_fn(self.trainer.network)
     cfg = losses.config_from(config)
     head = agent_net.VALUE_HEAD
-    max_norm, eps = config.optimizer.max_grad_norm, config.optimizer.rmsprop_eps
+    o = config.optimizer
+    max_norm = o.max_grad_norm
+    eps = o.adam_eps if o.name == 'adam' else o.rmsprop_eps
     loss_fn = losses.impala_loss(apply, cfg)
 
     @jax.jit
@@ -103,7 +109,7 @@ class Diagnoser:
     @jax.jit
     def step(before, after, batch, learning_rate):
       return update_stats.step_report(apply, before, after, batch, learning_rate, eps,
-                                      config.optimizer.eps_in_sqrt)
+                                      o.eps_in_sqrt, o.name, o.adam_b2)
 
     self._gradients, self._step = gradients, step
     self._batch_report = update_stats.batch_report

@@ -103,3 +103,22 @@ def test_step_report_on_a_first_rmsprop_step():
   np.testing.assert_allclose(report['kl_update'], kl.mean(), rtol=1e-3)
   np.testing.assert_allclose(report['kl_update_max'], kl.max(), rtol=1e-3)
   assert float(report['kl_update']) > 0
+
+
+def test_step_report_on_a_first_adam_step():
+  """Adam's first step is lr g / (|g| + eps) after bias correction: about lr
+  for every parameter whose |g| >> eps; epsilon dominates sqrt(v_hat) = |g|
+  exactly where |g| < eps."""
+  apply, params, batch, cfg = _setup()
+  lr, eps = 1e-3, 1e-4
+  optimizer, _ = learner_lib.make_optimizer(lr, 1_000_000, 1e9, 0.99, 0.01, 0.0, name='adam',
+                                            adam_eps=eps)
+  state = learner_lib.LearnerState(params=params, popart={VALUE_HEAD: popart.init_stats(1)},
+                                   opt_state=optimizer.init(params), step=jnp.zeros((), jnp.int32))
+  grads = jax.grad(lambda p: losses.impala_loss(apply, cfg)(p, popart.init_stats(1), batch)[0])(params)
+  updates, opt_state = optimizer.update(grads, state.opt_state, params)
+  after = state._replace(params=optax.apply_updates(params, updates), opt_state=opt_state)
+  report = update_stats.step_report(apply, state, after, batch, lr, eps=eps, optimizer='adam')
+  g = np.concatenate([np.abs(np.asarray(x)).ravel() for x in jax.tree.leaves(grads)])
+  np.testing.assert_allclose(report['step/mean_over_lr'], np.mean(g / (g + eps)), rtol=1e-3)
+  np.testing.assert_allclose(report['eps_dominated'], np.mean(g < eps), rtol=1e-6)
