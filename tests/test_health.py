@@ -47,13 +47,19 @@ def test_sharded_health_equals_one_device():
 def test_mlp_and_cnn_sow_their_relu_maxima():
   for name, obs, layers in [
       ('mlp', {'state': np.random.default_rng(0).normal(size=(2, 3, 4)).astype(np.float32)},
-       {'fc0': (64,), 'fc1': (64,)})]:
+       {'fc0': (64,), 'fc1': (64,)}),
+      ('shallow', {'frames': np.random.default_rng(0).integers(0, 255, (2, 3, 4, 84, 84)
+                                                                 ).astype(np.uint8)},
+       {'conv1': (20, 20, 32), 'conv2': (9, 9, 64), 'conv3': (7, 7, 64), 'fc': (512,)}),
+      ('resnet', {'frames': np.random.default_rng(0).integers(0, 255, (1, 2, 4, 84, 84)
+                                                                ).astype(np.uint8)},
+       {'stages': (11, 11, 32), 'fc': (256,)})]:
     cfg = ml_collections.ConfigDict({'name': name, 'lstm_size': 0, 'torso_kwargs': {},
                                      'core_extra_inputs': False})
     network = agent_net.make_network(cfg, num_actions=3, num_values=1)
     variables = agent_net.init_variables(network, jax.random.key(0),
                                          jax.tree.map(lambda x: x[0, 0], obs))
-    first = np.zeros((2, 3), bool)
+    first = np.zeros(next(iter(obs.values())).shape[:2], bool)
     out = agent_net.apply_fn(network, with_health=True)(
         variables['params'], variables['popart']['value_head'], obs, first, ())
     assert len(out) == 4
