@@ -3,12 +3,16 @@ reached a return.
 
   python launch/plot_runs.py runs/pong_a2c runs/pong_a2c_1 --output=docs/pong_a2c.png \\
       --labels='a2c recipe,a2c recipe (nu from 0)' --random=-20.7 --threshold=-15.7
+  python launch/plot_runs.py runs/pong_ppo_3m runs/pong_impala --output=docs/pong.png \\
+      --references=pong --thresholds=-15,0,18
 
 Returns are whole games, averaged over every game that ended in the last
 --window env steps (each game weighted once, however the log windows cut
 them). Panels: that smoothed return per task, the policy entropy, and
 agent steps per second. --threshold prints, per run and task, the first env
-step at which the smoothed return reached it.
+step at which the smoothed return reached it (--thresholds: several).
+--references=pong draws the published implementations' steps to a Pong
+return of -15, 0 and +18 (PONG_REFERENCES) as ranges on the return panel.
 """
 
 import os
@@ -21,19 +25,35 @@ from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 
-_OUTPUT = _LABELS = _WINDOW = _RANDOM = _THRESHOLD = _TITLE = None
+_OUTPUT = _LABELS = _WINDOW = _RANDOM = _THRESHOLD = _TITLE = _THRESHOLDS = _REFERENCES = None
+
+# Agent steps (4 frames each) at which published implementations' mean
+# training return on Pong first reaches -15, 0 and +18 (low, high), read from
+# their plots (README, Atari; cleanrl docs/rl-algorithms/ppo, Cleanba
+# static/cleanba main_10CPU.csv, moolib docs/atari_2.png, openai/baselines-results).
+PONG_REFERENCES = {
+    'cleanrl PPO': {-15: (0.75e6, 0.84e6), 0: (1.34e6, 1.44e6), 18: (3.2e6, 3.5e6)},
+    'Cleanba IMPALA (ResNet)': {-15: (0.9e6, 0.9e6), 0: (2e6, 3e6), 18: (16e6, 16e6)},
+    'TorchBeast IMPALA': {-15: (1e6, 1e6), 0: (1.4e6, 1.4e6), 18: (3.2e6, 3.2e6)},
+    'moolib IMPALA': {-15: (2.2e6, 2.2e6), 0: (3.4e6, 3.4e6), 18: (8.8e6, 8.8e6)},
+    'baselines A2C': {-15: (2.1e6, 2.5e6), 0: (2.8e6, 4.2e6), 18: (5e6, 8.4e6)},
+}
+REFERENCES = {'pong': PONG_REFERENCES}
 
 
 def _define_flags():
   """The script's flags, defined only when it runs as a script: tests import
   this module beside other launch/ modules with flags of the same names."""
-  global _OUTPUT, _LABELS, _WINDOW, _RANDOM, _THRESHOLD, _TITLE
+  global _OUTPUT, _LABELS, _WINDOW, _RANDOM, _THRESHOLD, _TITLE, _THRESHOLDS, _REFERENCES
   _OUTPUT = flags.DEFINE_string('output', 'curves.png', 'PNG to write.')
   _LABELS = flags.DEFINE_list('labels', [], 'One label per run folder (default: folder names).')
   _WINDOW = flags.DEFINE_integer('window', 100_000, 'Env steps the smoothed return averages over.')
   _RANDOM = flags.DEFINE_float('random', None, 'Random play\'s score: a dashed line.')
   _THRESHOLD = flags.DEFINE_float('threshold', None, 'A return to report first crossings of.')
   _TITLE = flags.DEFINE_string('title', '', 'Figure title.')
+  _THRESHOLDS = flags.DEFINE_list('thresholds', [], 'Returns to report first crossings of.')
+  _REFERENCES = flags.DEFINE_enum('references', None, list(REFERENCES),
+                                  "Published steps to given returns to draw (one task only).")
 
 
 def smoothed_returns(run, task: str, window: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -56,8 +76,28 @@ def first_crossing(steps: np.ndarray, values: np.ndarray, threshold: float) -> O
   return float(steps[above[0]]) if len(above) else None
 
 
+def draw_references(ax, references, xmax: Optional[float] = None):
+  """Each implementation's (low, high) agent steps to each return level as
+  a horizontal bar with end marks (a point where low = high); bars past
+  `xmax` are left out."""
+  import matplotlib.pyplot as plt
+  colours = plt.rcParams['axes.prop_cycle'].by_key()['color']
+  for k, (name, levels) in enumerate(references.items()):
+    colour = colours[(k + 4) % len(colours)]
+    offset = (k - (len(references) - 1) / 2) * 0.6   # keep the bars of one level apart
+    first = True
+    for level, (lo, hi) in sorted(levels.items()):
+      if xmax is not None and lo > xmax:
+        continue
+      mid = (lo + hi) / 2
+      ax.errorbar([mid], [level + offset], xerr=[[mid - lo], [hi - mid]], fmt='s', ms=3,
+                  color=colour, capsize=3, lw=1, alpha=0.8,
+                  label=f'{name} (published)' if first else None)
+      first = False
+
+
 def plot(runs, labels: List[str], output: str, window: int, random_score=None,
-         threshold=None, title: str = ''):
+         threshold=None, title: str = '', references=None):
   import matplotlib
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt
@@ -75,6 +115,9 @@ def plot(runs, labels: List[str], output: str, window: int, random_score=None,
       ax.axhline(random_score, color='grey', ls='--', lw=1, label='random')
     if threshold is not None and len(tasks) == 1:
       ax.axhline(threshold, color='red', ls=':', lw=1, label=f'{threshold:g}')
+    if references and len(tasks) == 1:
+      xmax = max((run.records[-1]['env_steps'] for run in runs if run.records), default=None)
+      draw_references(ax, references, 1.1 * xmax if xmax else None)
     ax.set_title(f'{task}: return (games ending in the last {window // 1000}k steps)', fontsize=8)
     ax.set_xlabel('agent steps')
     ax.legend(fontsize=7)
@@ -108,7 +151,10 @@ def main(argv):
   if len(labels) != len(runs):
     raise app.UsageError(f'{len(labels)} labels for {len(runs)} runs')
   tasks = plot(runs, labels, _OUTPUT.value, _WINDOW.value, _RANDOM.value, _THRESHOLD.value,
-               _TITLE.value)
+               _TITLE.value, REFERENCES.get(_REFERENCES.value))
+  thresholds = [float(t) for t in _THRESHOLDS.value]
+  if _THRESHOLD.value is not None:
+    thresholds.insert(0, _THRESHOLD.value)
   print(f'wrote {_OUTPUT.value}')
   for run, label in zip(runs, labels):
     minutes = run.records[-1].get('time', float('nan')) / 60 if run.records else float('nan')
@@ -119,9 +165,9 @@ def main(argv):
       if not len(x):
         continue
       line = f'  {task}: first {y[0]:.2f}, best {y.max():.2f}, last {y[-1]:.2f}'
-      if _THRESHOLD.value is not None:
-        cross = first_crossing(x, y, _THRESHOLD.value)
-        line += f', reached {_THRESHOLD.value:g} at ' + (f'{cross:,.0f} steps' if cross else 'never')
+      for threshold in thresholds:
+        cross = first_crossing(x, y, threshold)
+        line += f', reached {threshold:g} at ' + (f'{cross:,.0f} steps' if cross else 'never')
       print(line)
 
 

@@ -28,5 +28,13 @@ def test_smoothed_returns_weight_every_game_once():
 
 def test_plot_writes_a_png(tmp_path):
   out = tmp_path / 'c.png'
-  tasks = plot_runs.plot([_run(), _run()], ['a', 'b'], str(out), 250, -20.7, -15.7, 'title')
+  tasks = plot_runs.plot([_run(), _run()], ['a', 'b'], str(out), 250, -20.7, -15.7, 'title',
+                         references=plot_runs.PONG_REFERENCES)
   assert tasks == ['Pong'] and out.stat().st_size > 1000
+
+
+def test_references_are_ordered_ranges():
+  for name, levels in plot_runs.PONG_REFERENCES.items():
+    assert sorted(levels) == [-15, 0, 18], name
+    lows = [levels[k][0] for k in sorted(levels)]
+    assert all(lo <= hi for lo, hi in levels.values()) and lows == sorted(lows), name
