@@ -46,8 +46,16 @@ def test_recipes_impala_is_the_default_and_a2c_is_baselines_a2c():
   assert (o.rmsprop_eps, o.eps_in_sqrt, o.rmsprop_initial_scale, o.max_grad_norm) == (1e-5, True, 1.0, 0.5)
   assert a2c.total_env_steps == 3_000_000
   assert _load('atari_popart', 'recipe=a2c').total_env_steps == 6 * 3_000_000
-  with pytest.raises(ValueError, match='unknown recipe.*impala, a2c, ppo'):
+  with pytest.raises(ValueError, match='unknown recipe.*impala, impala_adam, a2c, ppo'):
     _load('atari_single', 'recipe=dqn')
+
+
+def test_recipe_impala_adam_is_moolibs_optimisation():
+  c = _load('atari_single', 'game=Pong,recipe=impala_adam')
+  assert (c.loss.name, c.unroll_length, c.batch_size, c.loss_reduction) == ('impala', 20, 32, 'mean')
+  o = c.optimizer
+  assert (o.name, c.learning_rate, o.adam_eps, o.max_grad_norm, c.entropy_cost) == ('adam', 6e-4, 1e-8, 40.0, 6e-4)
+  assert c.total_env_steps == 3_000_000
 
 
 def test_recipe_ppo_is_cleanrls_atari_ppo():
