@@ -70,8 +70,7 @@ class NatureCNNTorso(nn.Module):
   Those go through `nature_cnn.nature_convs` (networks/nature_cnn.py): the
   three convolutions as one custom-VJP op, same parameters (conv1..3 with
   `kernel` and `bias`, then `fc`). Other frame sizes or dtypes use one
-  `Conv2D` per layer. Measured on a quiet 2-core EPYC, see
-  networks/nature_cnn.py.
+  `Conv2D` per layer. The op's measurements are in its module docstring.
 
   Records each layer's per-unit maximum over the batch of its relu output
   in `health` (conv1 [20, 20, 32], conv2 [9, 9, 64], conv3 [7, 7, 64],
