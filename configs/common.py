@@ -132,7 +132,8 @@ def apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
     lr, the first layer's 256 weights per unit all in the same direction
     (Pong's frames are almost all background), and within a few hundred
     updates most first-layer ReLUs are dead for every input (README, Atari).
-  'ppo': cleanrl's Atari PPO (ppo_atari_envpool.py) on the same actors:
+  'ppo': cleanrl's Atari PPO (ppo_atari_envpool.py) on the same actors
+    (call after the network is set: an LSTM gets minibatches of unrolls):
     batches of about 1,024 steps (about 16 envs x 64 steps, in whole actor
     blocks; the unroll a multiple of 4), 4 epochs x 4 minibatches of shuffled single steps, clip 0.1,
     GAE(0.95) advantages normalised per minibatch, a clipped value loss,
@@ -168,6 +169,9 @@ def apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
     c.optimizer.adam_eps = 1e-5
     c.optimizer.max_grad_norm = 0.5
     c.network.init = 'orthogonal'
+    # Recurrent networks keep whole unrolls (their state runs along them).
+    recurrent = c.network.lstm_size or c.network.name == 'attention'
+    c.ppo.split = 'unrolls' if recurrent else 'steps'
     c.actors.queue_size = 1
     c.actors.wait_for_learner = True
     return
