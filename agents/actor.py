@@ -126,9 +126,11 @@ class Actor(threading.Thread):
     self._device = device
     self._rng = jax.device_put(jax.random.key(seed), device)
     # After queueing an unroll, wait for room in the queue (the learner took
-    # a block) before acting again, so the next unroll starts with params at
-    # most one update behind the update that consumes it (PPO's ratio is
-    # taken against the acting policy). False: run ahead by queue_size blocks.
+    # a block) before acting again, so the next unroll starts with params
+    # about one update behind the update that consumes it: exactly one with
+    # one actor and a queue of one; 1 and 2 in turn with two actors (PPO's
+    # ratio is taken against the acting policy). False: run ahead by
+    # queue_size blocks.
     self._wait_for_learner = wait_for_learner
     self.error: Optional[BaseException] = None
     self.env_steps = 0

@@ -130,7 +130,10 @@ def targets_fn(apply_fn: Callable, cfg: losses.LossConfig, axis_name: Optional[s
 
     num_valid = jnp.sum(mask)
     sums = {'value_mean': jnp.sum(mask * values[:-1]),
-            'advantage_mean': jnp.sum(mask * t.advantage)}
+            'advantage_mean': jnp.sum(mask * t.advantage),
+            # KL(mu || pi) at the start of the update: the policy lag's share
+            # of the ratios' distance from 1 (ppo/approx_kl adds the update's).
+            'kl_behaviour': jnp.sum(mask * jnp.sum(jnp.exp(log_mu) * (log_mu - log_pi), axis=-1))}
     if axis_name is not None:
       num_valid, sums = jax.lax.psum((num_valid, sums), axis_name)
     metrics = {k: v / jnp.maximum(num_valid, 1.0) for k, v in sums.items()}

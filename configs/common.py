@@ -117,10 +117,11 @@ def apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
     summed loss. Paper-faithful, but it moves the policy slowly: each update
     uses 640 steps, and with the loss summed over them the clip at 40 binds
     on almost every update (see the README's Atari section).
-  'impala_adam': IMPALA's V-trace learner with moolib's published Atari
-    optimisation (moolib examples, the curve in its docs/atari_2.png):
-    unroll 20, batch 32, Adam lr 6e-4 with epsilon 1e-8, the loss averaged
-    over the batch, entropy cost 6e-4, clip 40.
+  'impala_adam': IMPALA's V-trace learner, batching left as the config has
+    it (one game: 32 unrolls of 20), with moolib's published Atari
+    optimisation (examples/vtrace; the curve in its docs/atari_2.png, made
+    with its own network and a 50M-step schedule): Adam lr 6e-4 with epsilon
+    1e-8, the loss averaged over the batch, entropy cost 6e-4, clip 40.
   'a2c': the optimisation of A2C (Mnih et al. 2016) as OpenAI baselines'
     TensorFlow code runs it on Atari, on the same V-trace learner: updates
     on 5-step unrolls of about 16 envs (80 steps, 8x IMPALA's updates per
@@ -140,9 +141,9 @@ def apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
     entropy 0.01, the loss averaged, clip 0.5, Adam lr 2.5e-4 with epsilon
     1e-5, orthogonal initialisation (hidden sqrt 2, policy 0.01, value 1).
     A queue of one block, and actors that wait for the learner to take
-    their block before acting on, keep the behaviour policy about one
-    update old: PPO's ratio is taken against it, and an older one is
-    clipped more (policy lag 2-4 updates without them).
+    their block before acting on, keep the behaviour policy 1-2 updates
+    old (1.5 on average with two actors; 2-4 without them): PPO's ratio is
+    taken against it, and an older one is clipped more.
   """
   if recipe not in RECIPES:
     raise ValueError(f'unknown recipe {recipe!r}; choose one of {", ".join(RECIPES)}')
@@ -157,9 +158,15 @@ def apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
     return
   envs = c.actors.envs_per_actor
   if recipe == 'ppo':
-    c.batch_size = envs * max(1, round(16 / envs))
-    # A multiple of the 4 minibatches, so any device's shard splits evenly.
+    # Recurrent networks keep whole unrolls (their state runs along them), so
+    # their batch must split into the 4 minibatches: the number of unrolls
+    # nearest 16, in whole actor blocks, that 4 divides. Feed-forward ones
+    # take single steps: the unroll, a multiple of 4, splits any batch.
+    recurrent = bool(c.network.lstm_size) or c.network.name == 'attention'
+    blocks = [k for k in range(1, 17) if not recurrent or envs * k % 4 == 0]
+    c.batch_size = envs * min(blocks, key=lambda k: (abs(envs * k - 16), k))
     c.unroll_length = max(4, 1024 // c.batch_size // 4 * 4)
+    c.ppo.split = 'unrolls' if recurrent else 'steps'
     c.loss.name = 'ppo'
     c.learning_rate = 2.5e-4
     c.entropy_cost = 0.01
@@ -169,9 +176,6 @@ def apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
     c.optimizer.adam_eps = 1e-5
     c.optimizer.max_grad_norm = 0.5
     c.network.init = 'orthogonal'
-    # Recurrent networks keep whole unrolls (their state runs along them).
-    recurrent = c.network.lstm_size or c.network.name == 'attention'
-    c.ppo.split = 'unrolls' if recurrent else 'steps'
     c.actors.queue_size = 1
     c.actors.wait_for_learner = True
     return
@@ -234,3 +238,4 @@ def apply_smoke(c: ml_collections.ConfigDict) -> None:
   c.actors.queue_size = 2
   c.log.every_seconds = 0.0
   c.wandb.mode = 'disabled'
+  c.ppo.minibatches = 1         # a batch of a few unrolls may not split further

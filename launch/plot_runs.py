@@ -167,7 +167,7 @@ def main(argv):
       line = f'  {task}: first {y[0]:.2f}, best {y.max():.2f}, last {y[-1]:.2f}'
       for threshold in thresholds:
         cross = first_crossing(x, y, threshold)
-        line += f', reached {threshold:g} at ' + (f'{cross:,.0f} steps' if cross else 'never')
+        line += f', reached {threshold:g} at ' + (f'{cross:,.0f} steps' if cross is not None else 'never')
       print(line)
 
 

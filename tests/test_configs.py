@@ -75,6 +75,20 @@ def test_recipe_ppo_is_cleanrls_atari_ppo():
   validate(six)
 
 
+@pytest.mark.parametrize('arg,batch', [('games=Pong+Breakout+Seaquest,lstm', 12),
+                                       ('games=Pong+Breakout+Seaquest,net=attention', 12),
+                                       ('games=Pong,lstm', 16), ('lstm', 12)])
+def test_recipe_ppo_with_a_recurrent_network_splits_into_whole_unrolls(arg, batch):
+  """Minibatches of whole unrolls: the recipe's batch must split into 4."""
+  c = _load('atari_popart', arg)       # recipe=ppo is the six-game default
+  assert (c.ppo.split, c.batch_size, c.batch_size % c.actors.envs_per_actor) == ('unrolls', batch, 0)
+  c.num_learner_devices = 1
+  validate(c)
+  smoke = _load('atari_popart', arg + ',smoke')
+  assert smoke.ppo.minibatches == 1
+  validate(smoke)
+
+
 def test_every_config_field_is_commented():
   """Each assignment in base_config carries a comment saying what it is."""
   source = open(os.path.join(ROOT, 'configs', 'common.py')).read()

@@ -68,3 +68,11 @@ def test_mlp_and_cnn_sow_their_relu_maxima():
                                         obs, first, ())
     np.testing.assert_allclose(out[0], plain[0], rtol=1e-6)
     assert all(float(v.min()) >= 0 for v in out[3].values())   # maxima of ReLU outputs
+
+
+def test_logit_spread_of_a_blind_policy_is_zero_in_float32():
+  """640 states of the same near-uniform policy (log-probabilities near
+  -1.79): the spread must read 0, not float32 rounding noise."""
+  log_pi = jnp.broadcast_to(jax.nn.log_softmax(jnp.asarray([0.01, -0.02, 0.0, 0.03, 0.0, -0.01])),
+                            (640, 6)).astype(jnp.float32)
+  np.testing.assert_allclose(health.logit_spread(log_pi, jnp.ones(640)), 0.0, atol=1e-6)

@@ -87,6 +87,8 @@ def test_vtrace_targets_on_policy_equal_gae_returns():
   vt_t = ppo.targets_fn(_fixed_apply(logits, n), _config(value_targets='vtrace'))(
       params, popart.init_stats(1), batch)[1]
   np.testing.assert_allclose(vt_t.norm_target, gae_t.norm_target, rtol=1e-5, atol=1e-6)
+  m = ppo.targets_fn(_fixed_apply(logits, n), _config())(params, popart.init_stats(1), batch)[2]
+  np.testing.assert_allclose(m['kl_behaviour'], 0.0, atol=1e-6)   # behaviour = learner
   v = n[..., 0]
   r = batch.reward[:-1]
   vs_next = jnp.concatenate([vt_t.norm_target[1:], v[-1:]], axis=0)
