@@ -46,12 +46,35 @@ class Run:
     return out
 
 
+def stitch_resumed(records: List[Dict]) -> List[Dict]:
+  """One history from a metrics.jsonl that resumed runs appended to.
+
+  A run stopped and resumed from its last checkpoint logs that checkpoint's
+  env steps again: the records the stopped process wrote after it describe
+  a stretch the resumed run does not continue, so they are dropped. `time`
+  (seconds since the process started) goes on from the last kept record's,
+  so it counts the training time of the kept history (the dropped stretch's
+  wall time is not in it); the resumed records keep their process's own
+  clock as `process_time`.
+  """
+  out: List[Dict] = []
+  offset = 0.0
+  for r in records:
+    if out and 'env_steps' in r and r['env_steps'] < out[-1].get('env_steps', 0):
+      out = [o for o in out if o.get('env_steps', 0) <= r['env_steps']]
+      offset = out[-1].get('time', 0.0) if out else 0.0
+    if offset and 'time' in r:
+      r = {**r, 'process_time': r['time'], 'time': r['time'] + offset}
+    out.append(r)
+  return out
+
+
 def load_run(workdir: str, name: Optional[str] = None) -> Run:
   path = os.path.join(workdir, 'metrics.jsonl')
   if not os.path.exists(path):
     raise FileNotFoundError(f'{workdir} has no metrics.jsonl')
   with open(path) as f:
-    records = [json.loads(line) for line in f if line.strip()]
+    records = stitch_resumed([json.loads(line) for line in f if line.strip()])
   config = None
   if os.path.exists(os.path.join(workdir, 'config.json')):
     with open(os.path.join(workdir, 'config.json')) as f:

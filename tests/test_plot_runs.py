@@ -1,6 +1,8 @@
 """launch/plot_runs.py: the episode-weighted smoothed return, its first
 crossing of a threshold, and the figure."""
 
+import json
+
 import numpy as np
 
 from launch import plot_runs, results
@@ -38,3 +40,18 @@ def test_references_are_ordered_ranges():
     assert sorted(levels) == [-15, 0, 18], name
     lows = [levels[k][0] for k in sorted(levels)]
     assert all(lo <= hi for lo, hi in levels.values()) and lows == sorted(lows), name
+
+
+def test_a_resumed_runs_metrics_drop_the_stretch_it_did_not_continue(tmp_path):
+  """Killed at 400 steps, resumed from the checkpoint at 200: the first
+  process's records after 200 are superseded, and `time` goes on from 200's."""
+  lines = [
+      {'env_steps': 100, 'time': 10.0}, {'env_steps': 200, 'time': 20.0},
+      {'env_steps': 300, 'time': 30.0}, {'env_steps': 400, 'time': 40.0},
+      {'env_steps': 250, 'time': 4.0}, {'env_steps': 350, 'time': 9.0},
+  ]
+  (tmp_path / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in lines))
+  run = results.load_run(str(tmp_path))
+  assert [r['env_steps'] for r in run.records] == [100, 200, 250, 350]
+  assert [r['time'] for r in run.records] == [10.0, 20.0, 24.0, 29.0]
+  assert [r.get('process_time') for r in run.records] == [None, None, 4.0, 9.0]
