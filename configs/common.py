@@ -6,6 +6,8 @@ Experiment files start from `base_config()` and override what differs.
 
 import ml_collections
 
+from networks import torsos
+
 
 def task(name: str, env_id: str, **env_kwargs) -> dict:
   """One task: a unique `name` (used in metric keys), its env id (EnvPool or
@@ -116,7 +118,7 @@ def apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
     RMSProp lr 6e-4 with epsilon 0.01 inside the square root, clip 40 on the
     summed loss. Paper-faithful, but it moves the policy slowly: each update
     uses 640 steps, and with the loss summed over them the clip at 40 binds
-    on almost every update (see the README's Atari section).
+    on almost every update (docs/pong.md, point 3).
   'impala_adam': IMPALA's V-trace learner, batching left as the config has
     it (one game: 32 unrolls of 20), with moolib's published Atari
     optimisation (examples/vtrace; the curve in its docs/atari_2.png, made
@@ -132,7 +134,7 @@ def apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
     outside the root: PyTorch's form) RMSProp moves every weight by about
     lr, the first layer's 256 weights per unit all in the same direction
     (Pong's frames are almost all background), and within a few hundred
-    updates most first-layer ReLUs are dead for every input (README, Atari).
+    updates most first-layer ReLUs are dead for every input (docs/pong.md).
   'ppo': cleanrl's Atari PPO (ppo_atari_envpool.py) on the same actors
     (call after the network is set: an LSTM gets minibatches of unrolls):
     batches of about 1,024 steps (about 16 envs x 64 steps, in whole actor
@@ -162,7 +164,7 @@ def apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
     # their batch must split into the 4 minibatches: the number of unrolls
     # nearest 16, in whole actor blocks, that 4 divides. Feed-forward ones
     # take single steps: the unroll, a multiple of 4, splits any batch.
-    recurrent = bool(c.network.lstm_size) or c.network.name == 'attention'
+    recurrent = torsos.is_recurrent(c.network)
     blocks = [k for k in range(1, 17) if not recurrent or envs * k % 4 == 0]
     c.batch_size = envs * min(blocks, key=lambda k: (abs(envs * k - 16), k))
     c.unroll_length = max(4, 1024 // c.batch_size // 4 * 4)

@@ -18,11 +18,10 @@ from envs import atari
 from envs import nethack
 from envs import registry
 from networks.init import INITS
-from networks.torsos import NETWORK_NAMES, OBS_KEYS
+from networks.torsos import NETWORK_NAMES, OBS_KEYS, RECURRENT_NETWORKS, is_recurrent
 
 WANDB_MODES = ('offline', 'online', 'disabled')
 LOSS_REDUCTIONS = ('sum', 'mean')
-RECURRENT_NETWORKS = ('attention',)  # networks with a built-in core
 # The Nature CNN's convolutions (8/4, 4/2, 3/1, no padding) leave no output
 # below 36 pixels: 36 -> 8 -> 3 -> 1.
 NATURE_CNN_MIN_SIZE = 36
@@ -200,8 +199,7 @@ def _check_ppo(config) -> None:
   if not isinstance(config.ppo.normalize_advantages, bool):
     raise ConfigError('ppo.normalize_advantages',
                       f'must be True or False, got {config.ppo.normalize_advantages!r}')
-  recurrent = config.network.lstm_size or config.network.name in RECURRENT_NETWORKS
-  if config.loss.name == 'ppo' and config.ppo.split == 'steps' and recurrent:
+  if config.loss.name == 'ppo' and config.ppo.split == 'steps' and is_recurrent(config.network):
     raise ConfigError('ppo.split', "'steps' shuffles single steps, which a recurrent network "
                       "cannot take (its state runs along the unroll); use 'unrolls'")
 

@@ -50,8 +50,10 @@ def stitch_resumed(records: List[Dict]) -> List[Dict]:
   """One history from a metrics.jsonl that resumed runs appended to.
 
   A run stopped and resumed from its last checkpoint logs that checkpoint's
-  env steps again: the records the stopped process wrote after it describe
-  a stretch the resumed run does not continue, so they are dropped. `time`
+  env steps again: the records the stopped process wrote past the resumed
+  process's first record describe a stretch the resumed run does not
+  continue, so they are dropped (those between the checkpoint and that first
+  record, one log window at most, stay). `time`
   (seconds since the process started) goes on from the last kept record's,
   so it counts the training time of the kept history (the dropped stretch's
   wall time is not in it); the resumed records keep their process's own

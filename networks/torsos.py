@@ -178,3 +178,10 @@ OBS_KEYS = {
 # optional LSTM core and the heads) and 'attention', which is its own
 # recurrent encoder and core.
 NETWORK_NAMES = tuple(sorted(OBS_KEYS))
+RECURRENT_NETWORKS = ('attention',)  # networks with a built-in core
+
+
+def is_recurrent(network) -> bool:
+  """Whether a config's `network` (name, lstm_size) carries a state along
+  the unroll: an LSTM core, or a network with its own."""
+  return bool(network.lstm_size) or network.name in RECURRENT_NETWORKS
