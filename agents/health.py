@@ -5,7 +5,7 @@ Two failure modes make a policy blind long before its returns say so:
 * dead ReLUs: a unit (one position x channel of a conv layer, one unit of a
   dense layer) whose output is 0 for every input gets no gradient and
   cannot come back. On Pong, larger normalised steps killed most of the
-  first conv layer within minutes (README, Atari).
+  first conv layer within minutes (docs/pong.md).
 * a policy that does not depend on the state: its logits are the same for
   every observation, so it only learns action frequencies.
 

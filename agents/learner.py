@@ -52,8 +52,8 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
   `initial_scale` is where RMSProp's second moment nu starts. optax's default
   0 makes the first step lr * g / sqrt(0.01 g^2) = 10 lr sign(g) for every
   parameter at once when eps is small (with eps 1e-5 on Pong: a KL of 1.9
-  in one update, and most ReLU units dead within a few updates; README,
-  Atari). 1.0 is TensorFlow's RMSProp (IMPALA's and A2C's own code): steps
+  in one update, and most ReLU units dead within a few updates;
+  docs/pong.md, point 4). 1.0 is TensorFlow's RMSProp (IMPALA's and A2C's own code): steps
   start at lr * g and grow as nu forgets its start.
 
   Adam (optax.adam, PyTorch's form): bias-corrected moments, epsilon

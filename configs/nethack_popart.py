@@ -25,7 +25,7 @@ map; the main job trains 2.1x as fast with it on a 2-core CPU), nle_baseline (NL
 feed-forward) or nle_attention (the course report's variant: a strided glyph
 ResNet whose 3x10 grid a blstats query attends over, FC 512 x2, LSTM 512).
 
-recipe= picks the optimisation (README, NetHack: "What limited learning"):
+recipe= picks the optimisation (docs/nethack_results.md, "What limited learning"):
   fast    the default: RMSProp lr 2e-4 with epsilon 1e-6, PopArt beta 3e-3,
           entropy 1e-3, discount 0.99, unroll 20, batch 32, clip 40.
   impala  IMPALA's Atari table (configs/common.py): lr 6e-4, epsilon 0.01,

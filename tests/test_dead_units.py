@@ -1,6 +1,6 @@
 """The bug behind Pong's flat runs: with normalised RMSProp steps, Pong's
 almost-constant frames kill the Nature CNN's first layer within a few
-updates (README, "Why Pong stayed at random level"). recipe=a2c's
+updates (docs/pong.md). recipe=a2c's
 TensorFlow-form RMSProp must not; PyTorch's form (eps outside the root,
 nu from 0) does, which shows the check can fail."""
 
