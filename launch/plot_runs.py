@@ -29,10 +29,11 @@ _OUTPUT = _LABELS = _WINDOW = _RANDOM = _THRESHOLD = _TITLE = _THRESHOLDS = _REF
 
 # Agent steps (4 frames each) at which published implementations' mean
 # training return on Pong first reaches -15, 0 and +18 (low, high), read from
-# their plots (README, Atari; cleanrl docs/rl-algorithms/ppo, Cleanba
+# their plots (the README's Pong table; cleanrl docs/rl-algorithms/ppo, Cleanba
 # static/cleanba main_10CPU.csv, moolib docs/atari_2.png, openai/baselines-results).
 PONG_REFERENCES = {
     'cleanrl PPO': {-15: (0.75e6, 0.84e6), 0: (1.34e6, 1.44e6), 18: (3.2e6, 3.5e6)},
+    'baselines PPO2': {-15: (0.5e6, 0.9e6), 0: (1.15e6, 1.5e6), 18: (2.2e6, 2.8e6)},
     'Cleanba IMPALA (ResNet)': {-15: (0.9e6, 0.9e6), 0: (2e6, 3e6), 18: (16e6, 16e6)},
     'TorchBeast IMPALA': {-15: (1e6, 1e6), 0: (1.4e6, 1.4e6), 18: (3.2e6, 3.2e6)},
     'moolib IMPALA': {-15: (2.2e6, 2.2e6), 0: (3.4e6, 3.4e6), 18: (8.8e6, 8.8e6)},
@@ -104,7 +105,8 @@ def plot(runs, labels: List[str], output: str, window: int, random_score=None,
   tasks = sorted({t for run in runs for t in run.task_names})
   cols = min(3, len(tasks))
   rows = -(-len(tasks) // cols) + 1
-  fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False)
+  width = 7.5 if references else 5   # room for the references' legend
+  fig, axes = plt.subplots(rows, cols, figsize=(width * cols, 3.2 * rows), squeeze=False)
   for i, task in enumerate(tasks):
     ax = axes[i // cols][i % cols]
     for run, label in zip(runs, labels):
@@ -120,7 +122,10 @@ def plot(runs, labels: List[str], output: str, window: int, random_score=None,
       draw_references(ax, references, 1.1 * xmax if xmax else None)
     ax.set_title(f'{task}: return (games ending in the last {window // 1000}k steps)', fontsize=8)
     ax.set_xlabel('agent steps')
-    ax.legend(fontsize=7)
+    if references and len(tasks) == 1:   # many entries: beside the panel, not over the curves
+      ax.legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1.0))
+    else:
+      ax.legend(fontsize=7)
   for ax in axes[-1]:
     ax.axis('off')
   for j, (key, name) in enumerate((('entropy', 'policy entropy'), ('sps', 'agent steps / s'))):
