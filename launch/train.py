@@ -132,34 +132,33 @@ def _validate_everywhere(config):
   return plan
 
 
-def _raise_interrupt(signum, frame):
-  raise KeyboardInterrupt(f'signal {signum}')
-
-
 def _handle_signals(stop_requested: threading.Event, multi: bool):
   """SIGINT and SIGTERM stop a run cleanly (final checkpoint first); returns
   the previous handlers ({} off the main thread, where none can be set).
 
-  One process: they raise KeyboardInterrupt, as Ctrl-C does. SIGINT needs
-  its handler set too: a process started in the background by a shell
+  The first signal sets `stop_requested`: the loop ends after the update in
+  progress (with several processes, at the same update on all of them: the
+  trainer's vote), and the run saves and exits 0. It does not raise: an
+  exception raised from a handler lands wherever the main thread is, and
+  where that is a callback whose exceptions Python ignores (JAX's gc
+  callback, seen in CI) the stop was lost and the run trained on. SIGINT
+  needs its handler set too: a process started in the background by a shell
   (`cmd &`, nohup) inherits SIGINT *ignored*, and `kill -INT` would then do
-  nothing.
-
-  Several processes: a signal must not break a process out of the middle of
-  a collective, so it sets `stop_requested` and every process stops at the
-  same update (the trainer's vote). A second signal exits at once."""
+  nothing. A second signal does not wait for the update: one process raises
+  KeyboardInterrupt (saved from where it lands), several exit at once."""
   if threading.current_thread() is not threading.main_thread():
     return {}
 
   def handler(signum, frame):
+    if not stop_requested.is_set():
+      stop_requested.set()
+      return
     if not multi:
-      _raise_interrupt(signum, frame)
-    if stop_requested.is_set():
-      from agents import multihost
-      print(f'error: second signal {signum}: exiting without a final checkpoint',
-            file=sys.stderr, flush=True)
-      multihost.exit_now(1)
-    stop_requested.set()
+      raise KeyboardInterrupt(f'second signal {signum}')
+    from agents import multihost
+    print(f'error: second signal {signum}: exiting without a final checkpoint',
+          file=sys.stderr, flush=True)
+    multihost.exit_now(1)
 
   return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
 
