@@ -94,15 +94,15 @@ def env_spaces(env_id: str, env_kwargs: Dict[str, Any], observation_keys: Sequen
     return (int(spec.action_space.n),
             {observation_key(space.shape): (tuple(space.shape), np.dtype(space.dtype))})
   import gymnasium as gym
-  import nle.nethack
+  from envs.nle_worker import DERIVED_OBS, observation_desc
   kwargs = {k: v for k, v in env_kwargs.items() if k not in ('max_episode_steps', 'savedir')}
-  env = gym.make(env_id, observation_keys=tuple(observation_keys), save_ttyrec_every=0,
+  nle_keys = tuple(k for k in observation_keys if k not in DERIVED_OBS) or ('blstats',)
+  env = gym.make(env_id, observation_keys=nle_keys, save_ttyrec_every=0,
                  disable_env_checker=True, **kwargs)
   num_actions = int(env.action_space.n)
   env.close()
-  desc = nle.nethack.OBSERVATION_DESC  # what envs.nle_env.NLEBatchedEnv reports
-  return num_actions, {k: (tuple(desc[k]['shape']), np.dtype(desc[k]['dtype']))
-                       for k in observation_keys}
+  # what envs.nle_env.NLEBatchedEnv reports
+  return num_actions, {k: observation_desc(k) for k in observation_keys}
 
 
 def checkpoint_steps(workdir: str) -> Tuple[int, ...]:

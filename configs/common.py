@@ -74,6 +74,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.network.lstm_size = 0       # LSTM core size; 0 = feed-forward
   c.network.core_extra_inputs = True  # the core also sees the one-hot last action and clipped last reward (IMPALA)
   c.network.torso_kwargs = ml_collections.ConfigDict()  # extra torso arguments
+  c.network.extra_inputs = ()   # nle_baseline / nle_fast also read: 'message' (the message line), 'under_hero' (the glyph under the hero)
 
   c.tasks = ()                  # tuple of task(...) dicts; their order gives the task ids
 

@@ -18,6 +18,12 @@ role, named by the role's code in envs.nethack.ROLES order ('arc', 'bar', ...,
 and that episode counts for the task of the role dealt, so the envs per task
 are nominal and the tasks' shares of the data follow NetHack's role draw.
 
+inputs= what nle_baseline / nle_fast read beside glyphs and blstats
+(network.extra_inputs, networks/nethack.py): by default message+under_hero,
+the message line (a character CNN) and the glyph under the hero (the
+previous map's glyph where the hero now stands: the hero's `@` hides a
+staircase). inputs= (empty) reads glyphs and blstats only, as before issue [10].
+
 net= picks the network (networks/torsos.py, networks/nethack.py):
 nle_fast (the default: NLE's bundled agent with a 2-layer CNN on the full
 map; the main job trains 2.1x as fast with it on a 2-core CPU), nle_baseline (NLE's bundled agent: map and
@@ -27,7 +33,8 @@ ResNet whose 3x10 grid a blstats query attends over, FC 512 x2, LSTM 512).
 
 recipe= picks the optimisation (docs/nethack_results.md, "What limited learning"):
   fast    the default: RMSProp lr 2e-4 with epsilon 1e-6, PopArt beta 3e-3,
-          entropy 1e-3, discount 0.99, unroll 20, batch 32, clip 40.
+          entropy 1e-3, discount 0.999 (0.99 before issue [10]), unroll 20,
+          batch 32, clip 40.
   impala  IMPALA's Atari table (configs/common.py): lr 6e-4, epsilon 0.01,
           PopArt beta 3e-4 (Hessel et al.). The main job's defaults before
           issue [8]: epsilon 0.01 dominates RMSProp's denominator for every
@@ -40,6 +47,7 @@ recipe= picks the optimisation (docs/nethack_results.md, "What limited learning"
 
 from configs import common
 from envs import nethack
+from networks import torsos
 
 NLE_TASKS = {
     'Score': 'NetHackScore-v0', 'Staircase': 'NetHackStaircase-v0',
@@ -53,6 +61,9 @@ ENVS_PER_ROLE = 4        # with chars=@: 52 envs for the 13 role tasks
 # net= choices -> LSTM core size (0: feed-forward).
 NETWORK_LSTM_SIZES = {'nle_fast': 512, 'nle_simple': 0, 'nle_baseline': 512, 'nle_attention': 512}
 RECIPES = ('fast', 'impala', 'nle')
+# What the network reads beside glyphs and blstats (network.extra_inputs;
+# networks/nethack.py): the message line and the glyph under the hero.
+DEFAULT_INPUTS = ('message', 'under_hero')
 
 
 def _apply_recipe(c, recipe: str) -> None:
@@ -66,6 +77,7 @@ def _apply_recipe(c, recipe: str) -> None:
   if recipe == 'fast':
     c.popart.beta = 3e-3
     c.entropy_cost = 1e-3
+    c.discount = 0.999   # NLE's: a descent found many steps ahead still counts
   else:
     c.entropy_cost = 1e-4
     c.discount = 0.999
@@ -91,7 +103,8 @@ def _tasks(chars, env_id):
 
 def get_config(arg=None):
   variant = common.parse_variant(arg, {'task': 'Score', 'chars': DEFAULT_CHARS,
-                                       'net': 'nle_fast', 'recipe': 'fast', 'smoke': False})
+                                       'net': 'nle_fast', 'recipe': 'fast', 'smoke': False,
+                                       'inputs': DEFAULT_INPUTS})
   if variant['task'] not in NLE_TASKS:
     raise ValueError(f'unknown NLE task {variant["task"]!r}; choose one of {", ".join(NLE_TASKS)}')
   if variant['net'] not in NETWORK_LSTM_SIZES:
@@ -105,6 +118,11 @@ def get_config(arg=None):
   c.popart.enabled = True
   c.network.name = variant['net']
   c.network.lstm_size = NETWORK_LSTM_SIZES[variant['net']]
+  if variant['inputs'] and variant['net'] in torsos.EXTRA_INPUT_NETWORKS:
+    c.network.extra_inputs = tuple(variant['inputs'])
+  elif variant['inputs'] and variant['inputs'] != DEFAULT_INPUTS:
+    raise ValueError(f"net={variant['net']} reads no extra inputs; inputs= needs net= one of "
+                     f"{', '.join(torsos.EXTRA_INPUT_NETWORKS)}")
   c.tasks = tasks
   c.actors.num_actors = 1
   c.actors.envs_per_actor = envs_per_task * len(tasks)

@@ -18,7 +18,9 @@ from envs import atari
 from envs import nethack
 from envs import registry
 from networks.init import INITS
-from networks.torsos import NETWORK_NAMES, OBS_KEYS, RECURRENT_NETWORKS, is_recurrent
+from networks.nethack import EXTRA_INPUTS
+from networks.torsos import (EXTRA_INPUT_NETWORKS, NETWORK_NAMES, OBS_KEYS, RECURRENT_NETWORKS,
+                             is_recurrent)
 
 WANDB_MODES = ('offline', 'online', 'disabled')
 LOSS_REDUCTIONS = ('sum', 'mean')
@@ -66,6 +68,24 @@ def _positive(config, names: Sequence[str]) -> None:
     value = _field(config, name)
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
       raise ConfigError(name, f'must be a positive number, got {value!r}')
+
+
+def _check_extra_inputs(network) -> Tuple[str, ...]:
+  """network.extra_inputs as a tuple, checked: known names, once each, and a
+  network that reads them."""
+  extra = network.get('extra_inputs', ())
+  if isinstance(extra, str) or not isinstance(extra, (tuple, list)):
+    raise ConfigError('network.extra_inputs', f'must be a tuple of names from '
+                      f'{", ".join(EXTRA_INPUTS)}, got {extra!r}')
+  extra = tuple(extra)
+  for name in extra:
+    _check_choice('network.extra_inputs', name, EXTRA_INPUTS)
+  if len(set(extra)) != len(extra):
+    raise ConfigError('network.extra_inputs', f'names an input twice: {extra}')
+  if extra and network.name not in EXTRA_INPUT_NETWORKS:
+    raise ConfigError('network.extra_inputs', f'{network.name!r} reads no extra inputs; '
+                      f'they need network.name in {", ".join(EXTRA_INPUT_NETWORKS)}')
+  return extra
 
 
 def _check_choice(field: str, value, allowed) -> None:
@@ -277,7 +297,7 @@ def validate(config) -> RunPlan:
   env_kwargs = [_task_env_kwargs(config, t, num_tasks) for t in tasks]
   role_ids, random_tasks = _random_character_tasks(tasks, env_kwargs)
 
-  obs_keys = OBS_KEYS[config.network.name]
+  obs_keys = OBS_KEYS[config.network.name] + _check_extra_inputs(config.network)
   frames_per_step = 1
   for i, t in enumerate(tasks):
     family = registry.env_family(t['env_id'])
@@ -297,7 +317,7 @@ def validate(config) -> RunPlan:
     else:
       provided = ('glyphs', 'chars', 'colors', 'specials', 'blstats', 'message',
                   'inv_glyphs', 'inv_letters', 'inv_oclasses', 'inv_strs',
-                  'tty_chars', 'tty_colors', 'tty_cursor')
+                  'tty_chars', 'tty_colors', 'tty_cursor', 'under_hero')
     missing = [k for k in obs_keys if k not in provided]
     if missing:
       raise ConfigError('network.name', f'{config.network.name!r} reads {missing} but '

@@ -62,8 +62,8 @@ import numpy as np
 
 from envs import nethack
 from envs.base import StepResult
-from envs.nle_worker import (EPISODE_STATS, OK, STEP, recv_msg, send_msg, shared_layout,
-                             shared_views, worker_main)
+from envs.nle_worker import (DERIVED_OBS, EPISODE_STATS, OK, STEP, observation_desc, recv_msg,
+                             send_msg, shared_layout, shared_views, worker_main)
 
 log = logging.getLogger(__name__)
 
@@ -130,9 +130,9 @@ class NLEBatchedEnv:
                role_task_ids: Optional[Sequence[Optional[Sequence[int]]]] = None):
     if not is_nle_env(env_id):
       raise ValueError(f'{env_id!r} is not an NLE env; known: {NLE_ENV_IDS}')
-    desc = nle.nethack.OBSERVATION_DESC
-    if not set(observation_keys) <= set(desc):
-      raise ValueError(f'unknown NLE observation keys in {observation_keys}')
+    known = set(nle.nethack.OBSERVATION_DESC) | set(DERIVED_OBS)
+    if not set(observation_keys) <= known:
+      raise ValueError(f'unknown NLE observation keys in {observation_keys}; known: {sorted(known)}')
     reward_scales = [1.0] * num_envs if reward_scales is None else reward_scales
     role_task_ids = [None] * num_envs if role_task_ids is None else role_task_ids
     if not (len(task_ids) == len(env_kwargs) == len(reward_scales) == len(role_task_ids)
@@ -154,8 +154,7 @@ class NLEBatchedEnv:
     self._seed, self._timeout = seed, step_timeout_s
     self._start_timeout = max(step_timeout_s, _MIN_START_TIMEOUT_S)
     self._scales = np.asarray(reward_scales, np.float32)
-    self.observation_spec = {k: (tuple(desc[k]['shape']), np.dtype(desc[k]['dtype']))
-                             for k in self._keys}
+    self.observation_spec = {k: observation_desc(k) for k in self._keys}
     # A new folder per batched env: actors and env ids sharing one savedir,
     # and reruns into the same workdir, never mix their files.
     self._savedir = None

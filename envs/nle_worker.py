@@ -27,6 +27,55 @@ _RUNNING, _NEEDS_RESET, _FRESH = 0, 1, 2  # per-env state inside a worker
 EPISODE_STATS = ('score', 'depth', 'turns')  # StepResult.episode_stats keys
 _SCORE, _DEPTH, _TIME = (nle.nethack.NLE_BL_SCORE, nle.nethack.NLE_BL_DEPTH,  # blstats fields
                           nle.nethack.NLE_BL_TIME)
+_X, _Y = nle.nethack.NLE_BL_X, nle.nethack.NLE_BL_Y
+
+# Observations the worker derives, beside NLE's own (name -> (shape, dtype)).
+# under_hero: the glyph the hero stands on, as far as the map showed it: the
+# hero's own glyph hides it. When the hero moves, the previous step's map
+# glyph at the new position; unchanged while it stays; NO_GLYPH ("unknown")
+# at a game's start and after a change of level (the hero arrives on stairs
+# it has not seen from the new level). A staircase the hero walked onto
+# reads as the staircase; something that stood on the square before the
+# hero (a monster it killed, an item) reads as that.
+DERIVED_OBS = {'under_hero': ((), np.int16)}
+
+
+def observation_desc(key: str):
+  """(shape, dtype) of an observation key: NLE's own or a DERIVED_OBS one."""
+  if key in DERIVED_OBS:
+    shape, dtype = DERIVED_OBS[key]
+    return tuple(shape), np.dtype(dtype)
+  desc = nle.nethack.OBSERVATION_DESC[key]
+  return tuple(desc['shape']), np.dtype(desc['dtype'])
+
+
+class UnderHero:
+  """Tracks DERIVED_OBS['under_hero'] for one env from its glyphs and blstats."""
+
+  def __init__(self):
+    self._glyphs = np.zeros(nle.nethack.DUNGEON_SHAPE, np.int16)
+    self.value = nle.nethack.NO_GLYPH
+    self._where = None  # (x, y, depth) of the previous observation
+
+  def reset(self, glyphs: np.ndarray, blstats: np.ndarray) -> int:
+    self.value = nle.nethack.NO_GLYPH
+    self._remember(glyphs, blstats)
+    return self.value
+
+  def step(self, glyphs: np.ndarray, blstats: np.ndarray) -> int:
+    x, y, depth = int(blstats[_X]), int(blstats[_Y]), int(blstats[_DEPTH])
+    if not depth:  # the game is over: NLE blanks the observation
+      return self.value
+    if self._where is None or depth != self._where[2]:
+      self.value = nle.nethack.NO_GLYPH
+    elif (x, y) != self._where[:2]:
+      self.value = int(self._glyphs[y, x])
+    self._remember(glyphs, blstats)
+    return self.value
+
+  def _remember(self, glyphs, blstats):
+    np.copyto(self._glyphs, glyphs)
+    self._where = (int(blstats[_X]), int(blstats[_Y]), int(blstats[_DEPTH]))
 
 
 # The per-step round trip is one byte each way (STEP, then OK); any other
@@ -65,8 +114,7 @@ def recv_msg(fd: int):
 
 def shared_layout(num_envs: int, observation_keys: Sequence[str]):
   """(name, byte offset, shape, dtype) of each shared array, and the total size."""
-  desc = nle.nethack.OBSERVATION_DESC
-  fields = [('obs/' + k, tuple(desc[k]['shape']), desc[k]['dtype']) for k in observation_keys]
+  fields = [('obs/' + k,) + observation_desc(k) for k in observation_keys]
   fields += [('reward', (), np.float32), ('terminated', (), np.bool_),
              ('truncated', (), np.bool_), ('action', (), np.int64), ('task_id', (), np.int32)]
   fields += [('stats/' + k, (), np.float32) for k in EPISODE_STATS]
@@ -140,7 +188,9 @@ def worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys,
   envs = []
   try:
     views = shared_views(raw, layout, lo, hi)
-    obs_views = [(k[4:], v) for k, v in views.items() if k.startswith('obs/')]
+    obs_views = [(k[4:], v) for k, v in views.items()
+                 if k.startswith('obs/') and k[4:] not in DERIVED_OBS]
+    under_view = views.get('obs/under_hero')
     reward, term, trunc, action, task_out = (
         views[k] for k in ('reward', 'terminated', 'truncated', 'action', 'task_id'))
     stats_out = [views['stats/' + k] for k in EPISODE_STATS]
@@ -148,7 +198,8 @@ def worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys,
     # network asked for. NLE computes both (and the message) on every step for
     # its own use anyway, so asking costs nothing; only `observation_keys`
     # reach shared memory, i.e. the parent's observations.
-    keys = tuple(dict.fromkeys(tuple(observation_keys) + ('glyphs', 'blstats')))
+    keys = tuple(dict.fromkeys(tuple(k for k in observation_keys if k not in DERIVED_OBS)
+                               + ('glyphs', 'blstats')))
     for kwargs, (core, disp), savedir in zip(env_kwargs, seeds, savedirs):
       env = _make_env(env_id, kwargs, keys, savedir)
       # NLE ignores reset(seed=...): NetHack's own RNGs are set here and apply
@@ -157,6 +208,7 @@ def worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys,
       envs.append(env)
     n = len(envs)
     state = [_NEEDS_RESET] * n
+    under = [UnderHero() for _ in range(n)] if under_view is not None else None
     monster_roles = _monster_roles() if any(r is not None for r in role_task_ids) else {}
     # Per-env values as Python lists (cheaper per element than numpy scalars),
     # written to shared memory once per command. After a replacement the
@@ -174,12 +226,16 @@ def worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys,
       role_ids = role_task_ids[i]
       t = (task_ids[i] if role_ids is None else
            role_ids[_hero_role(obs['glyphs'], bl, monster_roles)])
+      if under is not None:  # before the next reset reuses NLE's arrays
+        under[i].reset(obs['glyphs'], bl)
       return obs, t, [float(bl[_SCORE]), float(bl[_DEPTH]), float(bl[_TIME])]
 
     def begin(i, game):
       obs, task[i], stats[i] = game
       for key, view in obs_views:
         view[i] = obs[key]
+      if under is not None:
+        under_view[i] = nle.nethack.NO_GLYPH
 
     def publish():
       reward[:], term[:], trunc[:], task_out[:] = rewards, terms, truncs, task
@@ -208,6 +264,8 @@ def worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys,
             for key, view in obs_views:  # NLE reuses its arrays, so copy right away
               view[i] = obs[key]
             bl = obs['blstats']
+            if under is not None:
+              under_view[i] = under[i].step(obs['glyphs'], bl)
             depth = bl[_DEPTH]
             if depth:  # a live game: NLE blanks blstats once the game is over
               s = stats[i]

@@ -47,6 +47,9 @@ class AgentNetwork(nn.Module):
   # Feed one_hot(prev_action) and clipped prev_reward to the recurrent core;
   # obs must then carry CORE_EXTRA_INPUTS. Unused without a core.
   core_extra_inputs: bool = False
+  # Observation keys the torso reads beside its OBS_KEYS (NLE torsos:
+  # networks.nethack.EXTRA_INPUTS); passed to it as `extra_inputs`.
+  extra_inputs: tuple = ()
 
   @nn.compact
   def __call__(self, obs, first, core_state):
@@ -57,8 +60,12 @@ class AgentNetwork(nn.Module):
       x, core_state = AttentionCore(self.lstm_size, **dict(self.torso_kwargs),
                                     name='attention_core')(obs['frames'], first, extra, core_state)
     else:
-      flat = {k: obs[k].reshape((t * b,) + obs[k].shape[2:]) for k in OBS_KEYS[self.torso]}
-      x = TORSOS[self.torso](**dict(self.torso_kwargs), name='torso')(flat)
+      keys = OBS_KEYS[self.torso] + tuple(self.extra_inputs)
+      flat = {k: obs[k].reshape((t * b,) + obs[k].shape[2:]) for k in keys}
+      kwargs = dict(self.torso_kwargs)
+      if self.extra_inputs:
+        kwargs['extra_inputs'] = tuple(self.extra_inputs)
+      x = TORSOS[self.torso](**kwargs, name='torso')(flat)
       x = x.reshape((t, b, -1))
       if self.lstm_size:
         x = jnp.concatenate([x, extra], axis=-1)
@@ -104,7 +111,9 @@ def make_network(network_config, num_actions: int, num_values: int) -> AgentNetw
       num_actions=num_actions, num_values=num_values,
       lstm_size=network_config.lstm_size,
       # Runs written before this field existed read False (run_loading.py).
-      core_extra_inputs=bool(network_config.core_extra_inputs))
+      core_extra_inputs=bool(network_config.core_extra_inputs),
+      # Runs written before this field existed read ().
+      extra_inputs=tuple(network_config.get('extra_inputs', ())))
   if network.torso == 'attention':
     network._check_attention()
   return network

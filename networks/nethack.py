@@ -52,6 +52,46 @@ def crop_glyphs(glyphs, x, y, size: int = 9):
   return jax.vmap(lambda g, i, j: lax.dynamic_slice(g, (i, j), (size, size)))(padded, y, x)
 
 
+# Inputs an NLE torso reads beside glyphs and blstats (network.extra_inputs):
+# 'message', NLE's message line (uint8 [256], zero-padded text), and
+# 'under_hero', the glyph under the hero (int16 [], envs/nle_worker.py).
+EXTRA_INPUTS = ('message', 'under_hero')
+
+
+def message_mlp(message, length: int = 80, char_size: int = 16, channels=(32, 64),
+                kernel: int = 5):
+  """NLE's message line -> [N, channels[-1]]: a character CNN (as NLE's and
+  Sample Factory's agents read text), small enough for a CPU learner.
+
+  The first `length` characters (a message fills one 80-column terminal
+  line; NLE's 256 are zero-padded) are embedded, go through 1-D convs of
+  `kernel` with ReLU (receptive field 1 + (kernel - 1) * layers characters,
+  9 with the defaults: enough for "staircase" or "down here") and are
+  max-pooled over the line, so a word counts wherever it stands. Call it
+  inside a module's compact __call__ (the layers are that module's).
+  """
+  chars = message[:, :length].astype(jnp.int32)
+  x = nn.Embed(256, char_size, name='message_embed')(chars)
+  for i, c in enumerate(channels):
+    x = nn.relu(nn.Conv(c, (kernel,), padding='SAME', name=f'message_conv{i}')(x))
+  return jnp.max(x, axis=1)
+
+
+def extra_features(obs, extra_inputs, glyph_embedding):
+  """Features of the `extra_inputs` (EXTRA_INPUTS order), to concatenate
+  before a torso's FC; `glyph_embedding` ([NLE_NUM_GLYPHS, E]) embeds
+  under_hero as the map's glyphs are. Call inside a compact __call__."""
+  unknown = [k for k in extra_inputs if k not in EXTRA_INPUTS]
+  if unknown:
+    raise ValueError(f'unknown extra inputs {unknown}; known: {EXTRA_INPUTS}')
+  feats = []
+  if 'message' in extra_inputs:
+    feats.append(message_mlp(obs['message']))
+  if 'under_hero' in extra_inputs:
+    feats.append(jnp.take(glyph_embedding, obs['under_hero'].astype(jnp.int32), axis=0))
+  return feats
+
+
 class ConvParams(nn.Module):
   """An nn.Conv's parameters (same names, shapes and initialisers) without
   the conv, for ops that take the kernels themselves (glyph_conv_stack)."""
@@ -89,6 +129,7 @@ class NLEBaselineTorso(nn.Module):
   blstats_size: int = 32
   hidden_size: int = 512
   reference: bool = False  # plain nn.Embed / nn.Conv: tests and benchmarks
+  extra_inputs: tuple = ()  # EXTRA_INPUTS read beside glyphs and blstats, before fc0
 
   @nn.compact
   def __call__(self, obs):
@@ -110,7 +151,8 @@ class NLEBaselineTorso(nn.Module):
         x = glyph_conv_stack(g, embed.embedding, kernels, biases)
       feats.append(x.reshape((x.shape[0], -1)))
     b = blstats_mlp(blstats, self.blstats_size)
-    x = jnp.concatenate(feats + [b], axis=-1)
+    extra = extra_features(obs, tuple(self.extra_inputs), embed.embedding)
+    x = jnp.concatenate(feats + [b] + extra, axis=-1)
     x = nn.relu(nn.Dense(self.hidden_size, name='fc0')(x))
     return nn.relu(nn.Dense(self.hidden_size, name='fc1')(x))
 

@@ -179,6 +179,8 @@ OBS_KEYS = {
 # recurrent encoder and core.
 NETWORK_NAMES = tuple(sorted(OBS_KEYS))
 RECURRENT_NETWORKS = ('attention',)  # networks with a built-in core
+# Networks that take network.extra_inputs (networks.nethack.EXTRA_INPUTS).
+EXTRA_INPUT_NETWORKS = ('nle_baseline', 'nle_fast')
 
 
 def is_recurrent(network) -> bool:
