@@ -117,7 +117,7 @@ def test_nethack_recipes():
   fast = _load('nethack_popart')
   assert (fast.network.name, fast.network.lstm_size) == ('nle_fast', 512)
   assert (fast.learning_rate, fast.optimizer.rmsprop_eps, fast.popart.beta) == (2e-4, 1e-6, 3e-3)
-  assert (fast.entropy_cost, fast.discount, fast.unroll_length, fast.batch_size) == (1e-3, 0.99, 20, 32)
+  assert (fast.entropy_cost, fast.discount, fast.unroll_length, fast.batch_size) == (1e-3, 0.999, 20, 32)
   # recipe=impala: IMPALA's Atari table, as base_config has it.
   impala, base = _load('nethack_popart', 'recipe=impala'), common.base_config()
   for field in ('learning_rate', 'entropy_cost', 'discount', 'unroll_length'):
