@@ -96,7 +96,7 @@ def env_spaces(env_id: str, env_kwargs: Dict[str, Any], observation_keys: Sequen
   import gymnasium as gym
   from envs.nle_worker import DERIVED_OBS, observation_desc
   kwargs = {k: v for k, v in env_kwargs.items() if k not in ('max_episode_steps', 'savedir')}
-  nle_keys = tuple(k for k in observation_keys if k not in DERIVED_OBS) or ('blstats',)
+  nle_keys = tuple(k for k in observation_keys if k not in DERIVED_OBS)
   env = gym.make(env_id, observation_keys=nle_keys, save_ttyrec_every=0,
                  disable_env_checker=True, **kwargs)
   num_actions = int(env.action_space.n)

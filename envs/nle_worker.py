@@ -234,8 +234,8 @@ def worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys,
       obs, task[i], stats[i] = game
       for key, view in obs_views:
         view[i] = obs[key]
-      if under is not None:
-        under_view[i] = nle.nethack.NO_GLYPH
+      if under is not None:  # new_game reset it
+        under_view[i] = under[i].value
 
     def publish():
       reward[:], term[:], trunc[:], task_out[:] = rewards, terms, truncs, task
