@@ -7,11 +7,25 @@ them can read.
 A checkpoint holds the learner state (params, PopArt statistics, optimiser
 state with its schedule count, learner step), the env-step counter and the
 RNG key the actors are seeded from. `<workdir>/checkpoints/<env_steps>/`.
+
+Each checkpoint is verified when it is written: its files are read back
+into `<step>/verified.json` (size and SHA-256 of every file) and its
+metadata must list the state's arrays. Before a resume `find_intact` checks
+the files against that manifest, newest first; damaged checkpoints move to
+`<workdir>/checkpoints.damaged/` (kept, out of orbax's sight) and the run
+resumes from the newest intact one. Older checkpoints are deleted only
+after a newer one verified, so the last intact one is never deleted while a
+damaged one is kept. Checkpoints written before manifests existed are
+checked for orbax's own metadata files only.
 """
 
+import hashlib
+import json
 import os
-from typing import Any, Dict, Optional, Sequence
+import shutil
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from absl import logging
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
@@ -19,21 +33,123 @@ import orbax.checkpoint as ocp
 from agents.learner import LearnerState
 
 SUBDIR = 'checkpoints'
+DAMAGED_SUBDIR = 'checkpoints.damaged'
+MANIFEST = 'verified.json'
+# orbax's own files, present in every finished checkpoint of ours.
+REQUIRED = ('_CHECKPOINT_METADATA', 'default/_METADATA', 'default/manifest.ocdbt')
 KEEP_LAST = 2  # checkpoints kept when keep_intermediate is False
+
+
+class CheckpointError(RuntimeError):
+  """A checkpoint cannot be written or restored; the message is one line."""
 
 
 def directory(workdir: str) -> str:
   return os.path.abspath(os.path.join(workdir, SUBDIR))
 
 
+def _files(step_dir: str) -> List[str]:
+  out = []
+  for root, _, names in os.walk(step_dir):
+    for name in names:
+      rel = os.path.relpath(os.path.join(root, name), step_dir)
+      if rel != MANIFEST:
+        out.append(rel)
+  return sorted(out)
+
+
+def _digest(path: str) -> str:
+  h = hashlib.sha256()
+  with open(path, 'rb') as f:
+    for chunk in iter(lambda: f.read(1 << 20), b''):
+      h.update(chunk)
+  return h.hexdigest()
+
+
+def write_manifest(step_dir: str) -> None:
+  """Reads every file of a written checkpoint back into its manifest."""
+  files = {rel: [os.path.getsize(os.path.join(step_dir, rel)), _digest(os.path.join(step_dir, rel))]
+           for rel in _files(step_dir)}
+  tmp = os.path.join(step_dir, MANIFEST + '.tmp')
+  with open(tmp, 'w') as f:
+    json.dump({'files': files}, f, indent=1, sort_keys=True)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, os.path.join(step_dir, MANIFEST))
+
+
+def damage(step_dir: str) -> Optional[str]:
+  """None if the checkpoint's files are as written, else what is wrong (one
+  line): a file missing, of another size or content, or orbax's metadata
+  missing (checkpoints without a manifest)."""
+  manifest_path = os.path.join(step_dir, MANIFEST)
+  if not os.path.isfile(manifest_path):
+    missing = [rel for rel in REQUIRED if not os.path.isfile(os.path.join(step_dir, rel))]
+    return f'{missing[0]} is missing' if missing else None
+  try:
+    with open(manifest_path) as f:
+      files = json.load(f)['files']
+  except (OSError, ValueError, KeyError) as e:
+    return f'its manifest {MANIFEST} is unreadable ({e})'
+  for rel, (size, digest) in sorted(files.items()):
+    path = os.path.join(step_dir, rel)
+    if not os.path.isfile(path):
+      return f'{rel} is missing'
+    if os.path.getsize(path) != size:
+      return f'{rel} has {os.path.getsize(path):,} bytes, {size:,} when written'
+    if _digest(path) != digest:
+      return f'{rel} differs from what was written'
+  return None
+
+
+def set_aside(workdir: str, step: int) -> str:
+  """Moves checkpoints/<step> to checkpoints.damaged/<step> (a new name if
+  taken); returns where it went."""
+  dest_dir = os.path.join(os.path.abspath(workdir), DAMAGED_SUBDIR)
+  os.makedirs(dest_dir, exist_ok=True)
+  dest, n = os.path.join(dest_dir, str(step)), 1
+  while os.path.exists(dest):
+    n += 1
+    dest = os.path.join(dest_dir, f'{step}.{n}')
+  shutil.move(os.path.join(directory(workdir), str(step)), dest)
+  return dest
+
+
+def steps_on_disk(workdir: str) -> List[int]:
+  """Env steps of the checkpoint folders, ascending (orbax's unfinished
+  temporary folders are not numbers and are skipped)."""
+  root = directory(workdir)
+  if not os.path.isdir(root):
+    return []
+  return sorted(int(n) for n in os.listdir(root)
+                if n.isdigit() and os.path.isdir(os.path.join(root, n)))
+
+
+def find_intact(workdir: str) -> Tuple[Optional[int], List[Tuple[int, str]]]:
+  """(newest intact checkpoint's step or None, [(step, what is wrong)] for
+  the damaged ones newer than it). Reads only."""
+  damaged = []
+  for step in reversed(steps_on_disk(workdir)):
+    problem = damage(os.path.join(directory(workdir), str(step)))
+    if problem is None:
+      return step, damaged
+    damaged.append((step, problem))
+  return None, damaged
+
+
 class Checkpointer:
 
-  def __init__(self, workdir: str, keep_intermediate: bool = False, read_only: bool = False):
+  def __init__(self, workdir: str, keep_intermediate: bool = False, read_only: bool = False,
+               primary: bool = True):
+    self._workdir = workdir
+    self._keep_intermediate = keep_intermediate
+    self._primary = primary  # writes the manifests and deletes old checkpoints
+    self.problems: List[str] = []  # checkpoints that failed verification when written
+    # Rotation is ours (after verification), not orbax's max_to_keep.
     self._manager = ocp.CheckpointManager(
         directory(workdir),
         options=ocp.CheckpointManagerOptions(
-            max_to_keep=None if keep_intermediate else KEEP_LAST,
-            create=not read_only, read_only=read_only,
+            max_to_keep=None, create=not read_only, read_only=read_only,
             save_interval_steps=0 if read_only else 1,
             enable_async_checkpointing=False))
 
@@ -48,15 +164,51 @@ class Checkpointer:
   def latest_step(self) -> Optional[int]:
     return self._manager.latest_step()
 
-  def save(self, env_steps: int, state: LearnerState, rng: jax.Array) -> None:
+  def save(self, env_steps: int, state: LearnerState, rng: jax.Array) -> bool:
+    """Writes and verifies a checkpoint at `env_steps`; True when one was
+    written now, False when that step is saved already. A checkpoint that
+    fails verification is set aside and named in `problems` (the earlier
+    ones stay); the next save tries again."""
     if env_steps in self._manager.all_steps():
-      return
+      return False
     # Host values (env steps, the key's data) are the same on every process;
     # with several processes orbax writes them and the replicated state once.
     item = {'state': state._asdict(), 'env_steps': np.asarray(env_steps, np.int64),
             'rng': np.asarray(jax.random.key_data(rng))}
     self._manager.save(env_steps, args=ocp.args.StandardSave(item))
     self._manager.wait_until_finished()
+    if not self._primary:
+      return True
+    problem = self._verify_written(env_steps, item)
+    if problem is not None:
+      moved = set_aside(self._workdir, env_steps)
+      self._manager.reload()
+      self.problems.append(f'the checkpoint at env step {env_steps:,} failed verification '
+                           f'({problem}); moved to {moved}')
+      logging.warning('%s', self.problems[-1])
+      return True
+    self._rotate()
+    return True
+
+  def _verify_written(self, env_steps: int, item) -> Optional[str]:
+    step_dir = os.path.join(self.directory, str(env_steps))
+    try:
+      metadata = self._manager.item_metadata(env_steps)
+      saved = jax.tree.leaves(jax.tree.map(lambda m: str(tuple(m.shape)), metadata))
+      expected = jax.tree.leaves(jax.tree.map(lambda x: str(tuple(np.shape(x))), item))
+      if saved != expected:
+        return "its metadata does not list the state's arrays"
+      write_manifest(step_dir)
+    except Exception as e:  # noqa: BLE001 -- any failure to read it back is damage
+      return f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}'
+    return damage(step_dir)
+
+  def _rotate(self) -> None:
+    """Deletes all but the newest KEEP_LAST checkpoints (all verified)."""
+    if self._keep_intermediate:
+      return
+    for step in self.steps()[:-KEEP_LAST]:
+      self._manager.delete(step)
 
   def restore(self, like: LearnerState, env_steps: Optional[int] = None,
               ) -> Dict[str, Any]:
@@ -68,7 +220,13 @@ class Checkpointer:
     abstract = {'state': jax.tree.map(ocp.utils.to_shape_dtype_struct, like._asdict()),
                 'env_steps': np.asarray(0, np.int64),
                 'rng': jax.random.key_data(jax.random.key(0))}
-    item = self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
+    try:
+      item = self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
+    except Exception as e:  # noqa: BLE001 -- orbax raises many kinds; one line says which
+      first = next((line.strip() for line in str(e).splitlines() if line.strip()), '')
+      raise CheckpointError(
+          f'cannot restore the checkpoint at env step {step:,} in {self.directory} into this '
+          f"run's learner state ({type(e).__name__}: {first[:300]})") from e
     return {'state': LearnerState(**item['state']), 'env_steps': int(item['env_steps']),
             'rng': jax.random.wrap_key_data(np.asarray(item['rng']))}
 

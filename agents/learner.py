@@ -179,6 +179,12 @@ def _finish(state, params, opt_state, value_head, new_stats, metrics, schedule):
   metrics['learning_rate'] = schedule(state.step)
   metrics['popart/mu'] = new_stats['mu']
   metrics['popart/sigma'] = popart.sigma(new_stats)
+  # What a checkpoint would hold must be finite (sebulba.FINITE_CHECKS): a
+  # NaN learning rate leaves the loss finite and the new params NaN.
+  metrics['nonfinite/state'] = sum(
+      jnp.sum(~jnp.isfinite(x)).astype(jnp.float32)
+      for x in jax.tree.leaves((params, opt_state, new_stats))
+      if jnp.issubdtype(x.dtype, jnp.inexact))
   new_state = LearnerState(
       params=params,
       popart={**state.popart, value_head: new_stats},

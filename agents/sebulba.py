@@ -38,14 +38,20 @@ class NonFiniteError(FloatingPointError):
   """A learner quantity became NaN or inf; the last good state is saved."""
 
 
-# Checked after every update, in this order: the first non-finite one names the failure.
-FINITE_CHECKS = ('loss/total', 'grad_norm', 'popart/mu', 'popart/sigma')
+# Checked after every update, in this order: the first non-finite one names
+# the failure. 'nonfinite/state' counts the non-finite values of the updated
+# params and optimiser state (learner._finish): it must be 0.
+FINITE_CHECKS = ('loss/total', 'grad_norm', 'popart/mu', 'popart/sigma', 'nonfinite/state')
 
 
 def first_non_finite(metrics: Dict) -> Optional[str]:
-  """The first of FINITE_CHECKS whose value (host arrays) is not finite, or None."""
+  """The first of FINITE_CHECKS whose value (host arrays) is not finite (for
+  'nonfinite/state': not 0), or None."""
   for key in FINITE_CHECKS:
-    if not np.all(np.isfinite(metrics[key])):
+    if key not in metrics:
+      continue
+    value = metrics[key]
+    if not np.all(np.isfinite(value)) or (key == 'nonfinite/state' and np.any(value != 0)):
       return key
   return None
 
@@ -74,7 +80,8 @@ class Trainer:
     self.interrupted = False
     a = config.actors
     first_actor = jax.process_index() * a.num_actors  # actor ids are global
-    self.checkpointer = Checkpointer(config.workdir, config.keep_intermediate)
+    self.checkpointer = Checkpointer(config.workdir, config.keep_intermediate,
+                                     primary=multihost.is_primary())
     # A resumed run continues from its latest checkpoint; its envs and actors
     # get fresh seeds (offset by the env step) rather than replaying the start.
     self.resumed_from = self._agreed_latest_step()
@@ -101,6 +108,7 @@ class Trainer:
       restored = self.checkpointer.restore(self.state, self.resumed_from)
       self.state, self.env_steps, self.rng = (
           restored['state'], restored['env_steps'], restored['rng'])
+    self.start_env_steps = self.env_steps  # where this process began: a stop says what is new
     self._next_checkpoint = self._checkpoint_after(self.env_steps)
     loss_cfg = losses.config_from(config)
     self.update = learner_lib.build_update(
@@ -141,10 +149,11 @@ class Trainer:
     every = self.config.checkpoint_every_steps
     return (env_steps // every + 1) * every if every else float('inf')
 
-  def save_checkpoint(self) -> None:
-    """Saves the learner state at the current env step (once per step).
-    With several processes every process calls it (orbax writes once)."""
-    self.checkpointer.save(self.env_steps, self.state, self.rng)
+  def save_checkpoint(self) -> bool:
+    """Saves the learner state at the current env step (once per step);
+    True when a checkpoint was written now. With several processes every
+    process calls it (orbax writes once)."""
+    return self.checkpointer.save(self.env_steps, self.state, self.rng)
 
   def _variables(self):
     """This process's copy of the variables, for its actors."""
@@ -188,6 +197,10 @@ class Trainer:
     """
     config, plan = self.config, self.plan
     version = int(self.state.step)
+    if self.stop_requested.is_set():  # a stop asked for during start-up: no update, no actor
+      self.interrupted = True
+      self.close()
+      return self.state
     if self.config.keep_intermediate and self.env_steps == 0:
       self.save_checkpoint()  # the initialisation, for analyses of training
     self.store.publish(self._variables(), version)
@@ -256,6 +269,8 @@ class Trainer:
     self.save_checkpoint()
     value = np.asarray(value)
     shown = value.item() if value.size == 1 else value.tolist()
+    if name == 'nonfinite/state':
+      name, shown = 'parameters or optimiser state', f'{int(shown)} values'
     raise NonFiniteError(
         f'non-finite {name} ({shown}) at learner step {int(self.state.step) + 1} '
         f'(env step {self.env_steps + self.plan.env_steps_per_update:,}); the last good state '

@@ -4,6 +4,12 @@ Every metrics line is flushed as it is written, so nothing logged before a
 crash or Ctrl-C is lost. wandb keeps its files inside the workdir; its
 default mode is offline, so no account is needed. With several processes
 only process 0 (`primary`) writes; the others only print their messages.
+
+A wandb failure (at start or later, e.g. its wandb-core process died) is a
+warning: wandb is dropped for the rest of the run, `wandb_failed.txt` in the
+workdir says when and why, and metrics.jsonl goes on. A metrics.jsonl that
+cannot be written raises MetricsWriteError naming the file, which the
+trainer answers with a checkpoint and a one-line stop.
 """
 
 import datetime
@@ -13,7 +19,15 @@ import os
 import sys
 import time
 import uuid
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
+
+from launch.run_folder import RunFolderError
+
+WANDB_FAILED_FILE = 'wandb_failed.txt'
+
+
+class MetricsWriteError(OSError):
+  """metrics.jsonl cannot be written; the message is one line naming it."""
 
 
 def resolve_workdir(config) -> str:
@@ -51,35 +65,53 @@ class RunLogger:
     self._primary = primary
     self._prefix = '' if primary else f'[process {process_index}] '
     self._metrics = self._wandb = None
+    self.metrics_path = os.path.join(workdir, 'metrics.jsonl')
+    self.wandb_failure: Optional[str] = None  # why wandb was dropped, if it was
     if not primary:
       return
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, 'config.json'), 'w') as f:
-      f.write(config.to_json_best_effort(indent=2, sort_keys=True))
-    self._metrics = open(os.path.join(workdir, 'metrics.jsonl'), 'a', buffering=1)
+    try:
+      os.makedirs(workdir, exist_ok=True)
+      with open(os.path.join(workdir, 'config.json'), 'w') as f:
+        f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+      self._metrics = open(self.metrics_path, 'a', buffering=1)
+    except OSError as e:
+      raise RunFolderError(f'cannot write {e.filename or workdir}: {e.strerror or e}') from None
     self._start = time.time()
     self._progress = bool(config.log.progress)
     self._last_returns: Dict[str, float] = {}
+    self._last_env_steps = 0
     self._wandb = None
     if config.wandb.mode != 'disabled':
-      import wandb  # imported only when used: it is slow to import
-      os.environ.setdefault('WANDB_SILENT', 'true')
-      self._wandb = wandb.init(
-          id=_wandb_run_id(workdir), resume='allow',  # a resumed run continues its wandb run
-          project=config.wandb.project, entity=config.wandb.entity or None,
-          group=config.wandb.group or config.config_name, mode=config.wandb.mode,
-          dir=workdir, config=config.to_dict(),
-          tags=[config.config_name, *config.wandb.tags],
-          name=os.path.basename(os.path.normpath(workdir)))
+      try:
+        import wandb  # imported only when used: it is slow to import
+        os.environ.setdefault('WANDB_SILENT', 'true')
+        self._wandb = wandb.init(
+            id=_wandb_run_id(workdir), resume='allow',  # a resumed run continues its wandb run
+            project=config.wandb.project, entity=config.wandb.entity or None,
+            group=config.wandb.group or config.config_name, mode=config.wandb.mode,
+            dir=workdir, config=config.to_dict(),
+            tags=[config.config_name, *config.wandb.tags],
+            name=os.path.basename(os.path.normpath(workdir)))
+      except Exception as e:  # noqa: BLE001 -- wandb raises many kinds; none may stop the run
+        self._wandb_failed(e, 'starting')
 
   def write(self, metrics: Dict) -> None:
     if not self._primary:
       return
     record = {'time': round(time.time() - self._start, 3), **metrics}
-    self._metrics.write(json.dumps({k: _jsonable(v) for k, v in record.items()}) + '\n')
+    try:
+      self._metrics.write(json.dumps({k: _jsonable(v) for k, v in record.items()}) + '\n')
+      self._metrics.flush()
+    except OSError as e:
+      raise MetricsWriteError(
+          e.errno, f'cannot write metrics to {self.metrics_path}: {e.strerror or e}') from e
+    self._last_env_steps = int(metrics['env_steps'])
     if self._wandb is not None:
-      self._wandb.log({**metrics, **self._action_histograms(metrics)},
-                      step=int(metrics['env_steps']))
+      try:
+        self._wandb.log({**metrics, **self._action_histograms(metrics)},
+                        step=int(metrics['env_steps']))
+      except Exception as e:  # noqa: BLE001 -- e.g. wandb-core died: metrics.jsonl goes on
+        self._wandb_failed(e, f'logging env step {int(metrics["env_steps"]):,}')
     if self._progress:
       self._print_progress(metrics)
 
@@ -107,12 +139,41 @@ class RunLogger:
             f'lag {m["policy_lag"]:.1f} | return {returns or "(no episode yet)"}')
     print(line, file=sys.stdout, flush=True)
 
+  def _wandb_failed(self, e: BaseException, doing: str) -> None:
+    """Drops wandb for the rest of the run, with one warning and a note in
+    the workdir; metrics.jsonl is unaffected."""
+    first = next((line.strip() for line in str(e).splitlines() if line.strip()), '')
+    reason = f'{type(e).__name__}: {first}'[:300]
+    self.wandb_failure = reason
+    self.message(f'warning: wandb failed while {doing} ({reason}); wandb is off for the rest '
+                 f'of this run, metrics go on in {self.metrics_path}')
+    try:
+      with open(os.path.join(self.workdir, WANDB_FAILED_FILE), 'a') as f:
+        f.write(f'{datetime.datetime.now().isoformat(timespec="seconds")} while {doing}: '
+                f'{reason}\n')
+    except OSError:
+      pass
+    run, self._wandb = self._wandb, None
+    if run is not None:
+      try:
+        run.finish(exit_code=1)  # marks the run failed, where wandb still can
+      except Exception:  # noqa: BLE001 -- it already failed once
+        pass
+
   def message(self, text: str) -> None:
     print(self._prefix + text, file=sys.stderr, flush=True)
 
   def close(self) -> None:
     if self._metrics is not None:
-      self._metrics.close()
+      try:
+        self._metrics.close()
+      except OSError:
+        pass
+      self._metrics = None
     if self._wandb is not None:
-      self._wandb.finish()
+      try:
+        self._wandb.finish()
+      except Exception as e:  # noqa: BLE001
+        self._wandb = None
+        self._wandb_failed(e, 'finishing')
       self._wandb = None

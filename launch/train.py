@@ -22,6 +22,48 @@ import threading
 import time
 import warnings
 
+# A stop asked for from the first second is kept: the command's handlers go
+# in before anything slow is imported (train() installs its own when called
+# as a library).
+_STOP = threading.Event()
+
+
+def _handle_signals(stop_requested: threading.Event, multi: bool):
+  """SIGINT and SIGTERM stop a run cleanly (final checkpoint first); returns
+  the previous handlers ({} off the main thread, where none can be set).
+
+  The first signal sets `stop_requested`: the loop ends after the update in
+  progress (with several processes, at the same update on all of them: the
+  trainer's vote), and the run saves and exits 0; during start-up the run
+  stops before its first update. It does not raise: an exception raised
+  from a handler lands wherever the main thread is, and where that is a
+  callback whose exceptions Python ignores (JAX's gc callback, seen in CI)
+  the stop was lost and the run trained on; where it is half-built envs, a
+  crash. SIGINT needs its handler set too: a process started in the
+  background by a shell (`cmd &`, nohup) inherits SIGINT *ignored*, and
+  `kill -INT` would then do nothing. A second signal does not wait for the
+  update: one process raises KeyboardInterrupt (saved from where it lands),
+  several exit at once."""
+  if threading.current_thread() is not threading.main_thread():
+    return {}
+
+  def handler(signum, frame):
+    if not stop_requested.is_set():
+      stop_requested.set()
+      return
+    if not multi:
+      raise KeyboardInterrupt(f'second signal {signum}')
+    from agents import multihost
+    print(f'error: second signal {signum}: exiting without a final checkpoint',
+          file=sys.stderr, flush=True)
+    multihost.exit_now(1)
+
+  return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+if __name__ == '__main__':
+  _handle_signals(_STOP, multi=False)
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app  # noqa: E402
@@ -44,60 +86,91 @@ _PROCESS_ID = flags.DEFINE_integer(
     'process_id', None, 'This process, 0..num_processes-1 (default: $JAX_PROCESS_ID)')
 
 
-def train(config):
-  """Validates, trains and logs; returns (final learner state, workdir).
+class RunStopped(RuntimeError):
+  """The run stopped on a failure it reports in one line (exit status 1),
+  after saving what it had."""
 
-  Raises configs.validation.ConfigError before any work on a bad config, and
-  agents.sebulba.NonFiniteError (after saving the last good state) when the
-  learner's loss, gradient or PopArt statistics stop being finite. With
-  several processes (jax.distributed initialised) every process calls it.
+
+def train(config, stop_requested: threading.Event = None):
+  """Validates, trains and logs; returns (final learner state, workdir)
+  (state None when nothing was trained: a stop during start-up, a run
+  already finished).
+
+  Raises configs.validation.ConfigError before any work on a bad config,
+  launch.run_folder.RunFolderError before writing anything when the run
+  folder cannot be used (a file, not writable, locked by another trainer,
+  saved with another network or tasks), agents.sebulba.NonFiniteError (after
+  saving the last good state) when the learner's loss, gradient, PopArt
+  statistics, parameters or optimiser state stop being finite, and
+  RunStopped (after a checkpoint) when metrics.jsonl cannot be written. A
+  first SIGINT or SIGTERM (or `stop_requested` set) ends the run after the
+  update in progress with a checkpoint; during start-up, before the first
+  update. With several processes (jax.distributed initialised) every
+  process calls it.
   """
   import jax
   from agents import multihost
   from agents.sebulba import NonFiniteError, Trainer
-  from launch.run_logger import RunLogger, resolve_workdir
+  from launch.run_logger import MetricsWriteError, RunLogger, resolve_workdir
 
   multi = multihost.is_multiprocess()
-  plan = _validate_everywhere(config)
-  with config.unlocked():
-    # Every process writes to and resumes from process 0's run folder.
-    config.workdir = multihost.allgather_json(resolve_workdir(config))[0]
-  logger = RunLogger(config.workdir, config, plan.task_names, primary=multihost.is_primary(),
-                     process_index=jax.process_index())
-  logger.message(f'run folder: {config.workdir}')
-  trainer, state = None, None
-  stop_requested = threading.Event()
+  stop_requested = stop_requested or threading.Event()
   previous_handlers = _handle_signals(stop_requested, multi)
-  multihost.on_peer_stop(lambda: (trainer and trainer.close(), logger.close()))
+  lock = logger = trainer = state = None
   try:
+    plan = _validate_everywhere(config)
+    with config.unlocked():
+      # Every process writes to and resumes from process 0's run folder.
+      config.workdir = multihost.allgather_json(resolve_workdir(config))[0]
+    workdir = config.workdir
+    lock, resume_step, notes = _open_run_folder(config)
+    if resume_step is not None and resume_step >= config.total_env_steps:
+      _say(f'{workdir} already finished at env step {resume_step:,} (total_env_steps '
+           f'{config.total_env_steps:,}); nothing to do. Raise --config.total_env_steps to '
+           'train on')
+      return None, workdir
+    if stop_requested.is_set():
+      _say(f'stopped during start-up, before {workdir} was written; nothing to save')
+      return None, workdir
+    logger = RunLogger(workdir, config, plan.task_names, primary=multihost.is_primary(),
+                       process_index=jax.process_index())
+    logger.message(f'run folder: {workdir}')
+    for note in notes:
+      logger.message(note)
+    multihost.on_peer_stop(lambda: (trainer and trainer.close(), logger.close()))
     trainer = Trainer(config, plan, stop_requested)
     if multi:
       logger.message(f'process {jax.process_index()} of {jax.process_count()}: '
                      f'{len(plan.learner_devices)} learner devices in all')
     if trainer.resumed_from is not None:
       logger.message(f'resuming from the checkpoint at env step {trainer.resumed_from:,}')
-    state = trainer.run(logger.write)
+    try:
+      state = trainer.run(logger.write)
+    except MetricsWriteError as e:
+      trainer.close()
+      trainer.save_checkpoint()
+      raise RunStopped(f'{e.strerror}; {_saved_where(trainer)}') from None
     trainer.save_checkpoint()
     if multi:
       digest = trainer.check_replicas()
       logger.message(f'params digest {digest}: identical on all {len(plan.learner_devices)} '
                      f'learner devices of {jax.process_count()} processes')
     if trainer.interrupted:
-      logger.message(f'interrupted at env step {trainer.env_steps:,}; '
-                     f'checkpoint and metrics are in {config.workdir}')
-  except KeyboardInterrupt:
+      logger.message(_interrupted_line(trainer, workdir))
+  except KeyboardInterrupt:  # a second signal, from wherever it landed
     if trainer is not None:
       trainer.close()
       trainer.save_checkpoint()
       state = trainer.state
-    logger.message(f'interrupted at env step {trainer.env_steps if trainer else 0:,}; '
-                   f'checkpoint and metrics are in {config.workdir}')
+      _say(_interrupted_line(trainer, config.workdir))
+    else:
+      _say('interrupted during start-up, before the first update; nothing to save')
   except Exception as e:
-    if multi and not multihost.peer_stopping() and not isinstance(e, NonFiniteError):
+    if multi and not multihost.peer_stopping() and not isinstance(e, (NonFiniteError, RunStopped)):
       if isinstance(e, jax.errors.JaxRuntimeError):
         # A dead peer breaks the others' collectives (e.g. gloo's "connection
         # reset by peer"): the watchdog names it within its timeout.
-        logger.message('a collective failed; waiting for the watchdog to tell which process stopped')
+        _say('a collective failed; waiting for the watchdog to tell which process stopped')
         multihost.await_verdict(config.distributed.timeout_seconds + 5)
       # Told before cleaning up, which may be slow: the others stop now, naming this one.
       multihost.announce_failure(f'{type(e).__name__}: {e}')
@@ -107,8 +180,84 @@ def train(config):
       signal.signal(sig, handler)
     if trainer is not None:
       trainer.close()
-    logger.close()
+    if logger is not None:
+      logger.close()
+    if lock is not None:
+      lock.release()
   return state, config.workdir
+
+
+def _say(text: str) -> None:
+  import jax
+  prefix = '' if jax.process_index() == 0 else f'[process {jax.process_index()}] '
+  print(prefix + text, file=sys.stderr, flush=True)
+
+
+def _saved_where(trainer) -> str:
+  return (f'the checkpoint at env step {trainer.env_steps:,} is in '
+          f'{trainer.checkpointer.directory}')
+
+
+def _interrupted_line(trainer, workdir: str) -> str:
+  """The last line of a stopped run, true to what is on disk."""
+  if trainer.env_steps == trainer.start_env_steps:
+    before = (f'the checkpoint at env step {trainer.resumed_from:,} is unchanged'
+              if trainer.resumed_from is not None else 'no checkpoint was written')
+    return f'stopped before the first update; nothing new to save ({before})'
+  return (f'interrupted at env step {trainer.env_steps:,}; {_saved_where(trainer)} and the '
+          f'metrics in {os.path.join(workdir, "metrics.jsonl")}')
+
+
+def _open_run_folder(config):
+  """Readies the run folder for training; returns (lock or None, the env
+  step to resume from or None, lines to print).
+
+  Process 0 checks the folder is usable, takes its lock, checks a resume
+  against the saved config (nothing but the lock is written before that
+  passes), finds the newest intact checkpoint and sets damaged newer ones
+  aside, moves metrics rows logged past that checkpoint to a side file, and
+  keeps the previous config.json when allowed fields changed. Its verdict
+  reaches every process: a RunFolderError stops all of them alike."""
+  from agents import checkpoint, multihost
+  from configs import resume
+  from launch import run_folder
+
+  workdir, lock, notes, problem, step = config.workdir, None, [], None, None
+  if multihost.is_primary():
+    try:
+      run_folder.check_usable(workdir)
+      lock = run_folder.RunLock(workdir).acquire()
+      if lock.stale_holder:
+        notes.append(run_folder.describe_stale(lock.stale_holder))
+      step, damaged = checkpoint.find_intact(workdir)
+      allowed = []
+      if step is not None or damaged:
+        allowed = run_folder.check_resume(workdir, config)
+      for bad_step, what in damaged:
+        moved = checkpoint.set_aside(workdir, bad_step)
+        notes.append(f'the checkpoint at env step {bad_step:,} is damaged ({what}); moved to '
+                     f'{moved}')
+      if damaged:
+        notes.append(f'resuming from the newest intact checkpoint, at env step {step:,}'
+                     if step is not None else 'no intact checkpoint left: starting afresh')
+      if step is None or step < config.total_env_steps:
+        moved_rows, side = run_folder.set_aside_metrics(workdir, step or 0)
+        if moved_rows:
+          notes.append(f'{moved_rows} metrics rows logged after env step {step or 0:,} (no '
+                       f'checkpoint holds them) moved to {side}')
+        if allowed and step is not None:
+          kept = run_folder.keep_previous_config(workdir, step)
+          notes.append(f'resuming with changed {resume.describe(allowed)} (the config before '
+                       f'is kept in {kept})')
+    except run_folder.RunFolderError as e:
+      if lock is not None:
+        lock.release()
+      lock, problem = None, str(e)
+  if multihost.is_multiprocess():
+    problem, step = multihost.allgather_json([problem, step])[0]
+  if problem is not None:
+    raise run_folder.RunFolderError(problem)
+  return lock, step, notes
 
 
 def _validate_everywhere(config):
@@ -130,37 +279,6 @@ def _validate_everywhere(config):
       field, text = found
       raise validation.ConfigError(field, f'{text.split(": ", 1)[-1]} (found by process {p})')
   return plan
-
-
-def _handle_signals(stop_requested: threading.Event, multi: bool):
-  """SIGINT and SIGTERM stop a run cleanly (final checkpoint first); returns
-  the previous handlers ({} off the main thread, where none can be set).
-
-  The first signal sets `stop_requested`: the loop ends after the update in
-  progress (with several processes, at the same update on all of them: the
-  trainer's vote), and the run saves and exits 0. It does not raise: an
-  exception raised from a handler lands wherever the main thread is, and
-  where that is a callback whose exceptions Python ignores (JAX's gc
-  callback, seen in CI) the stop was lost and the run trained on. SIGINT
-  needs its handler set too: a process started in the background by a shell
-  (`cmd &`, nohup) inherits SIGINT *ignored*, and `kill -INT` would then do
-  nothing. A second signal does not wait for the update: one process raises
-  KeyboardInterrupt (saved from where it lands), several exit at once."""
-  if threading.current_thread() is not threading.main_thread():
-    return {}
-
-  def handler(signum, frame):
-    if not stop_requested.is_set():
-      stop_requested.set()
-      return
-    if not multi:
-      raise KeyboardInterrupt(f'second signal {signum}')
-    from agents import multihost
-    print(f'error: second signal {signum}: exiting without a final checkpoint',
-          file=sys.stderr, flush=True)
-    multihost.exit_now(1)
-
-  return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
 
 
 _USER_ERRORS = (flags.Error, AttributeError, KeyError, ValueError, TypeError, OSError)
@@ -228,9 +346,10 @@ def _fail(e: BaseException) -> None:
   if multihost.peer_stopping():
     while True:  # the watchdog prints the cause and exits
       time.sleep(1.0)
+  one_line = (NonFiniteError, RunStopped)  # they say all there is to say
   if isinstance(e, ActorFailed) and e.__cause__ is not None:
     traceback.print_exception(e.__cause__)
-  elif not isinstance(e, NonFiniteError):
+  elif not isinstance(e, one_line):
     traceback.print_exception(e)
   print(f'error: {type(e).__name__}: {e}', file=sys.stderr, flush=True)
   if multihost.is_multiprocess() and not isinstance(e, NonFiniteError):
@@ -241,7 +360,9 @@ def _fail(e: BaseException) -> None:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  from agents.checkpoint import CheckpointError
   from configs.validation import ConfigError
+  from launch.run_folder import RunFolderError
   logging.set_verbosity(logging.WARNING)
   warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
   try:
@@ -258,8 +379,8 @@ def main(argv):
       print(f'config OK: {plan.num_tasks} task(s), {plan.total_learner_steps:,} learner steps',
             file=sys.stderr)
       return
-    train(config)
-  except ConfigError as e:
+    train(config, _STOP)
+  except (ConfigError, RunFolderError, CheckpointError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
   except Exception as e:  # noqa: BLE001 -- every failure ends in one line (and tells peers)
