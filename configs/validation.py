@@ -63,6 +63,28 @@ def _field(config, name: str):
   return value
 
 
+def _non_finite_fields(tree, prefix: str = ''):
+  """(field, value) for every NaN or infinite float anywhere in a config
+  dict (lists included, e.g. 'reward_scales[1]')."""
+  if isinstance(tree, dict):
+    for key, value in tree.items():
+      yield from _non_finite_fields(value, f'{prefix}.{key}' if prefix else str(key))
+  elif isinstance(tree, (list, tuple)):
+    for i, value in enumerate(tree):
+      yield from _non_finite_fields(value, f'{prefix}[{i}]')
+  elif isinstance(tree, float) and not math.isfinite(tree):
+    yield prefix, tree
+
+
+def _check_finite(config) -> None:
+  """No NaN or infinity anywhere: one would pass every range check (NaN
+  compares false) and poison the learner (a NaN learning rate) or hide a
+  mistake (an infinite clip); use a large finite number instead."""
+  for field, value in _non_finite_fields(config.to_dict()):
+    raise ConfigError(field, f'must be a finite number, got {value!r} (NaN and infinity are '
+                      'not allowed in a config; for "no limit" give a large finite number)')
+
+
 def _positive(config, names: Sequence[str]) -> None:
   for name in names:
     value = _field(config, name)
@@ -247,6 +269,7 @@ def _check_debug(config) -> None:
 
 def validate(config) -> RunPlan:
   """Checks every field a run depends on; returns the derived RunPlan."""
+  _check_finite(config)
   _positive(config, ['total_env_steps', 'batch_size', 'unroll_length', 'learning_rate',
                      'actors.num_actors', 'actors.envs_per_actor', 'actors.queue_size',
                      'actors.nle_workers', 'optimizer.max_grad_norm',

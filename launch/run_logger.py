@@ -159,6 +159,13 @@ class RunLogger:
         run.finish(exit_code=1)  # marks the run failed, where wandb still can
       except Exception:  # noqa: BLE001 -- it already failed once
         pass
+    try:  # frees wandb's service and its exit hook, which would print a traceback at exit
+      import wandb
+      wandb.teardown(exit_code=1)
+    except KeyboardInterrupt:
+      raise
+    except BaseException:  # noqa: BLE001 -- incl. the SystemExit its teardown may raise
+      pass
 
   def message(self, text: str) -> None:
     print(self._prefix + text, file=sys.stderr, flush=True)

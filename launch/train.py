@@ -148,9 +148,9 @@ def train(config, stop_requested: threading.Event = None):
       state = trainer.run(logger.write)
     except MetricsWriteError as e:
       trainer.close()
-      trainer.save_checkpoint()
+      _final_save(trainer)
       raise RunStopped(f'{e.strerror}; {_saved_where(trainer)}') from None
-    trainer.save_checkpoint()
+    _final_save(trainer)
     if multi:
       digest = trainer.check_replicas()
       logger.message(f'params digest {digest}: identical on all {len(plan.learner_devices)} '
@@ -160,7 +160,7 @@ def train(config, stop_requested: threading.Event = None):
   except KeyboardInterrupt:  # a second signal, from wherever it landed
     if trainer is not None:
       trainer.close()
-      trainer.save_checkpoint()
+      _final_save(trainer)
       state = trainer.state
       _say(_interrupted_line(trainer, config.workdir))
     else:
@@ -185,6 +185,13 @@ def train(config, stop_requested: threading.Event = None):
     if lock is not None:
       lock.release()
   return state, config.workdir
+
+
+def _final_save(trainer) -> None:
+  """The last checkpoint, where this process trained at all (a stop before
+  the first update leaves the folder's checkpoints as they were)."""
+  if trainer.env_steps > trainer.start_env_steps:
+    trainer.save_checkpoint()
 
 
 def _say(text: str) -> None:
@@ -233,13 +240,18 @@ def _open_run_folder(config):
       allowed = []
       if step is not None or damaged:
         allowed = run_folder.check_resume(workdir, config)
+      if damaged and step is None:
+        bad_step, what = damaged[0]
+        raise run_folder.RunFolderError(
+            f'every checkpoint in {checkpoint.directory(workdir)} is damaged (the latest, at env '
+            f'step {bad_step:,}: {what}); nothing to resume from. Choose another '
+            '--config.workdir, or move that checkpoints folder away to start afresh here')
       for bad_step, what in damaged:
         moved = checkpoint.set_aside(workdir, bad_step)
         notes.append(f'the checkpoint at env step {bad_step:,} is damaged ({what}); moved to '
                      f'{moved}')
       if damaged:
-        notes.append(f'resuming from the newest intact checkpoint, at env step {step:,}'
-                     if step is not None else 'no intact checkpoint left: starting afresh')
+        notes.append(f'resuming from the newest intact checkpoint, at env step {step:,}')
       if step is None or step < config.total_env_steps:
         moved_rows, side = run_folder.set_aside_metrics(workdir, step or 0)
         if moved_rows:
