@@ -5,7 +5,9 @@
   python launch/evaluate.py --workdir=runs/nethack_popart-demo --episodes=8 --video
 
 Writes <workdir>/eval/<env_steps>.json (settings, per-task statistics of
-returns and lengths, human-normalised scores for Atari) and, with --video,
+returns and lengths, human-normalised scores for Atari); an evaluation of a
+step evaluated before goes to <env_steps>.2.json, .3.json, ... (the earlier
+ones are kept) unless --overwrite is given. With --video it also writes
 one GIF per task of its first episode in <workdir>/eval/<env_steps>_video/.
 A missing run, checkpoint or step stops it with one line and exit status 2.
 """
@@ -36,11 +38,24 @@ _MAX_STEPS = flags.DEFINE_integer(
 _NUM_ENVS = flags.DEFINE_integer('num_envs', 8, 'Envs per task stepped in parallel (at most '
                                   '--episodes).', lower_bound=1)
 _SEED = flags.DEFINE_integer('seed', 0, 'Seeds the envs and the action sampling.')
+_OVERWRITE = flags.DEFINE_bool('overwrite', False, 'Replace eval/<step>.json if it exists '
+                               'instead of writing eval/<step>.<n>.json beside it.')
+
+
+def result_path(eval_dir: str, stem: str, overwrite: bool = False) -> str:
+  """eval/<stem>.json, or the first free <stem>.<n>.json (n >= 2) when it
+  exists and `overwrite` is off: no evaluation replaces another unasked."""
+  path = os.path.join(eval_dir, f'{stem}.json')
+  n = 1
+  while not overwrite and os.path.exists(path):
+    n += 1
+    path = os.path.join(eval_dir, f'{stem}.{n}.json')
+  return path
 
 
 def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
                    max_video_frames=2000, max_steps=None, num_envs=8, seed=0, out=print,
-                   uniform=False):
+                   uniform=False, overwrite=False):
   """Loads, evaluates every task, writes the JSON (and GIFs); returns the record."""
   from agents import evaluation
   from agents.run_loading import load_run
@@ -69,7 +84,7 @@ def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
               'max_steps': max_steps, 'num_envs': num_envs}
   record = evaluation.summary(run, results, settings)
   os.makedirs(eval_dir, exist_ok=True)
-  path = os.path.join(eval_dir, f'{run.env_steps}{"_uniform" if uniform else ""}.json')
+  path = result_path(eval_dir, f'{run.env_steps}{"_uniform" if uniform else ""}', overwrite)
   with open(path, 'w') as f:
     json.dump(record, f, indent=2)
   out(evaluation.format_table(record))
@@ -86,7 +101,7 @@ def main(argv):
   try:
     run_evaluation(_WORKDIR.value, _STEP.value, _EPISODES.value, _GREEDY.value, _VIDEO.value,
                    _MAX_VIDEO_FRAMES.value, _MAX_STEPS.value, _NUM_ENVS.value, _SEED.value,
-                   uniform=_UNIFORM.value)
+                   uniform=_UNIFORM.value, overwrite=_OVERWRITE.value)
   except (FileNotFoundError, ConfigError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)

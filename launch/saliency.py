@@ -16,11 +16,13 @@ writes saliency.gif.
 import json
 import os
 import sys
+import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
 import numpy as np  # noqa: E402
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Run folder with checkpoints.')
@@ -35,10 +37,14 @@ _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the episode.')
 _OUTPUT = flags.DEFINE_string('output', '', 'Folder; default <workdir>/saliency/<step>_<task>.')
 
 
+class SaliencyError(ValueError):
+  """A wrong flag or a run that cannot be explained: one line, exit status 2."""
+
+
 def parse_frames(text: str):
   a, sep, b = text.partition(':')
   if not sep or not a.isdigit() or not b.isdigit() or int(b) <= int(a):
-    raise app.UsageError(f'--frames must be A:B with 0 <= A < B, got {text!r}')
+    raise SaliencyError(f'--frames must be A:B with 0 <= A < B, got {text!r}')
   return int(a), int(b)
 
 
@@ -50,7 +56,7 @@ def explain(run, task_id: int, start: int, stop: int, stride: int, greedy: bool,
 
   nethack = 'glyphs' in run.observation_spec
   if not nethack and 'frames' not in run.observation_spec:
-    raise app.UsageError('saliency needs image observations (Atari frames or NetHack glyphs)')
+    raise SaliencyError('saliency needs image observations (Atari frames or NetHack glyphs)')
   scorer = sal.make_scorer(run.network, task_id)
   stride = stride or (3 if nethack else 5)
   if not nethack:
@@ -86,24 +92,38 @@ def explain(run, task_id: int, start: int, stop: int, stride: int, greedy: bool,
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    _exit(f'unexpected arguments: {" ".join(argv[1:])}')
+  logging.set_verbosity(logging.ERROR)  # orbax's notes on read-only checkpoint folders
+  warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
+  from configs.validation import ConfigError
+  try:
+    _explain_to_files()
+  except (SaliencyError, FileNotFoundError, ConfigError) as e:
+    _exit(str(e))
+
+
+def _exit(reason: str) -> None:
+  """One line and exit status 2, not absl's usage text."""
+  print(f'error: {reason}', file=sys.stderr)
+  sys.exit(2)
+
+
+def _explain_to_files() -> None:
   from agents.run_loading import load_run
   from agents import saliency as sal
   from envs import render
   from PIL import Image
   start, stop = parse_frames(_FRAMES.value)
-  try:
-    run = load_run(_WORKDIR.value, _STEP.value)
-  except FileNotFoundError as e:
-    raise app.UsageError(str(e))
+  run = load_run(_WORKDIR.value, _STEP.value)
   names = run.plan.task_names
   task = _TASK.value or names[0]
   if task not in names:
-    raise app.UsageError(f'unknown task {task!r}; the run has {", ".join(names)}')
+    raise SaliencyError(f'unknown task {task!r}; the run has {", ".join(names)}')
   task_id = names.index(task)
   frames = explain(run, task_id, start, stop, _STRIDE.value, _GREEDY.value, _SEED.value)
   if not frames:
-    raise app.UsageError(f'the episode ended before step {start}')
+    raise SaliencyError(f'the episode ended before step {start}')
   output = _OUTPUT.value or os.path.join(run.workdir, 'saliency', f'{run.env_steps}_{task}')
   os.makedirs(output, exist_ok=True)
   p_scale = max(f[3]['policy_max'] for f in frames)

@@ -179,6 +179,16 @@ def test_library_evaluation_of_each_checkpoint(cartpole_run):
   with open(os.path.join(cartpole_run, 'eval', '8.json')) as f:
     assert json.load(f)['settings'] == {'episodes': 3, 'greedy': True, 'uniform': False,
                                         'step': 8, 'seed': 0, 'max_steps': None, 'num_envs': 8}
+  # A second evaluation of the step is kept beside the first, unless asked to replace it.
+  first = open(os.path.join(cartpole_run, 'eval', '8.json')).read()
+  run_evaluation(cartpole_run, step=8, episodes=2, out=lambda _: None)
+  assert open(os.path.join(cartpole_run, 'eval', '8.json')).read() == first
+  with open(os.path.join(cartpole_run, 'eval', '8.2.json')) as f:
+    assert json.load(f)['settings']['episodes'] == 2
+  run_evaluation(cartpole_run, step=8, episodes=1, overwrite=True, out=lambda _: None)
+  with open(os.path.join(cartpole_run, 'eval', '8.json')) as f:
+    assert json.load(f)['settings']['episodes'] == 1
+  assert not os.path.exists(os.path.join(cartpole_run, 'eval', '8.3.json'))
   # The uniform-random baseline of the same task, in a file of its own.
   record = run_evaluation(cartpole_run, step=8, episodes=3, uniform=True, out=lambda _: None)
   assert record['tasks']['CartPole']['episodes'] == 3 and record['settings']['uniform']

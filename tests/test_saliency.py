@@ -81,7 +81,13 @@ def test_command_on_a_tiny_pong_run(tmp_path):
   assert (out / 'saliency.gif').exists()
   bad = subprocess.run([sys.executable, 'launch/saliency.py', f'--workdir={config.workdir}',
                         '--task=Breakout'], cwd=ROOT, capture_output=True, text=True, timeout=300)
-  assert bad.returncode != 0 and 'unknown task' in bad.stderr
+  # One line naming the mistake: no usage text, no orbax log lines.
+  assert bad.returncode == 2
+  assert bad.stderr.strip() == "error: unknown task 'Breakout'; the run has Pong", bad.stderr
+  bad = subprocess.run([sys.executable, 'launch/saliency.py', f'--workdir={config.workdir}',
+                        '--frames=5:2'], cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert bad.returncode == 2 and bad.stderr.strip() == (
+      "error: --frames must be A:B with 0 <= A < B, got '5:2'")
 
 
 def test_command_on_a_tiny_nethack_run(tmp_path):
