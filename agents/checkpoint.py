@@ -30,13 +30,15 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from agents import multihost
 from agents.learner import LearnerState
 
 SUBDIR = 'checkpoints'
 DAMAGED_SUBDIR = 'checkpoints.damaged'
 MANIFEST = 'verified.json'
-# orbax's own files, present in every finished checkpoint of ours.
-REQUIRED = ('_CHECKPOINT_METADATA', 'default/_METADATA', 'default/manifest.ocdbt')
+# orbax's metadata, present in every finished checkpoint of ours (older ones
+# without a manifest are checked for it alone).
+REQUIRED = ('default/_METADATA',)
 KEEP_LAST = 2  # checkpoints kept when keep_intermediate is False
 
 
@@ -177,11 +179,13 @@ class Checkpointer:
             'rng': np.asarray(jax.random.key_data(rng))}
     self._manager.save(env_steps, args=ocp.args.StandardSave(item))
     self._manager.wait_until_finished()
-    if not self._primary:
-      return True
-    problem = self._verify_written(env_steps, item)
+    # Process 0 verifies; every process acts on its verdict alike (orbax's
+    # delete is collective).
+    problem = self._verify_written(env_steps, item) if self._primary else None
+    problem = multihost.allgather_json(problem)[0]
     if problem is not None:
-      moved = set_aside(self._workdir, env_steps)
+      moved = set_aside(self._workdir, env_steps) if self._primary else 'checkpoints.damaged'
+      multihost.allgather_json(None)  # moved before anyone reloads
       self._manager.reload()
       self.problems.append(f'the checkpoint at env step {env_steps:,} failed verification '
                            f'({problem}); moved to {moved}')

@@ -197,7 +197,7 @@ class Trainer:
     """
     config, plan = self.config, self.plan
     version = int(self.state.step)
-    if self.stop_requested.is_set():  # a stop asked for during start-up: no update, no actor
+    if self._agree(False, self.stop_requested.is_set())[1]:  # asked during start-up: no update
       self.interrupted = True
       self.close()
       return self.state

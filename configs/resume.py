@@ -32,13 +32,15 @@ def is_frozen(field: str) -> bool:
 
 
 def _differences(saved: Dict[str, Any], new: Dict[str, Any]) -> List[Tuple[str, Any, Any]]:
+  # A field the saved config lacks was added to the configs after the run
+  # started (run_loading gives it the value that keeps old runs' behaviour):
+  # not a change.
   missing = object()
   out = []
-  for field in sorted(set(saved) | set(new)):
-    old_value, new_value = saved.get(field, missing), new.get(field, missing)
+  for field in sorted(saved):
+    old_value, new_value = saved[field], new.get(field, missing)
     if old_value != new_value:
-      out.append((field, None if old_value is missing else old_value,
-                  None if new_value is missing else new_value))
+      out.append((field, old_value, None if new_value is missing else new_value))
   return out
 
 

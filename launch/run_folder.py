@@ -72,7 +72,24 @@ class RunLock:
     self.stale_holder: Optional[dict] = None
 
   def acquire(self) -> 'RunLock':
-    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    for _ in range(10):
+      fd = self._try_acquire()
+      try:  # the file locked must still be the one at the path: a holder
+        if os.fstat(fd).st_ino == os.stat(self.path).st_ino:  # releasing unlinks it
+          break
+      except FileNotFoundError:
+        pass
+      os.close(fd)
+    else:
+      raise RunFolderError(f'cannot take the lock {self.path}: it keeps being replaced')
+    self._fd = fd
+    return self
+
+  def _try_acquire(self) -> int:
+    try:
+      fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+      raise RunFolderError(f'cannot create the lock {self.path}: {e.strerror or e}') from None
     try:
       fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -95,8 +112,7 @@ class RunLock:
     os.ftruncate(fd, 0)
     os.pwrite(fd, (json.dumps(me) + '\n').encode(), 0)
     os.fsync(fd)
-    self._fd = fd
-    return self
+    return fd
 
   def release(self) -> None:
     """Removes the lock file and drops the flock; safe to call twice."""
@@ -181,7 +197,8 @@ def set_aside_metrics(workdir: str, step: int) -> Tuple[int, Optional[str]]:
   keep, moved = [], []
   for line in lines:
     try:
-      env_steps = json.loads(line).get('env_steps', 0)
+      record = json.loads(line)
+      env_steps = record.get('env_steps', 0) if isinstance(record, dict) else float('inf')
     except ValueError:  # a line cut by the kill: not a record
       moved.append(line if line.endswith('\n') else line + '\n')
       continue

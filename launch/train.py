@@ -116,21 +116,25 @@ def train(config, stop_requested: threading.Event = None):
   multi = multihost.is_multiprocess()
   stop_requested = stop_requested or threading.Event()
   previous_handlers = _handle_signals(stop_requested, multi)
-  lock = logger = trainer = state = None
-  try:
+  logger = trainer = state = None
+  try:  # what every process finds alike (no peer is told: each stops by itself)
     plan = _validate_everywhere(config)
     with config.unlocked():
       # Every process writes to and resumes from process 0's run folder.
       config.workdir = multihost.allgather_json(resolve_workdir(config))[0]
     workdir = config.workdir
     lock, resume_step, notes = _open_run_folder(config)
+  except BaseException:
+    _restore_handlers(previous_handlers)
+    raise
+  try:
     if resume_step is not None and resume_step >= config.total_env_steps:
       _say(f'{workdir} already finished at env step {resume_step:,} (total_env_steps '
            f'{config.total_env_steps:,}); nothing to do. Raise --config.total_env_steps to '
            'train on')
       return None, workdir
-    if stop_requested.is_set():
-      _say(f'stopped during start-up, before {workdir} was written; nothing to save')
+    if _stop_agreed(stop_requested):
+      _say('stopped during start-up, before training; nothing to save')
       return None, workdir
     logger = RunLogger(workdir, config, plan.task_names, primary=multihost.is_primary(),
                        process_index=jax.process_index())
@@ -148,6 +152,9 @@ def train(config, stop_requested: threading.Event = None):
       state = trainer.run(logger.write)
     except MetricsWriteError as e:
       trainer.close()
+      if multi:  # process 0 alone writes metrics: the others are told, no collective save
+        raise RunStopped(f'{e.strerror}; the checkpoints written so far are in '
+                         f'{trainer.checkpointer.directory}') from None
       _final_save(trainer)
       raise RunStopped(f'{e.strerror}; {_saved_where(trainer)}') from None
     _final_save(trainer)
@@ -166,7 +173,7 @@ def train(config, stop_requested: threading.Event = None):
     else:
       _say('interrupted during start-up, before the first update; nothing to save')
   except Exception as e:
-    if multi and not multihost.peer_stopping() and not isinstance(e, (NonFiniteError, RunStopped)):
+    if multi and not multihost.peer_stopping() and not isinstance(e, NonFiniteError):
       if isinstance(e, jax.errors.JaxRuntimeError):
         # A dead peer breaks the others' collectives (e.g. gloo's "connection
         # reset by peer"): the watchdog names it within its timeout.
@@ -176,8 +183,7 @@ def train(config, stop_requested: threading.Event = None):
       multihost.announce_failure(f'{type(e).__name__}: {e}')
     raise
   finally:
-    for sig, handler in previous_handlers.items():
-      signal.signal(sig, handler)
+    _restore_handlers(previous_handlers)
     if trainer is not None:
       trainer.close()
     if logger is not None:
@@ -185,6 +191,17 @@ def train(config, stop_requested: threading.Event = None):
     if lock is not None:
       lock.release()
   return state, config.workdir
+
+
+def _restore_handlers(previous) -> None:
+  for sig, handler in previous.items():
+    signal.signal(sig, handler)
+
+
+def _stop_agreed(stop_requested: threading.Event) -> bool:
+  """Whether any process was asked to stop (all of them then stop alike)."""
+  from agents import multihost
+  return bool(multihost.allgather_ints([stop_requested.is_set()])[:, 0].any())
 
 
 def _final_save(trainer) -> None:
@@ -201,16 +218,18 @@ def _say(text: str) -> None:
 
 
 def _saved_where(trainer) -> str:
-  return (f'the checkpoint at env step {trainer.env_steps:,} is in '
-          f'{trainer.checkpointer.directory}')
+  """Where the newest checkpoint on disk is (a final one that failed
+  verification was set aside and is not it)."""
+  steps = trainer.checkpointer.steps()
+  if not steps:
+    return 'no checkpoint was written'
+  return f'the checkpoint at env step {steps[-1]:,} is in {trainer.checkpointer.directory}'
 
 
 def _interrupted_line(trainer, workdir: str) -> str:
   """The last line of a stopped run, true to what is on disk."""
   if trainer.env_steps == trainer.start_env_steps:
-    before = (f'the checkpoint at env step {trainer.resumed_from:,} is unchanged'
-              if trainer.resumed_from is not None else 'no checkpoint was written')
-    return f'stopped before the first update; nothing new to save ({before})'
+    return f'stopped before the first update; nothing new to save ({_saved_where(trainer)})'
   return (f'interrupted at env step {trainer.env_steps:,}; {_saved_where(trainer)} and the '
           f'metrics in {os.path.join(workdir, "metrics.jsonl")}')
 
@@ -261,10 +280,12 @@ def _open_run_folder(config):
           kept = run_folder.keep_previous_config(workdir, step)
           notes.append(f'resuming with changed {resume.describe(allowed)} (the config before '
                        f'is kept in {kept})')
-    except run_folder.RunFolderError as e:
+    except (run_folder.RunFolderError, OSError, ValueError) as e:
       if lock is not None:
         lock.release()
-      lock, problem = None, str(e)
+      lock = None
+      problem = (str(e) if isinstance(e, run_folder.RunFolderError) else
+                 f'cannot prepare {workdir} for training: {type(e).__name__}: {e}')
   if multihost.is_multiprocess():
     problem, step = multihost.allgather_json([problem, step])[0]
   if problem is not None:
