@@ -176,8 +176,8 @@ def test_checkpoints_are_verified_and_damage_is_found(tmp_path):
   assert damaged[1][1] == 'default/_METADATA is missing'
   restored = Checkpointer(str(tmp_path), read_only=True).restore(_tiny_state(), 10)
   assert restored['env_steps'] == 10 and float(restored['state'].params['w'][0, 0]) == 10.0
-  # A state of another shape: one line naming the checkpoint, not orbax's traceback.
-  other = _tiny_state()._replace(params={'w': np.zeros((5, 4), np.float32)})
+  # Another network's state: one line naming the checkpoint, not orbax's traceback.
+  other = _tiny_state()._replace(params={'layer': {'w': np.zeros((3, 4), np.float32)}})
   with pytest.raises(checkpoint.CheckpointError, match='cannot restore the checkpoint at env '
                      "step 10 in .* into this run's learner state"):
     Checkpointer(str(tmp_path), read_only=True).restore(other, 10)
