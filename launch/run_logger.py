@@ -177,10 +177,9 @@ class RunLogger:
       except OSError:
         pass
       self._metrics = None
-    if self._wandb is not None:
+    run, self._wandb = self._wandb, None
+    if run is not None:
       try:
-        self._wandb.finish()
+        run.finish()
       except Exception as e:  # noqa: BLE001
-        self._wandb = None
         self._wandb_failed(e, 'finishing')
-      self._wandb = None

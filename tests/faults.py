@@ -1,6 +1,16 @@
-"""Real failures injected into real envs: an env whose step() raises."""
+"""Real failures injected into real envs and run folders: an env whose
+step() raises, a checkpoint's largest data file (to damage)."""
+
+import os
 
 from envs import registry
+
+
+def largest_data_file(step_dir) -> str:
+  """The largest array data file of an orbax checkpoint folder."""
+  data = [os.path.join(root, n) for root, _, names in os.walk(step_dir)
+          for n in names if os.sep + 'd' + os.sep in os.path.join(root, n)]
+  return max(data, key=os.path.getsize)
 
 
 def make_env_step_fail(monkeypatch_or_none, should_fail, after_steps: int) -> None:

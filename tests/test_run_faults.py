@@ -1,0 +1,325 @@
+"""A run folder nothing can spoil, as faults injected into real CartPole
+runs: in this process (a damaged checkpoint, a changed network on resume, an
+unwritable metrics file, a wandb failure, a NaN learning rate) and as the
+command a user runs (two trainers, an early SIGINT from a background job,
+kill -9 then resume, a killed wandb-core). The pieces alone: test_run_folder.py."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from agents import checkpoint
+from agents.checkpoint import Checkpointer
+from agents.sebulba import NonFiniteError, Trainer
+from configs import cartpole
+from configs.validation import validate
+from faults import largest_data_file
+from launch import run_folder
+from launch.run_folder import RunFolderError
+from launch.train import RunStopped, train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _records(path):
+  with open(path) as f:
+    return [json.loads(line) for line in f]
+
+
+def _smoke(workdir, updates=3, every_update=True):
+  config = cartpole.get_config('smoke')
+  config.workdir = str(workdir)
+  config.wandb.mode = 'disabled'
+  config.num_learner_devices = 1
+  per_update = config.unroll_length * config.batch_size
+  config.total_env_steps = updates * per_update
+  if every_update:
+    config.checkpoint_every_steps = per_update
+  return config, per_update
+
+
+def _command(workdir, *overrides):
+  return [sys.executable, 'launch/train.py', '--config=configs/cartpole.py',
+          f'--config.workdir={workdir}', '--config.wandb.mode=disabled',
+          '--config.log.every_seconds=0.5', '--config.log.progress=False', *overrides]
+
+
+def _env():
+  env = dict(os.environ)
+  env.pop('XLA_FLAGS', None)  # one CPU device: faster start
+  return env
+
+
+def _wait_for(predicate, timeout=120.0, what='the run'):
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    if predicate():
+      return
+    time.sleep(0.25)
+  raise AssertionError(f'timed out waiting for {what}')
+
+
+def _metric_rows(path):
+  return path.exists() and path.read_text().count('\n')
+
+
+# ------------------------------------------------ faults in real runs (in-process)
+
+def test_a_damaged_latest_checkpoint_resumes_from_the_newest_intact_one(tmp_path, capsys):
+  config, per_update = _smoke(tmp_path / 'run', updates=3)
+  config.keep_intermediate = True
+  train(config)
+  root = tmp_path / 'run' / checkpoint.SUBDIR
+  with open(largest_data_file(root / str(3 * per_update)), 'r+b') as f:
+    f.truncate(10)
+  capsys.readouterr()
+  config, _ = _smoke(tmp_path / 'run', updates=5)
+  config.keep_intermediate = True
+  state, _ = train(config)
+  err = capsys.readouterr().err
+  assert f'the checkpoint at env step {3 * per_update:,} is damaged' in err
+  assert f'resuming from the newest intact checkpoint, at env step {2 * per_update:,}' in err
+  assert int(state.step) == 5
+  assert (tmp_path / 'run' / checkpoint.DAMAGED_SUBDIR / str(3 * per_update)).is_dir()
+  steps = [r['env_steps'] for r in _records(tmp_path / 'run' / 'metrics.jsonl')]
+  assert steps == sorted(steps) and len(set(steps)) == len(steps)  # the 3rd update's row moved
+  assert _records(tmp_path / 'run' / f'metrics.after-{2 * per_update}.jsonl')[0]['env_steps'] \
+      == 3 * per_update
+
+
+def test_every_checkpoint_damaged_stops_before_writing(tmp_path):
+  config, per_update = _smoke(tmp_path / 'run', updates=1)
+  train(config)
+  os.remove(tmp_path / 'run' / checkpoint.SUBDIR / str(per_update) / 'default' / '_METADATA')
+  before = (tmp_path / 'run' / 'metrics.jsonl').read_text()
+  config, _ = _smoke(tmp_path / 'run', updates=2)
+  with pytest.raises(RunFolderError, match='every checkpoint in .* is damaged .*_METADATA'):
+    train(config)
+  assert (tmp_path / 'run' / 'metrics.jsonl').read_text() == before
+
+
+def test_a_changed_network_on_resume_stops_before_anything_is_written(tmp_path):
+  config, _ = _smoke(tmp_path / 'run', updates=1)
+  train(config)
+  run = tmp_path / 'run'
+  before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+  config, _ = _smoke(run, updates=2)
+  config.network.lstm_size = 64
+  config.learning_rate = 1e-4  # allowed: not named
+  with pytest.raises(RunFolderError) as e:
+    train(config)
+  assert str(e.value) == (f'cannot resume {run} with a different network, tasks or shapes: '
+                          'network.lstm_size: saved 0, now 64. Undo these overrides, or choose '
+                          'another --config.workdir')
+  assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+  # Its checkpoints still load as the run was.
+  assert len(Checkpointer(str(run), read_only=True).steps()) == 1
+
+
+def test_allowed_changes_resume_and_keep_the_previous_config(tmp_path, capsys):
+  config, per_update = _smoke(tmp_path / 'run', updates=1)
+  train(config)
+  config, _ = _smoke(tmp_path / 'run', updates=2)
+  config.learning_rate = 1e-4
+  train(config)
+  err = capsys.readouterr().err
+  assert 'resuming with changed learning_rate: saved 0.003, now 0.0001' in err
+  kept = json.loads((tmp_path / 'run' / f'config.{per_update}.json').read_text())
+  assert kept['learning_rate'] == 0.003
+  assert json.loads((tmp_path / 'run' / 'config.json').read_text())['learning_rate'] == 1e-4
+
+
+def test_resuming_a_finished_run_says_so(tmp_path, capsys):
+  config, per_update = _smoke(tmp_path / 'run', updates=1)
+  train(config)
+  before = (tmp_path / 'run' / 'metrics.jsonl').read_text()
+  capsys.readouterr()
+  state, _ = train(config)
+  assert state is None
+  assert (f'already finished at env step {per_update:,} (total_env_steps {per_update:,}); '
+          'nothing to do') in capsys.readouterr().err
+  assert (tmp_path / 'run' / 'metrics.jsonl').read_text() == before
+
+
+def test_an_unwritable_metrics_file_saves_a_checkpoint_and_names_the_file(tmp_path):
+  run = tmp_path / 'run'
+  run.mkdir()
+  os.symlink('/dev/full', run / 'metrics.jsonl')  # every write fails: ENOSPC
+  config, per_update = _smoke(run, updates=3, every_update=False)
+  with pytest.raises(RunStopped) as e:
+    train(config)
+  assert str(e.value) == (f'cannot write metrics to {run}/metrics.jsonl: No space left on '
+                          f'device; the checkpoint at env step {per_update:,} is in '
+                          f'{run / checkpoint.SUBDIR}')
+  assert Checkpointer(str(run), read_only=True).steps() == (per_update,)
+  assert not (run / run_folder.LOCK_FILE).exists()
+
+
+def test_a_wandb_failure_is_a_warning_and_metrics_go_on(tmp_path, monkeypatch, capsys):
+  import wandb
+
+  class DeadRun:
+    def log(self, *args, **kwargs):
+      raise ConnectionResetError('Connection lost')
+
+    def finish(self, *args, **kwargs):
+      raise ConnectionResetError('Connection lost')
+
+  monkeypatch.setattr(wandb, 'init', lambda **kwargs: DeadRun())
+  monkeypatch.setattr(wandb, 'teardown', lambda **kwargs: None)
+  config, _ = _smoke(tmp_path / 'run', updates=3, every_update=False)
+  config.wandb.mode = 'offline'
+  state, _ = train(config)
+  assert int(state.step) == 3
+  assert [r['learner_steps'] for r in _records(tmp_path / 'run' / 'metrics.jsonl')] == [1, 2, 3]
+  err = capsys.readouterr().err
+  assert err.count('warning: wandb failed') == 1
+  assert 'ConnectionResetError: Connection lost' in err
+  assert 'logging env step' in (tmp_path / 'run' / 'wandb_failed.txt').read_text()
+
+
+def test_a_nan_learning_rate_stops_with_finite_parameters_saved(tmp_path):
+  config, per_update = _smoke(tmp_path / 'run', updates=3)
+  plan = validate(config)  # the command line rejects it here; the guard must hold anyway
+  config.learning_rate = float('nan')
+  trainer = Trainer(config, plan)
+  try:
+    with pytest.raises(NonFiniteError, match='non-finite parameters or optimiser state .* at '
+                       'learner step 1 .*saved at env step 0'):
+      trainer.run(lambda metrics: None)
+  finally:
+    trainer.close()
+  saved = Checkpointer(config.workdir, read_only=True).restore_raw(0)['state']
+  assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(saved['params']))
+  assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(saved['opt_state'])
+             if np.issubdtype(np.asarray(x).dtype, np.floating))
+
+
+# ------------------------------------------------ faults in real runs (the command)
+
+def test_two_trainers_on_one_workdir_the_second_stops_naming_the_first(tmp_path):
+  run = tmp_path / 'run'
+  first = subprocess.Popen(_command(run, '--config.total_env_steps=100000000'), cwd=ROOT,
+                           env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  try:
+    _wait_for(lambda: (run / run_folder.LOCK_FILE).exists(), what='the lock')
+    second = subprocess.run(_command(run), cwd=ROOT, env=_env(), capture_output=True, text=True,
+                            timeout=120)
+    assert second.returncode == 2
+    assert second.stderr.strip().splitlines()[-1].startswith(
+        f'error: {run} is in use by another trainer (host ')
+    assert f'pid {first.pid}' in second.stderr and 'Traceback' not in second.stderr
+  finally:
+    first.send_signal(signal.SIGTERM)
+    _, err = first.communicate(timeout=180)
+  assert first.returncode == 0, err
+  assert not (run / run_folder.LOCK_FILE).exists()  # released at exit
+
+
+@pytest.mark.parametrize('when', ['at start', 'after the run folder'])
+def test_an_early_sigint_from_a_background_job_stops_cleanly(tmp_path, when):
+  run = tmp_path / 'run'
+  # As a script's `train.py ... &` starts it: SIGINT ignored, inherited.
+  proc = subprocess.Popen(['sh', '-c', 'trap "" INT; exec "$0" "$@"', *_command(run)], cwd=ROOT,
+                          env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  if when == 'at start':
+    time.sleep(1.0)  # imports under way
+  else:
+    _wait_for(lambda: (run / 'config.json').exists(), what='the run folder')
+  proc.send_signal(signal.SIGINT)
+  _, err = proc.communicate(timeout=180)
+  assert proc.returncode == 0, err
+  assert 'Traceback' not in err
+  last = err.strip().splitlines()[-1]
+  saved = checkpoint.steps_on_disk(str(run))
+  if saved:  # the first update had begun: it ends, is saved, and the line says where
+    assert last.startswith(f'interrupted at env step {saved[-1]:,}; the checkpoint at env step '
+                           f'{saved[-1]:,} is in')
+  else:
+    assert last.startswith('stopped') and 'nothing' in last and 'checkpoint' not in last.split(
+        ';')[0]
+
+
+def test_kill_9_then_resume_keeps_metrics_monotone_and_takes_over_the_lock(tmp_path):
+  run = tmp_path / 'run'
+  metrics = run / 'metrics.jsonl'
+  proc = subprocess.Popen(_command(run, '--config.total_env_steps=100000000',
+                                   '--config.checkpoint_every_steps=20000'),
+                          cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+  def logged_past_a_checkpoint():
+    saved = checkpoint.steps_on_disk(str(run))
+    return bool(saved) and _metric_rows(metrics) and any(
+        r['env_steps'] > saved[-1] for r in _records(metrics))
+
+  try:
+    _wait_for(logged_past_a_checkpoint, timeout=180, what='a row past a checkpoint')
+  finally:
+    proc.kill()  # kill -9: no handler, no save, the lock file left behind
+    proc.wait()
+  saved = checkpoint.steps_on_disk(str(run))[-1]
+  before = _records(metrics)
+  assert (run / run_folder.LOCK_FILE).exists()
+  done = subprocess.run(_command(run, f'--config.total_env_steps={saved + 3000}',
+                                 '--config.checkpoint_every_steps=20000'),
+                        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=180)
+  assert done.returncode == 0, done.stderr
+  assert f'took over the lock left by a stopped trainer (host ' in done.stderr
+  assert f'moved to {run}/metrics.after-{saved}.jsonl' in done.stderr
+  steps = [r['env_steps'] for r in _records(metrics)]
+  assert steps == sorted(steps) and len(set(steps)) == len(steps)
+  assert steps[-1] >= saved + 3000
+  side = _records(run / f'metrics.after-{saved}.jsonl')
+  assert side and all(r['env_steps'] > saved for r in side)
+  assert len(side) == len([r for r in before if r['env_steps'] > saved])
+  from launch import results
+  loaded = results.load_run(str(run))
+  assert [r['env_steps'] for r in loaded.records] == steps  # one run, as written
+
+
+def _children_named(pid, name):
+  out = []
+  for entry in os.listdir('/proc'):
+    if not entry.isdigit():
+      continue
+    try:
+      with open(f'/proc/{entry}/stat') as f:
+        ppid = int(f.read().rsplit(')', 1)[1].split()[1])
+      with open(f'/proc/{entry}/cmdline', 'rb') as f:
+        cmdline = f.read()
+    except OSError:
+      continue
+    if ppid == pid and name.encode() in cmdline:
+      out.append(int(entry))
+  return out
+
+
+def test_a_dead_wandb_core_is_a_warning_and_the_run_goes_on(tmp_path):
+  run = tmp_path / 'run'
+  metrics = run / 'metrics.jsonl'
+  cmd = [a for a in _command(run, '--config.total_env_steps=100000000')
+         if a != '--config.wandb.mode=disabled'] + ['--config.wandb.mode=offline']
+  proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+  try:
+    _wait_for(lambda: _metric_rows(metrics) >= 1 and _children_named(proc.pid, 'wandb-core'),
+              timeout=180, what='wandb and the first metrics')
+    for child in _children_named(proc.pid, 'wandb-core'):
+      os.kill(child, signal.SIGKILL)
+    rows = _metric_rows(metrics)
+    _wait_for(lambda: _metric_rows(metrics) >= rows + 3, what='metrics after wandb died')
+  finally:
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=180)
+  assert proc.returncode == 0, err
+  assert 'Traceback' not in err
+  assert err.count('warning: wandb failed while logging env step') == 1
+  assert err.strip().splitlines()[-1].startswith('interrupted at env step')
+  assert (run / 'wandb_failed.txt').exists()
