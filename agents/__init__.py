@@ -1,1 +1,1 @@
-"""IMPALA learner, V-trace losses, PopArt statistics and Sebulba actors."""
+"""The training core: agent builder, actor threads, sharded learner, Sebulba trainer, checkpoints."""

@@ -5,22 +5,21 @@ collects unrolls of T + 1 steps (the last is the first of the next unroll),
 puts them on a bounded queue for the learner, and picks up the newest
 parameters the learner published at the start of every unroll.
 
-Besides the env's own keys, every observation carries `prev_action` (int32)
-and `prev_reward` (float32, the env's reward, unclipped): what the agent did
-and got on the step before, 0 at an episode's first step. IMPALA's core
-reads them; torsos ignore them.
+The step bookkeeping (episode starts and ends, the `prev_action` and
+`prev_reward` inputs, returns) is agents/rollout.py's, shared with evaluation.
 """
 
 import dataclasses
 import queue
 import threading
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Optional
 
 import jax
 import numpy as np
 
+from agents.rollout import StepBookkeeping, host_dtype, observation_spec_with_prev
 from agents.timing import StageTimer
-from agents.types import Unroll
+from rl.types import Unroll
 
 
 class ParamsStore:
@@ -46,14 +45,6 @@ class UnrollBlock:
   params_version: int
 
 
-@dataclasses.dataclass(frozen=True)
-class Episode:
-  task_id: int
-  episode_return: float    # sum of the env's (scaled, unclipped) rewards
-  episode_length: int      # agent steps, reset steps excluded
-  stats: Optional[Dict[str, float]] = None  # the env's end-of-game stats (NetHack: score, depth, turns)
-
-
 def make_act_fn(network):
   """act(variables, obs [B, ...], first [B], core_state, rng) -> action, logits, state, rng."""
 
@@ -67,21 +58,6 @@ def make_act_fn(network):
     return action, logits, core_state, rng
 
   return act
-
-
-def host_dtype(dtype) -> np.dtype:
-  """The dtype stored in unrolls: JAX runs without 64-bit types by default."""
-  dtype = np.dtype(dtype)
-  return {np.dtype(np.int64): np.dtype(np.int32),
-          np.dtype(np.float64): np.dtype(np.float32)}.get(dtype, dtype)
-
-
-PREV_KEYS = {'prev_action': ((), np.dtype(np.int32)), 'prev_reward': ((), np.dtype(np.float32))}
-
-
-def observation_spec_with_prev(env_spec):
-  """The env's observation spec plus the keys the actor adds."""
-  return {**env_spec, **PREV_KEYS}
 
 
 class _Buffers:
@@ -159,12 +135,7 @@ class Actor(threading.Thread):
     env, n = self._env, self._env.num_envs
     result = env.reset()
     obs = result.obs
-    prev_action = np.zeros((n,), np.int32)
-    prev_reward = np.zeros((n,), np.float32)
-    first = np.ones((n,), bool)
-    terminal = np.zeros((n,), bool)
-    ep_return = np.zeros((n,), np.float64)
-    ep_length = np.zeros((n,), np.int64)
+    book = StepBookkeeping(n)
     state = jax.device_put(self._initial_state, self._device)
     variables, version, local_version = None, -1, None
     buf = _Buffers(self._length, n, env.num_actions, env.observation_spec)
@@ -179,9 +150,8 @@ class Actor(threading.Thread):
         next_start_state = state
       for k, v in obs.items():
         buf.obs[k][t] = v
-      buf.obs['prev_action'][t] = np.where(first, 0, prev_action)
-      buf.obs['prev_reward'][t] = np.where(first, 0.0, prev_reward)
-      buf.first[t] = first
+      buf.obs['prev_action'][t], buf.obs['prev_reward'][t] = book.prev_inputs()
+      buf.first[t] = book.first
       buf.task_id[t] = result.task_id
       with self._timer.time('inference'):
         action, logits, state, self._rng = self._act(
@@ -193,24 +163,9 @@ class Actor(threading.Thread):
       self.env_steps += n
       buf.reward[t] = result.reward
       buf.discount[t] = 1.0 - result.terminated
-      prev_action, prev_reward = buf.action[t].copy(), result.reward
-
-      # The step from a terminal observation is a reset step: no reward, no length.
-      live = ~terminal
-      ep_return += np.where(live, result.reward, 0.0)
-      ep_length += live
-      done = result.terminated | result.truncated
-      # Logged episodes are whole games: an Atari life lost ends the
-      # learner's episode (`done`) but not the game.
-      game_ended = result.game_ended
-      stats = getattr(result, 'episode_stats', None)
-      for i in np.flatnonzero(game_ended & live):
-        self._episodes.put(Episode(
-            int(result.task_id[i]), float(ep_return[i]), int(ep_length[i]),
-            None if stats is None else {k: float(v[i]) for k, v in stats.items()}))
-      ep_return[game_ended] = 0.0
-      ep_length[game_ended] = 0
-      first, terminal, obs = terminal, done, result.obs
+      for _, episode in book.record(buf.action[t], result):
+        self._episodes.put(episode)
+      obs = result.obs
 
       t += 1
       if t == self._length:

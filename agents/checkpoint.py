@@ -30,7 +30,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from agents import multihost
+from infra import multihost
 from agents.learner import LearnerState
 
 SUBDIR = 'checkpoints'

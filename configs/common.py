@@ -104,8 +104,6 @@ def base_config() -> ml_collections.ConfigDict:
   c.distributed.timeout_seconds = 60.0   # a peer silent this long stops the run, naming it
   c.distributed.connect_timeout_seconds = 300.0  # wait this long for every process at start
 
-  c.debug = ml_collections.ConfigDict()
-  c.debug.nan_reward_at_update = 0  # test hook: NaN rewards in this learner update (1-based; 0 = never)
   return c
 
 

@@ -10,10 +10,10 @@ from typing import List, Optional, Sequence, Tuple
 
 import jax
 
-from agents import multihost
-from agents.learner import OPTIMIZERS
-from agents.losses import LOSS_NAMES, PPO_SPLITS, PPO_VALUE_TARGETS
-from agents.rewards import REWARD_MODES
+from infra import multihost
+from rl.optimizers import OPTIMIZERS
+from rl.losses import LOSS_NAMES, PPO_SPLITS, PPO_VALUE_TARGETS
+from rl.rewards import REWARD_MODES
 from envs import atari
 from envs import nethack
 from envs import registry
@@ -115,27 +115,12 @@ def _check_choice(field: str, value, allowed) -> None:
     raise ConfigError(field, f'{value!r} is not allowed; choose one of {", ".join(map(str, allowed))}')
 
 
-def _env_observation_key(env_id: str, env_kwargs: dict, field: str) -> str:
-  """The observation key the env gives, checking its kwargs on the way."""
-  import envpool  # local: only EnvPool tasks need it here
-  from envs.envpool_env import observation_key
+def _observation_spec(env_id: str, env_kwargs: dict, field: str) -> dict:
+  """The env's observation spec, checking its kwargs on the way."""
   try:
-    spec = envpool.make_spec(env_id, **env_kwargs)
-  except TypeError:
-    allowed = ', '.join(k for k in envpool.make_spec(env_id).config._fields
-                        if k not in ('num_envs', 'batch_size', 'num_threads', 'seed',
-                                     'max_num_players', 'thread_affinity_offset',
-                                     'base_path', 'env_seed', 'gym_reset_return_info'))
-    raise ConfigError(field, f'{env_kwargs} is not valid for {env_id}; allowed keys: {allowed}')
-  return observation_key(spec.observation_space.shape)
-
-
-def _synthetic_observation_spec(env_id: str, env_kwargs: dict, field: str) -> dict:
-  """A synthetic env's observation spec, checking its kwargs on the way."""
-  try:
-    return registry.SYNTHETIC_ENVS[env_id].observation_spec(env_kwargs)
-  except ValueError as e:
-    raise ConfigError(field, f'{env_kwargs} is not valid for {env_id}: {e}')
+    return registry.env_spaces(env_id, env_kwargs, with_num_actions=False)[1]
+  except registry.EnvKwargsError as e:
+    raise ConfigError(field, str(e))
 
 
 def _check_tasks(config) -> List[dict]:
@@ -261,12 +246,6 @@ def _check_ppo_split(config, per_device_batch: int) -> None:
                       f'of each learner device; use a divisor of {steps}')
 
 
-def _check_debug(config) -> None:
-  at = config.get('debug', {}).get('nan_reward_at_update')
-  if isinstance(at, bool) or not isinstance(at, int) or at < 0:
-    raise ConfigError('debug.nan_reward_at_update', f'must be an integer >= 0, got {at!r}')
-
-
 def validate(config) -> RunPlan:
   """Checks every field a run depends on; returns the derived RunPlan."""
   _check_finite(config)
@@ -325,12 +304,12 @@ def validate(config) -> RunPlan:
   for i, t in enumerate(tasks):
     family = registry.env_family(t['env_id'])
     if family == 'envpool':
-      key = _env_observation_key(t['env_id'], env_kwargs[i], f'tasks[{i}].env_kwargs')
+      key, = _observation_spec(t['env_id'], env_kwargs[i], f'tasks[{i}].env_kwargs')
       if key == 'frames':
         frames_per_step = int(env_kwargs[i].get('frame_skip', 4))
       provided = (key,)
     elif family == 'synthetic':
-      spec = _synthetic_observation_spec(t['env_id'], env_kwargs[i], f'tasks[{i}].env_kwargs')
+      spec = _observation_spec(t['env_id'], env_kwargs[i], f'tasks[{i}].env_kwargs')
       frame_size = spec['frames'][0][1:] if 'frames' in spec else None
       if config.network.name == 'shallow' and frame_size and min(frame_size) < NATURE_CNN_MIN_SIZE:
         raise ConfigError(f'tasks[{i}].env_kwargs', f'frames of {frame_size[0]}x{frame_size[1]} '
@@ -338,9 +317,7 @@ def validate(config) -> RunPlan:
                           f'need at least {NATURE_CNN_MIN_SIZE}x{NATURE_CNN_MIN_SIZE})')
       provided = tuple(spec)
     else:
-      provided = ('glyphs', 'chars', 'colors', 'specials', 'blstats', 'message',
-                  'inv_glyphs', 'inv_letters', 'inv_oclasses', 'inv_strs',
-                  'tty_chars', 'tty_colors', 'tty_cursor', 'under_hero')
+      provided = registry.NLE_OBSERVATION_KEYS
     missing = [k for k in obs_keys if k not in provided]
     if missing:
       raise ConfigError('network.name', f'{config.network.name!r} reads {missing} but '
@@ -371,7 +348,6 @@ def validate(config) -> RunPlan:
     raise ConfigError('batch_size', f'{config.batch_size} unrolls{share} is not a whole number '
                       f'of actor blocks of {envs} envs (actors.envs_per_actor)')
   check_distributed(config)
-  _check_debug(config)
 
   per_task = envs // num_tasks
   groups = tuple(

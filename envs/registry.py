@@ -1,14 +1,18 @@
-"""Which family an env id belongs to, and building an actor's batch of envs."""
+"""Which family an env id belongs to, what its envs look like (`env_spaces`),
+and building an actor's batch of envs."""
 
 import dataclasses
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import envpool
+import gymnasium as gym
+import numpy as np
 
 from envs import catch
 from envs.concat import ConcatEnv
-from envs.envpool_env import EnvPoolEnv
+from envs.envpool_env import EnvPoolEnv, observation_key
 from envs.nle_env import NLE_ENV_IDS, NLEBatchedEnv, is_nle_env
+from envs.nle_worker import DERIVED_OBS, observation_desc
 
 ENVPOOL_IDS = tuple(envpool.list_all_envs())
 # Small numpy envs of our own (control tasks); each id's module has
@@ -25,6 +29,61 @@ def env_family(env_id: str) -> str:
   if env_id in SYNTHETIC_ENVS:
     return 'synthetic'
   raise KeyError(env_id)
+
+
+# The observation keys an NLE env can give (NLE's own and DERIVED_OBS).
+NLE_OBSERVATION_KEYS = ('glyphs', 'chars', 'colors', 'specials', 'blstats', 'message',
+                        'inv_glyphs', 'inv_letters', 'inv_oclasses', 'inv_strs',
+                        'tty_chars', 'tty_colors', 'tty_cursor', 'under_hero')
+# EnvPool config fields that are the batch's, not a task's env_kwargs.
+_ENVPOOL_BATCH_FIELDS = ('num_envs', 'batch_size', 'num_threads', 'seed', 'max_num_players',
+                         'thread_affinity_offset', 'base_path', 'env_seed',
+                         'gym_reset_return_info')
+
+
+class EnvKwargsError(ValueError):
+  """A task's env_kwargs that its env does not take."""
+
+
+def env_spaces(env_id: str, env_kwargs: Dict[str, Any],
+               observation_keys: Optional[Sequence[str]] = None, with_num_actions: bool = True,
+               ) -> Tuple[Optional[int], Dict[str, tuple]]:
+  """(number of actions, {observation key: (shape, dtype)}) of a task's env,
+  as its batched env reports them, without starting envs.
+
+  NLE envs give the `observation_keys` asked for (all they can give when
+  None); counting NLE's actions makes a gym env, so `with_num_actions=False`
+  skips it (None). EnvKwargsError names kwargs the env does not take.
+  """
+  family = env_family(env_id)
+  if family == 'synthetic':
+    module = SYNTHETIC_ENVS[env_id]
+    try:
+      return len(module.ACTION_NAMES), module.observation_spec(env_kwargs)
+    except ValueError as e:
+      raise EnvKwargsError(f'{env_kwargs} is not valid for {env_id}: {e}') from None
+  if family == 'envpool':
+    try:
+      spec = envpool.make_spec(env_id, **env_kwargs)
+    except TypeError:
+      allowed = ', '.join(k for k in envpool.make_spec(env_id).config._fields
+                          if k not in _ENVPOOL_BATCH_FIELDS)
+      raise EnvKwargsError(f'{env_kwargs} is not valid for {env_id}; allowed keys: '
+                           f'{allowed}') from None
+    space = spec.observation_space
+    return (int(spec.action_space.n),
+            {observation_key(space.shape): (tuple(space.shape), np.dtype(space.dtype))})
+  keys = NLE_OBSERVATION_KEYS if observation_keys is None else tuple(observation_keys)
+  spec = {k: observation_desc(k) for k in keys}  # what NLEBatchedEnv reports
+  if not with_num_actions:
+    return None, spec
+  kwargs = {k: v for k, v in env_kwargs.items() if k not in ('max_episode_steps', 'savedir')}
+  nle_keys = tuple(k for k in keys if k not in DERIVED_OBS)
+  env = gym.make(env_id, observation_keys=nle_keys, save_ttyrec_every=0,
+                 disable_env_checker=True, **kwargs)
+  num_actions = int(env.action_space.n)
+  env.close()
+  return num_actions, spec
 
 
 def known_env_ids_hint() -> str:

@@ -15,18 +15,19 @@ Also prints the peak resident memory of this process and of its children
 import json
 import os
 import resource
-import sys
 import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import app
+from absl import flags
+from absl import logging
+from ml_collections import config_flags
+import numpy as np
 
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-from absl import logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
-import numpy as np  # noqa: E402
+from agents.trainer import Trainer
+from configs.validation import validate
+from envs import registry
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file[:variant]')
 _STAGES = flags.DEFINE_list('stages', ['raw', 'actors', 'train'], 'Stages to measure.')
@@ -36,7 +37,6 @@ _OUTPUT = flags.DEFINE_string('output', '', 'Optional JSON file for the results.
 
 
 def bench_raw(config, plan, seconds, warmup):
-  from envs import registry
   a = config.actors
   envs = [registry.make_actor_envs(groups, seed=i, envpool_threads=a.envpool_threads,
                                    nle_workers=a.nle_workers,
@@ -68,16 +68,13 @@ def bench_raw(config, plan, seconds, warmup):
 
 
 def bench_actors(config, plan, seconds, warmup):
-  from agents.sebulba import Trainer
   trainer = Trainer(config, plan)
-  trainer.store.publish(trainer._variables(), 0)
-  for actor in trainer.actors:
-    actor.start()
+  trainer.start()
   try:
     deadline = time.perf_counter() + warmup + seconds
     start, s0 = None, 0
     while time.perf_counter() < deadline:
-      trainer._next_block()  # discard: no learner
+      trainer.next_batch()  # discarded: no learner
       if start is None and time.perf_counter() > deadline - seconds:
         start, s0 = time.perf_counter(), sum(a.env_steps for a in trainer.actors)
     return (sum(a.env_steps for a in trainer.actors) - s0) / (time.perf_counter() - start)
@@ -86,7 +83,6 @@ def bench_actors(config, plan, seconds, warmup):
 
 
 def bench_train(config, plan, seconds, warmup):
-  from agents.sebulba import Trainer
   with config.unlocked():
     config.total_env_steps = 10**12
     config.log.every_seconds = 1.0
@@ -109,7 +105,6 @@ def bench_train(config, plan, seconds, warmup):
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  from configs.validation import validate
   config = _CONFIG.value
   with config.unlocked():
     config.wandb.mode = 'disabled'

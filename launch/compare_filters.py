@@ -25,16 +25,13 @@ import csv
 import itertools
 import json
 import os
-import sys
 from typing import Dict, List, Sequence
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-from absl import logging  # noqa: E402
-import numpy as np  # noqa: E402
-from scipy.optimize import linear_sum_assignment  # noqa: E402
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+from scipy.optimize import linear_sum_assignment
 
 _RUNS = flags.DEFINE_list('runs', None, 'Two or more run folders (workdirs) to compare.')
 _POINTS = flags.DEFINE_integer('points', 5, 'Evenly spaced moments of training to compare.')

@@ -18,21 +18,26 @@ rate; the share of parameters whose RMSProp denominator epsilon dominates;
 the KL between the policy before and after the update; rho statistics and
 the policy lag. With --workdir the state (optimiser statistics included)
 comes from the run's checkpoint at --step (the latest by default).
-agents/update_stats.py has the definitions.
+analysis/update_stats.py has the definitions.
 """
 
 import json
-import os
-import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import app
+from absl import flags
+from absl import logging
+from ml_collections import config_flags
+import jax
+import numpy as np
 
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-from absl import logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
-import numpy as np  # noqa: E402
+from agents import learner as learner_lib
+from agents.checkpoint import Checkpointer
+from agents.trainer import Trainer
+from analysis import run_loading, update_stats
+from configs import validation
+from networks import agent as agent_net
+from rl import losses
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file[:variant].')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Run folder: its config and checkpoint.')
@@ -48,7 +53,6 @@ SHOWN = ('grad/policy', 'grad/baseline', 'grad/entropy', 'grad/total', 'clip_sca
 
 
 def _load_config():
-  from agents import run_loading
   if _WORKDIR.value:
     config = run_loading.load_config(_WORKDIR.value)
   elif _CONFIG.value is not None:
@@ -67,18 +71,10 @@ def _load_config():
 
 
 class Diagnoser:
-  """The Trainer's actors and update, plus the measurements of agents/update_stats."""
+  """A Trainer driven by hand (its public steps), plus the measurements of
+  analysis/update_stats.py."""
 
   def __init__(self, config):
-    import jax
-    from agents import learner as learner_lib
-    from agents import losses
-    from agents import update_stats
-    from agents.checkpoint import Checkpointer
-    from agents.sebulba import Trainer, concat_blocks
-    from configs import validation
-    from networks import agent as agent_net
-
     self.config = config
     self.plan = validation.validate(config)
     self.trainer = Trainer(config, self.plan)
@@ -86,11 +82,7 @@ class Diagnoser:
       checkpointer = Checkpointer(_WORKDIR.value, read_only=True)
       restored = checkpointer.restore(self.trainer.state, env_steps=_STEP.value)
       checkpointer.close()
-      self.trainer.state, self.env_steps = restored['state'], restored['env_steps']
-    else:
-      self.env_steps = 0
-    self._concat = concat_blocks
-    self._shard = lambda u: learner_lib.shard_batch(u, self.trainer.mesh)
+      self.trainer.load(restored['state'], restored['env_steps'])
     apply = agent_net.apply_fn(self.trainer.network)
     cfg = losses.config_from(config)
     head = agent_net.VALUE_HEAD
@@ -112,32 +104,27 @@ class Diagnoser:
                                       o.eps_in_sqrt, o.name, o.adam_b2)
 
     self._gradients, self._step = gradients, step
-    self._batch_report = update_stats.batch_report
-    self._jax = jax
+
+  @property
+  def env_steps(self) -> int:
+    return self.trainer.env_steps
 
   def start(self):
-    t = self.trainer
-    self.version = int(t.state.step)
-    t.store.publish(t._variables(), self.version)
-    for actor in t.actors:
-      actor.start()
+    self.trainer.start()
 
   def next_batch(self):
-    blocks = [self.trainer._next_block() for _ in range(self.plan.blocks_per_batch)]
-    lag = float(np.mean([self.version - b.params_version for b in blocks]))
-    unroll = self._concat(blocks)
-    return self._shard(unroll), unroll, lag
+    """(the batch on the learner devices, the host unroll, its mean policy lag)."""
+    unroll, lags = self.trainer.next_batch()
+    return learner_lib.shard_batch(unroll, self.trainer.mesh), unroll, float(np.mean(lags))
 
-  def train(self, batch):
-    t = self.trainer
-    t.state, _ = t.update(t.state, batch)
-    self.version += 1
-    t.store.publish(t._variables(), self.version)
-    self.env_steps += self.plan.env_steps_per_update
+  def train(self):
+    """One real training update on the actors' next batch."""
+    unroll, _ = self.trainer.next_batch()
+    self.trainer.step(unroll)
 
   def measure(self):
     """Averages over --batches batches, each one update from the current state."""
-    t, jax = self.trainer, self._jax
+    t = self.trainer
     rows = []
     for _ in range(_BATCHES.value):
       batch, unroll, lag = self.next_batch()
@@ -146,7 +133,7 @@ class Diagnoser:
       lr = float(t.schedule(t.state.step))
       report = {**report, **self._step(t.state, after, unroll, lr)}
       row = {k: float(v) for k, v in jax.device_get(report).items()}
-      row.update(self._batch_report(unroll, extras))
+      row.update(update_stats.batch_report(unroll, extras))
       row['policy_lag'] = lag
       row['entropy'] = float(metrics['entropy'])
       rows.append(row)
@@ -183,8 +170,7 @@ def main(argv):
       if updates >= _TRAIN_UPDATES.value:
         break
       for _ in range(min(_EVERY.value, _TRAIN_UPDATES.value - updates)):
-        batch, _, _ = d.next_batch()
-        d.train(batch)
+        d.train()
         updates += 1
   finally:
     d.close()

@@ -17,11 +17,9 @@ import os
 import sys
 import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-from absl import logging  # noqa: E402
+from absl import app
+from absl import flags
+from absl import logging
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Run folder written by launch/train.py.')
 _STEP = flags.DEFINE_integer('step', None, 'Env step of the checkpoint; default: the latest.')
@@ -57,8 +55,8 @@ def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
                    max_video_frames=2000, max_steps=None, num_envs=8, seed=0, out=print,
                    uniform=False, overwrite=False):
   """Loads, evaluates every task, writes the JSON (and GIFs); returns the record."""
-  from agents import evaluation
-  from agents.run_loading import load_run
+  from analysis import evaluation
+  from analysis.run_loading import load_run
   from envs import render
 
   run = load_run(workdir, step)

@@ -4,7 +4,7 @@
   python launch/inspect_frames.py --config=configs/cartpole.py --steps=200 --output=
 
 Runs actor 0 of the config as training would and prints the PASS/FAIL
-table of `agents/frame_checks.py` (what the learner gets: frames, stack
+table of `analysis/frame_checks.py` (what the learner gets: frames, stack
 order, max-pool, unroll overlap, discounts, rewards, lives, action sets,
 behaviour logits, the torso's input scaling), and for frames saves the
 network's inputs around the first point scored in env 0. Exits 1 if a check
@@ -12,17 +12,14 @@ fails.
 """
 
 import os
-import sys
 from typing import Dict
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import app
+from absl import flags
+import numpy as np
+from ml_collections import config_flags
 
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-import numpy as np  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
-
-from agents.frame_checks import (Check, Collected, check_behaviour_logits,  # noqa: E402
+from analysis.frame_checks import (Check, Collected, check_behaviour_logits,
                                  check_env_record, check_pong_games, check_protocol,
                                  check_unrolls, collect, reward_summary, stitch, torso_input)
 

@@ -15,15 +15,11 @@ step at which the smoothed return reached it (--thresholds: several).
 return of -15, 0 and +18 (PONG_REFERENCES) as ranges on the return panel.
 """
 
-import os
-import sys
 from typing import List, Optional, Tuple
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-import numpy as np  # noqa: E402
+from absl import app
+from absl import flags
+import numpy as np
 
 _OUTPUT = _LABELS = _WINDOW = _RANDOM = _THRESHOLD = _TITLE = _THRESHOLDS = _REFERENCES = None
 

@@ -6,7 +6,7 @@
 Plays one episode of the task with the checkpoint's policy and, for each
 step in [A, B), writes <output>/frame_<t>.png: the observation in colour
 with the policy saliency in red and the saliency of the task's
-unnormalised value in green (agents/saliency.py has the method). Atari:
+unnormalised value in green (analysis/saliency.py has the method). Atari:
 the full-resolution colour frame, masks on the 84x84 input; NetHack: the
 terminal, with blocks of map cells blanked. Both colours use one scale for
 the whole range of frames (their maxima), so frames compare. --gif also
@@ -18,12 +18,10 @@ import os
 import sys
 import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-from absl import logging  # noqa: E402
-import numpy as np  # noqa: E402
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Run folder with checkpoints.')
 _TASK = flags.DEFINE_string('task', None, 'Task name (as in the config); default the first.')
@@ -50,8 +48,8 @@ def parse_frames(text: str):
 
 def explain(run, task_id: int, start: int, stop: int, stride: int, greedy: bool, seed: int):
   """Plays the episode; returns per explained step (image, policy map, value map, info)."""
-  from agents import evaluation
-  from agents import saliency as sal
+  from analysis import evaluation
+  from analysis import saliency as sal
   from envs import render
 
   nethack = 'glyphs' in run.observation_spec
@@ -110,8 +108,8 @@ def _exit(reason: str) -> None:
 
 
 def _explain_to_files() -> None:
-  from agents.run_loading import load_run
-  from agents import saliency as sal
+  from analysis.run_loading import load_run
+  from analysis import saliency as sal
   from envs import render
   from PIL import Image
   start, stop = parse_frames(_FRAMES.value)

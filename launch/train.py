@@ -20,6 +20,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 import warnings
 
 # A stop asked for from the first second is kept: the command's handlers go
@@ -53,7 +54,6 @@ def _handle_signals(stop_requested: threading.Event, multi: bool):
       return
     if not multi:
       raise KeyboardInterrupt(f'second signal {signum}')
-    from agents import multihost
     print(f'error: second signal {signum}: exiting without a final checkpoint',
           file=sys.stderr, flush=True)
     multihost.exit_now(1)
@@ -64,12 +64,19 @@ def _handle_signals(stop_requested: threading.Event, multi: bool):
 if __name__ == '__main__':
   _handle_signals(_STOP, multi=False)
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
+# Imported after the handlers are in: they take seconds (JAX, envs).
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
+import jax  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
+
+from agents import checkpoint  # noqa: E402
+from agents.trainer import ActorFailed, NonFiniteError, Trainer  # noqa: E402
+from configs import resume, validation  # noqa: E402
+from infra import multihost  # noqa: E402
+from launch import run_folder  # noqa: E402
+from launch.run_logger import MetricsWriteError, RunLogger, resolve_workdir  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Experiment config: path/to/config.py[:variant,key=value]',
@@ -99,7 +106,7 @@ def train(config, stop_requested: threading.Event = None):
   Raises configs.validation.ConfigError before any work on a bad config,
   launch.run_folder.RunFolderError before writing anything when the run
   folder cannot be used (a file, not writable, locked by another trainer,
-  saved with another network or tasks), agents.sebulba.NonFiniteError (after
+  saved with another network or tasks), agents.trainer.NonFiniteError (after
   saving the last good state) when the learner's loss, gradient, PopArt
   statistics, parameters or optimiser state stop being finite, and
   RunStopped (after a checkpoint) when metrics.jsonl cannot be written. A
@@ -108,11 +115,6 @@ def train(config, stop_requested: threading.Event = None):
   update. With several processes (jax.distributed initialised) every
   process calls it.
   """
-  import jax
-  from agents import multihost
-  from agents.sebulba import NonFiniteError, Trainer
-  from launch.run_logger import MetricsWriteError, RunLogger, resolve_workdir
-
   multi = multihost.is_multiprocess()
   stop_requested = stop_requested or threading.Event()
   previous_handlers = _handle_signals(stop_requested, multi)
@@ -200,7 +202,6 @@ def _restore_handlers(previous) -> None:
 
 def _stop_agreed(stop_requested: threading.Event) -> bool:
   """Whether any process was asked to stop (all of them then stop alike)."""
-  from agents import multihost
   return bool(multihost.allgather_ints([stop_requested.is_set()])[:, 0].any())
 
 
@@ -212,7 +213,6 @@ def _final_save(trainer) -> None:
 
 
 def _say(text: str) -> None:
-  import jax
   prefix = '' if jax.process_index() == 0 else f'[process {jax.process_index()}] '
   print(prefix + text, file=sys.stderr, flush=True)
 
@@ -244,10 +244,6 @@ def _open_run_folder(config):
   aside, moves metrics rows logged past that checkpoint to a side file, and
   keeps the previous config.json when allowed fields changed. Its verdict
   reaches every process: a RunFolderError stops all of them alike."""
-  from agents import checkpoint, multihost
-  from configs import resume
-  from launch import run_folder
-
   workdir, lock, notes, problem, step = config.workdir, None, [], None, None
   if multihost.is_primary():
     try:
@@ -296,8 +292,6 @@ def _open_run_folder(config):
 def _validate_everywhere(config):
   """validation.validate on every process; with several, a mistake found by
   any process (e.g. a device count of its own) stops all of them alike."""
-  from agents import multihost
-  from configs import validation
   try:
     plan, problem = validation.validate(config), None
   except validation.ConfigError as e:
@@ -342,8 +336,6 @@ def _start_processes(config) -> None:
   """jax.distributed for a multi-process run (flags, JAX_* variables or a
   detected cluster); nothing for a single process. Exits with status 2 on a
   wrong setting, 1 when the processes cannot connect."""
-  from agents import multihost
-  from configs import validation
   try:
     spec = multihost.resolve(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   except multihost.DistributedError as e:
@@ -373,9 +365,6 @@ def _fail(e: BaseException) -> None:
   actor), one last line naming it, exit status 1. With several processes the
   others were told already (train); when this process's watchdog is ending
   it because of a peer, the error is a consequence and is not reported."""
-  import traceback
-  from agents import multihost
-  from agents.sebulba import ActorFailed, NonFiniteError
   if multihost.peer_stopping():
     while True:  # the watchdog prints the cause and exits
       time.sleep(1.0)
@@ -393,9 +382,6 @@ def _fail(e: BaseException) -> None:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  from agents.checkpoint import CheckpointError
-  from configs.validation import ConfigError
-  from launch.run_folder import RunFolderError
   logging.set_verbosity(logging.WARNING)
   warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
   try:
@@ -406,14 +392,13 @@ def main(argv):
   try:
     _start_processes(config)
     if _VALIDATE_ONLY.value:
-      from configs.validation import validate
-      plan = validate(config)
+      plan = validation.validate(config)
       print(config.to_json_best_effort(sort_keys=True))
       print(f'config OK: {plan.num_tasks} task(s), {plan.total_learner_steps:,} learner steps',
             file=sys.stderr)
       return
     train(config, _STOP)
-  except (ConfigError, RunFolderError, CheckpointError) as e:
+  except (validation.ConfigError, run_folder.RunFolderError, checkpoint.CheckpointError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
   except Exception as e:  # noqa: BLE001 -- every failure ends in one line (and tells peers)

@@ -142,7 +142,7 @@ def apply_fn(network: AgentNetwork, with_health: bool = False):
 
   with_health=True adds a fourth output, {layer: per-unit maximum over the
   batch of the layer's ReLU output}, from the torsos' `health` sows (see
-  agents/health.py); layers without ReLUs report nothing.
+  rl/health.py); layers without ReLUs report nothing.
   """
   def apply(params, stats, obs, first, core_state):
     variables = {'params': params, POPART_COLLECTION: {VALUE_HEAD: stats}}

@@ -2,7 +2,7 @@
 
 import flax.linen as nn
 
-from agents import popart
+from rl import popart
 
 POPART_COLLECTION = 'popart'
 

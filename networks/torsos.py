@@ -18,7 +18,7 @@ def sow_unit_max(module: nn.Module, name: str, x=None, unit_max=None) -> None:
   """Records a ReLU layer's per-unit maximum over the batch axis (axis 0 of
   its output `x`, or given as `unit_max`) in the `health` collection, under
   the layer's own name: a unit whose maximum is 0 is dead on the batch
-  (agents/health.py). A no-op unless the caller makes `health` mutable.
+  (rl/health.py). A no-op unless the caller makes `health` mutable.
 
   Written as sow's tuple-append on the scope: `module.sow(name)` would
   clash with the layer's submodule of the same name in flax 0.12.

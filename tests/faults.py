@@ -1,7 +1,11 @@
 """Real failures injected into real envs and run folders: an env whose
-step() raises, a checkpoint's largest data file (to damage)."""
+step() raises, an env whose rewards turn NaN, a checkpoint's largest data
+file (to damage)."""
 
+import dataclasses
 import os
+
+import numpy as np
 
 from envs import registry
 
@@ -32,6 +36,39 @@ def make_env_step_fail(monkeypatch_or_none, should_fail, after_steps: int) -> No
         return step(action)
       env.step = step_then_fail
     made.append(env)
+    return env
+
+  if monkeypatch_or_none is None:
+    registry.make_actor_envs = make_envs
+  else:
+    monkeypatch_or_none.setattr(registry, 'make_actor_envs', make_envs)
+
+
+def nan_reward_call(update: int, unroll_length: int) -> int:
+  """The env step (1-based, per actor) whose reward first reaches learner
+  update `update` (1-based) of a single-actor run that takes one block per
+  update: that block's first step (a block holds steps (u-1)T+1 .. uT+1)."""
+  return (update - 1) * unroll_length + 1
+
+
+def make_rewards_nan(monkeypatch_or_none, at_call: int) -> None:
+  """From now on, envs made by registry.make_actor_envs give NaN rewards on
+  their `at_call`-th step() (1-based) and after: a fault a real env could
+  have, reaching the learner as a non-finite loss. Patches through pytest's
+  monkeypatch, or directly (a subprocess) when None."""
+  make = registry.make_actor_envs
+
+  def make_envs(*args, **kwargs):
+    env = make(*args, **kwargs)
+    step, calls = env.step, [0]
+
+    def step_with_nan(action):
+      result = step(action)
+      calls[0] += 1
+      if calls[0] >= at_call:
+        result = dataclasses.replace(result, reward=np.full_like(result.reward, np.nan))
+      return result
+    env.step = step_with_nan
     return env
 
   if monkeypatch_or_none is None:

@@ -17,8 +17,6 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
 T, B, A, TASKS = 5, 8, 3, 2
 
 
@@ -27,14 +25,15 @@ def learner_setup(mesh):
   import jax
   import ml_collections
   import numpy as np
-  from agents import learner, losses
+  from agents import learner
+  from rl import losses, optimizers
   from networks import agent as agent_net
   cfg = ml_collections.ConfigDict({'name': 'mlp', 'lstm_size': 16, 'torso_kwargs': {},
                                    'core_extra_inputs': False})
   network = agent_net.make_network(cfg, num_actions=A, num_values=TASKS)
   variables = agent_net.init_variables(network, jax.random.key(0),
                                        {'state': np.zeros((4,), np.float32)})
-  optimizer, schedule = learner.make_optimizer(6e-4, 100, 40.0, 0.99, 0.01, 0.0)
+  optimizer, schedule = optimizers.make_optimizer(6e-4, 100, 40.0, 0.99, 0.01, 0.0)
   loss_cfg = losses.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=0.01,
                                reward_mode='none', popart_enabled=True, popart_beta=0.1)
   update = learner.build_update(agent_net.apply_fn(network), optimizer, schedule, loss_cfg,
@@ -54,7 +53,7 @@ def global_batch(network, seed):
 def process_half(batch, index, count):
   """Process `index`'s contiguous share of the batch columns (core state: rows)."""
   import jax
-  from agents.types import BATCH_AXES, Unroll
+  from rl.types import BATCH_AXES, Unroll
   share = B // count
   sl = slice(index * share, (index + 1) * share)
   fields = [jax.tree.map(lambda x, axis=axis: x[(slice(None),) * axis + (sl,)], field)
@@ -131,7 +130,7 @@ def _config_error(out):
 
 def main(argv):
   from absl import flags
-  from agents import multihost
+  from infra import multihost
   from launch import train  # defines --coordinator_address, --num_processes, --process_id
   mode, out = argv[1], argv[2]
   failing = [int(a.split('=')[1]) for a in argv[3:] if a.startswith('--failing_process=')]

@@ -4,7 +4,7 @@ chosen task per batch column and per-task reward scales."""
 import jax
 import numpy as np
 
-from agents.types import Unroll
+from rl.types import Unroll
 
 
 def random_unroll(network, task_of_column, seed=0, length=5, num_actions=3,

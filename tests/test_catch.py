@@ -175,7 +175,7 @@ def test_registry_builds_catch():
 
 
 def test_run_loading_knows_the_spaces():
-  from agents.run_loading import env_spaces
+  from envs.registry import env_spaces
   assert env_spaces(catch.ENV_ID, SMALL, ('frames',)) == (
       3, {'frames': ((4, 40, 40), np.dtype(np.uint8))})
 

@@ -50,7 +50,7 @@ def test_resume_continues_counters_schedule_and_popart(tmp_path):
     first = [json.loads(line) for line in f]
 
   # The same command with a larger budget resumes at the checkpoint.
-  from agents.sebulba import Trainer
+  from agents.trainer import Trainer
   from configs.validation import validate
   config = _config(workdir, updates=4)
   trainer = Trainer(config, validate(config))

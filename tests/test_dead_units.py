@@ -9,9 +9,8 @@ import numpy as np
 import optax
 import pytest
 
-from agents import learner as learner_lib
-from agents import losses
-from agents.types import Unroll
+from rl import losses, optimizers
+from rl.types import Unroll
 from configs import atari_single
 from envs import atari
 from networks import agent as agent_net
@@ -52,7 +51,7 @@ def _conv1_dead_after_updates(batches, config):
   network = agent_net.make_network(config.network, 6, 1)
   example = {k: v[0, 0] for k, v in batches[0].obs.items()}
   variables = agent_net.init_variables(network, jax.random.key(0), example)
-  optimizer, _ = learner_lib.optimizer_from_config(config, 10_000)
+  optimizer, _ = optimizers.optimizer_from_config(config, 10_000)
   loss_fn = losses.impala_loss(agent_net.apply_fn(network), losses.config_from(config))
   stats = variables['popart'][agent_net.VALUE_HEAD]
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from agents import evaluation
-from agents.run_loading import checkpoint_steps, load_config, load_run
+from analysis import evaluation
+from analysis.run_loading import checkpoint_steps, load_config, load_run
 from configs import atari_single, cartpole, nethack_popart
 from envs import render
 from envs.base import StepResult

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from agents.checkpoint import Checkpointer
-from agents.sebulba import ActorFailed, NonFiniteError, first_non_finite
+from agents.trainer import ActorFailed, NonFiniteError, first_non_finite
 from configs import cartpole, cartpole_popart
-from faults import make_env_step_fail
+from faults import make_env_step_fail, make_rewards_nan, nan_reward_call
 from launch.train import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,11 +34,11 @@ def test_first_non_finite_names_the_first_bad_quantity():
   assert first_non_finite({**ok, 'loss/total': np.nan, 'grad_norm': np.nan}) == 'loss/total'
 
 
-def test_nan_rewards_stop_the_run_after_saving_the_last_good_state(tmp_path):
+def test_nan_rewards_stop_the_run_after_saving_the_last_good_state(tmp_path, monkeypatch):
   config = cartpole_popart.get_config('smoke')
   config.workdir = str(tmp_path / 'run')
   config.total_env_steps = 10 * config.unroll_length * config.batch_size
-  config.debug.nan_reward_at_update = 4   # poisons the 4th update's batch
+  make_rewards_nan(monkeypatch, nan_reward_call(4, config.unroll_length))  # the 4th update's batch
   per_update = config.unroll_length * config.batch_size
   with pytest.raises(NonFiniteError) as e:
     train(config)
@@ -58,9 +58,9 @@ def test_nan_rewards_stop_the_run_after_saving_the_last_good_state(tmp_path):
 def test_nan_stop_from_the_command_line_is_one_line(tmp_path):
   env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
   proc = subprocess.run(
-      [sys.executable, 'launch/train.py', '--config=configs/cartpole.py:smoke',
-       f'--config.workdir={tmp_path / "run"}', '--config.total_env_steps=320',
-       '--config.debug.nan_reward_at_update=2'],
+      [sys.executable, 'tests/train_with_faults.py', f'--nan_reward_step={nan_reward_call(2, 4)}',
+       '--config=configs/cartpole.py:smoke', f'--config.workdir={tmp_path / "run"}',
+       '--config.total_env_steps=320'],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
   assert proc.returncode == 1, proc.stderr
   assert 'Traceback' not in proc.stderr

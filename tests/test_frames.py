@@ -1,6 +1,6 @@
 """The frames and step bookkeeping the learner receives, on real unrolls from
 the real Actor (EnvPool Pong-v5; CartPole-v1 for episode ends, which a
-Pong game reaches only after ~800 steps). The checks are agents/frame_checks.py's."""
+Pong game reaches only after ~800 steps). The checks are analysis/frame_checks.py's."""
 
 import flax.linen as nn
 import jax
@@ -9,7 +9,7 @@ import pytest
 
 from configs import atari_single, cartpole
 from configs.validation import validate
-from agents import frame_checks as inspect
+from analysis import frame_checks as inspect
 from networks.torsos import NatureCNNTorso
 
 

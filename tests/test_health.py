@@ -1,4 +1,4 @@
-"""agents/health.py: dead units and the policy's spread over states, by hand,
+"""rl/health.py: dead units and the policy's spread over states, by hand,
 and the torsos' health sows through the network."""
 
 import jax
@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from agents import health
+from rl import health
 from networks import agent as agent_net
 
 

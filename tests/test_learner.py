@@ -6,7 +6,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from agents import learner, losses, popart
+from agents import learner
+from rl import losses, optimizers, popart
 from networks import agent as agent_net
 from synthetic_unroll import random_unroll
 
@@ -27,7 +28,7 @@ def _run(network, devices, steps=2):
   mesh = learner.make_mesh(devices)
   obs = {'state': np.zeros((4,), np.float32)}
   variables = agent_net.init_variables(network, jax.random.key(0), obs)
-  optimizer, schedule = learner.make_optimizer(6e-4, 100, 40.0, 0.99, 0.01, 0.0)
+  optimizer, schedule = optimizers.make_optimizer(6e-4, 100, 40.0, 0.99, 0.01, 0.0)
   cfg = losses.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=0.01,
                           reward_mode='none', popart_enabled=True, popart_beta=0.1)
   update = learner.build_update(agent_net.apply_fn(network), optimizer, schedule, cfg,
@@ -61,7 +62,7 @@ def test_update_preserves_unnormalised_values_apart_from_the_gradient_step():
   mesh = learner.make_mesh(jax.devices()[:1])
   obs = {'state': np.zeros((4,), np.float32)}
   variables = agent_net.init_variables(network, jax.random.key(1), obs)
-  optimizer, schedule = learner.make_optimizer(0.0, 100, 40.0, 0.99, 0.01, 0.0)
+  optimizer, schedule = optimizers.make_optimizer(0.0, 100, 40.0, 0.99, 0.01, 0.0)
   cfg = losses.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=0.01,
                           reward_mode='none', popart_enabled=True, popart_beta=0.3)
   update = learner.build_update(agent_net.apply_fn(network), optimizer, schedule, cfg,
@@ -87,7 +88,7 @@ def test_rmsprop_step_matches_the_hand_formula(eps_in_sqrt):
   -lr g / sqrt(nu + eps) (TensorFlow, IMPALA) or -lr g / (sqrt(nu) + eps)
   (PyTorch, TorchBeast); gradients above the clip are rescaled first."""
   lr, decay, eps, clip = 0.1, 0.99, 0.01, 1.0
-  optimizer, _ = learner.make_optimizer(lr, 100, clip, decay, eps, 0.0, eps_in_sqrt)
+  optimizer, _ = optimizers.make_optimizer(lr, 100, clip, decay, eps, 0.0, eps_in_sqrt)
   params = {'w': np.zeros(3, np.float32)}
   g = np.array([0.3, -0.4, 1.2], np.float32)   # norm 1.3 > clip
   updates, _ = optimizer.update({'w': g}, optimizer.init(params), params)
@@ -105,7 +106,7 @@ def test_rmsprop_initial_scale_one_starts_with_small_steps():
   params = {'w': np.zeros(3, np.float32)}
   steps = {}
   for scale in (0.0, 1.0):
-    optimizer, _ = learner.make_optimizer(lr, 100, 1e9, decay, eps, 0.0, False, initial_scale=scale)
+    optimizer, _ = optimizers.make_optimizer(lr, 100, 1e9, decay, eps, 0.0, False, initial_scale=scale)
     steps[scale] = optimizer.update({'w': g}, optimizer.init(params), params)[0]['w']
   np.testing.assert_allclose(steps[1.0], -lr * g / (np.sqrt(decay + (1 - decay) * g ** 2) + eps),
                              rtol=1e-5)
@@ -118,7 +119,7 @@ def test_adam_first_step_matches_the_hand_formula():
   """optax's Adam from zero moments: m_hat = g and v_hat = g^2 after bias
   correction, so the first step is -lr g / (|g| + eps) after the clip."""
   lr, eps, clip = 0.1, 1e-5, 1.0
-  optimizer, _ = learner.make_optimizer(lr, 100, clip, 0.99, 0.01, 0.0, name='adam', adam_eps=eps)
+  optimizer, _ = optimizers.make_optimizer(lr, 100, clip, 0.99, 0.01, 0.0, name='adam', adam_eps=eps)
   params = {'w': np.zeros(3, np.float32)}
   g = np.array([0.3, -0.4, 1.2], np.float32)   # norm 1.3 > clip
   updates, state = optimizer.update({'w': g}, optimizer.init(params), params)
@@ -135,9 +136,9 @@ def test_ppo_learning_rate_anneals_over_every_optimiser_step():
   from configs import common
   c = common.base_config()
   c.loss.name, c.ppo.epochs, c.ppo.minibatches = 'ppo', 4, 4
-  _, schedule = learner.optimizer_from_config(c, total_learner_steps=100)
+  _, schedule = optimizers.optimizer_from_config(c, total_learner_steps=100)
   np.testing.assert_allclose(float(schedule(50)), 0.5 * c.learning_rate, rtol=1e-6)
   np.testing.assert_allclose(float(schedule(100)), 0.0, atol=1e-12)
   c.loss.name = 'impala'
-  _, schedule = learner.optimizer_from_config(c, total_learner_steps=100)
+  _, schedule = optimizers.optimizer_from_config(c, total_learner_steps=100)
   np.testing.assert_allclose(float(schedule(50)), 0.5 * c.learning_rate, rtol=1e-6)

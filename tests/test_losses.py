@@ -4,8 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agents import losses, popart
-from agents.types import Unroll
+from rl import losses, popart
+from rl.types import Unroll
 
 
 def _fixed_apply(logits, norm_values):
@@ -87,7 +87,7 @@ def test_policy_gradient_pushes_up_advantaged_actions():
 
 
 def test_h_mode_runs_vtrace_on_raw_values_and_learns_in_h_space():
-  from agents import rewards
+  from rl import rewards
   logits = jnp.zeros((3, 2, 2))
   raw = np.asarray([[0.0, 0.0], [3.0, 8.0], [15.0, 24.0]])  # raw values per step / env
   n = rewards.h(jnp.asarray(raw))[..., None]                   # network outputs h(V)

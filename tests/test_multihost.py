@@ -21,12 +21,13 @@ import jax
 import numpy as np
 import pytest
 
-from agents import learner, multihost
+from agents import learner
+from infra import multihost
+from faults import nan_reward_call
+import multihost_worker
 from networks import agent as agent_net
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, 'tests'))
-import multihost_worker  # noqa: E402
 
 SMOKE = ['--config=configs/cartpole.py:smoke', '--config.num_learner_devices=0',
          '--config.batch_size=4', '--config.actors.envs_per_actor=2',
@@ -221,9 +222,9 @@ def test_a_config_error_found_by_one_process_stops_both(tmp_path):
 
 
 def test_a_non_finite_loss_stops_every_process_with_the_last_good_state(tmp_path):
-  procs = _start(['launch/train.py', *SMOKE, f'--config.workdir={tmp_path / "run"}',
-                  '--config.total_env_steps=100000000', '--config.debug.nan_reward_at_update=3'],
-                 tmp_path)
+  procs = _start(['tests/train_with_faults.py', f'--nan_reward_step={nan_reward_call(3, 4)}',
+                  *SMOKE, f'--config.workdir={tmp_path / "run"}',
+                  '--config.total_env_steps=100000000'], tmp_path)
   rcs, outs = _finish(procs, timeout=180)
   assert rcs == [1, 1], outs
   line = ('error: NonFiniteError: non-finite loss/total (nan) at learner step 3 (env step 48); '

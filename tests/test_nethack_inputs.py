@@ -2,8 +2,6 @@
 the glyph under the hero. The tracker by hand, the env's shapes, the
 encoder's reach, the fast path against its reference, the config checks."""
 
-import os
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -11,14 +9,12 @@ import ml_collections
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import nle.nethack  # noqa: E402
-from configs import nethack_popart, validation  # noqa: E402
-from envs.nle_env import NLEBatchedEnv  # noqa: E402
-from envs.nle_worker import DERIVED_OBS, UnderHero, observation_desc  # noqa: E402
-from networks import agent as agent_net  # noqa: E402
-from networks import nethack, torsos  # noqa: E402
+import nle.nethack
+from configs import nethack_popart, validation
+from envs.nle_env import NLEBatchedEnv
+from envs.nle_worker import DERIVED_OBS, UnderHero, observation_desc
+from networks import agent as agent_net
+from networks import nethack, torsos
 
 H, W = nle.nethack.DUNGEON_SHAPE
 NO_GLYPH = nle.nethack.NO_GLYPH

@@ -8,7 +8,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from agents import popart
+from rl import popart
 from networks import agent as agent_net
 from networks import torsos
 from networks.heads import PopArtValueHead

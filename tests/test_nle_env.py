@@ -6,19 +6,16 @@ import os
 import pathlib
 import re
 import signal
-import sys
 import tempfile
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # repo root, for `envs`
-
-import nle.nethack  # noqa: E402
-from envs import nethack, registry  # noqa: E402
-from envs.base import StepResult  # noqa: E402
-from envs.concat import ConcatEnv  # noqa: E402
-from envs.nle_env import EPISODE_STATS, NLE_ENV_IDS, NLEBatchedEnv, is_nle_env  # noqa: E402
+import nle.nethack
+from envs import nethack, registry
+from envs.base import StepResult
+from envs.concat import ConcatEnv
+from envs.nle_env import EPISODE_STATS, NLE_ENV_IDS, NLEBatchedEnv, is_nle_env
 
 ENV_ID = 'NetHackScore-v0'
 

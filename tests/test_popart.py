@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import numpy as np
 
-from agents import popart
+from rl import popart
 
 
 def _stats(mu, nu):

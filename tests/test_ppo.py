@@ -6,8 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents import learner, losses, popart, ppo
-from agents.types import Unroll
+from agents import learner
+from rl import losses, optimizers, popart, ppo
+from rl.types import Unroll
 
 
 def _config(**ppo_kw):
@@ -268,7 +269,7 @@ def test_ppo_update_on_four_devices_equals_one(split):
   results = []
   for n in (1, 4):
     mesh = learner.make_mesh(jax.devices()[:n])
-    optimizer, schedule = learner.make_optimizer(1e-2, 100, 0.5, 0.99, 1e-5, 0.0, name='adam')
+    optimizer, schedule = optimizers.make_optimizer(1e-2, 100, 0.5, 0.99, 1e-5, 0.0, name='adam')
     update = learner.build_update(agent_net.apply_fn(network, with_health=True), optimizer,
                                   schedule, cfg, agent_net.VALUE_HEAD, mesh, 0.5)
     state = learner.init_state(variables, optimizer, mesh)

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents import rewards
+from rl import rewards
 
 
 def test_h_by_hand_and_inverse():

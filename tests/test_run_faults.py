@@ -17,7 +17,7 @@ import pytest
 
 from agents import checkpoint
 from agents.checkpoint import Checkpointer
-from agents.sebulba import NonFiniteError, Trainer
+from agents.trainer import NonFiniteError, Trainer
 from configs import cartpole
 from configs.validation import validate
 from faults import largest_data_file

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from agents import saliency as sal
+from analysis import saliency as sal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

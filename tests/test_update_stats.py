@@ -1,4 +1,4 @@
-"""agents/update_stats.py: per-term gradients, the clip, the RMSProp step and
+"""analysis/update_stats.py: per-term gradients, the clip, the RMSProp step and
 the policy change of one update, against hand-computed values."""
 
 import jax
@@ -7,8 +7,9 @@ import numpy as np
 import optax
 
 from agents import learner as learner_lib
-from agents import losses, popart, update_stats
-from agents.types import Unroll
+from rl import losses, optimizers, popart
+from analysis import update_stats
+from rl.types import Unroll
 from networks.agent import VALUE_HEAD
 
 
@@ -82,7 +83,7 @@ def test_step_report_on_a_first_rmsprop_step():
   # = 10 lr sign(g) when eps << |g| (PyTorch placement), for every parameter.
   apply, params, batch, cfg = _setup()
   lr, eps = 1e-3, 1e-8
-  optimizer, _ = learner_lib.make_optimizer(lr, 1_000_000, 1e9, 0.99, eps, 0.0,
+  optimizer, _ = optimizers.make_optimizer(lr, 1_000_000, 1e9, 0.99, eps, 0.0,
                                             eps_in_sqrt=False)
   state = learner_lib.LearnerState(params=params, popart={VALUE_HEAD: popart.init_stats(1)},
                                    opt_state=optimizer.init(params), step=jnp.zeros((), jnp.int32))
@@ -111,7 +112,7 @@ def test_step_report_on_a_first_adam_step():
   exactly where |g| < eps."""
   apply, params, batch, cfg = _setup()
   lr, eps = 1e-3, 1e-4
-  optimizer, _ = learner_lib.make_optimizer(lr, 1_000_000, 1e9, 0.99, 0.01, 0.0, name='adam',
+  optimizer, _ = optimizers.make_optimizer(lr, 1_000_000, 1e9, 0.99, 0.01, 0.0, name='adam',
                                             adam_eps=eps)
   state = learner_lib.LearnerState(params=params, popart={VALUE_HEAD: popart.init_stats(1)},
                                    opt_state=optimizer.init(params), step=jnp.zeros((), jnp.int32))

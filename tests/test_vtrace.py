@@ -9,7 +9,7 @@ Recursion (rho_bar = c_bar = 1):
 import jax.numpy as jnp
 import numpy as np
 
-from agents import losses
+from rl import losses
 
 # gamma = 0.5; the episode terminates on the action at t = 1 (gamma_1 = 0).
 VALUES = [1.0, 2.0, 3.0, 4.0, 5.0]        # V(x_0..x_4)

@@ -21,12 +21,15 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import jax
 import numpy as np
 
-from agents.actor import Episode, host_dtype, make_act_fn
-from agents.run_loading import LoadedRun
+from agents.actor import make_act_fn
+from agents.rollout import Episode, StepBookkeeping, host_dtype
+from analysis.run_loading import LoadedRun
 from envs import atari
 from envs import nethack
 from envs import registry
 from envs import render
+from envs.envpool_env import EnvPoolEnv
+from envs.nle_env import NLEBatchedEnv
 
 DEFAULT_NUM_ENVS = 8       # envs per task stepped together
 NLE_VIDEO_FPS = 8.0        # NetHack has no clock; slow enough to read the screen
@@ -106,10 +109,9 @@ def play_episodes(env, policy: Callable, variables, initial_state, num_episodes:
                   max_steps: Optional[int] = None, observe: Optional[Callable] = None):
   """Plays until every env has ended its quota of episodes.
 
-  Follows the actor (agents/actor.py): the auto-reset convention of
-  envs/base.py (the step after an episode's end is a reset step: action
-  ignored, reward 0, not counted), `first` flags for the recurrent core, and
-  prev_action / prev_reward, 0 at an episode's first step.
+  The step bookkeeping is the actors' own (agents/rollout.py): reset steps,
+  `first` flags for the recurrent core, prev_action / prev_reward (the
+  reward times `prev_reward_scale`, as training fed it).
   `frame_fn(result)`, if given, draws env 0; its first episode is recorded,
   at most `max_video_frames` frames. `observe(step, obs, first, core_state,
   result)`, if given, sees every step's policy inputs (and the StepResult they
@@ -120,10 +122,7 @@ def play_episodes(env, policy: Callable, variables, initial_state, num_episodes:
   quota = episode_quotas(num_episodes, n)
   ended = np.zeros(n, np.int64)            # episodes each env has counted
   result = env.reset()
-  first = np.ones(n, bool)                 # this observation starts an episode
-  terminal = np.zeros(n, bool)             # this observation ends one: the next step resets
-  prev_action, prev_reward = np.zeros(n, np.int32), np.zeros(n, np.float32)
-  ep_return, ep_length = np.zeros(n, np.float64), np.zeros(n, np.int64)
+  book = StepBookkeeping(n, prev_reward_scale)
   state, episodes, steps = initial_state, [], 0
   frames = [frame_fn(result)] if frame_fn and max_video_frames else []
   recording = 0 < len(frames) < max_video_frames
@@ -131,30 +130,21 @@ def play_episodes(env, policy: Callable, variables, initial_state, num_episodes:
     if max_steps is not None and steps >= max_steps:
       return episodes, False, steps, frames
     obs = {k: np.asarray(result.obs[k], host_dtype(result.obs[k].dtype)) for k in obs_keys}
-    obs['prev_action'] = np.where(first, 0, prev_action).astype(np.int32)
-    obs['prev_reward'] = np.where(first, 0.0, prev_reward).astype(np.float32)
+    obs['prev_action'], obs['prev_reward'] = book.prev_inputs()
+    first = book.first
     if observe is not None:
       observe(steps, obs, first, state, result)
     action, state, rng = policy(variables, obs, first, state, rng)
     result = env.step(action)
     steps += 1
-    live = ~terminal  # not a reset step
-    ep_return += np.where(live, result.reward, 0.0)
-    ep_length += live
-    game_ended = result.game_ended & live
-    stats = result.episode_stats
-    for i in np.flatnonzero(game_ended & (ended < quota)):
-      episodes.append(Episode(
-          int(result.task_id[i]), float(ep_return[i]), int(ep_length[i]),
-          None if stats is None else {k: float(v[i]) for k, v in stats.items()}))
-      ended[i] += 1
-    if recording and live[0]:
+    live0 = not book.terminal[0]  # env 0's step is not a reset step
+    for i, episode in book.record(action, result):
+      if ended[i] < quota[i]:
+        episodes.append(episode)
+        ended[i] += 1
+    if recording and live0:
       frames.append(frame_fn(result))
-      recording = not game_ended[0] and len(frames) < max_video_frames
-    ep_return[result.game_ended] = 0.0
-    ep_length[result.game_ended] = 0
-    prev_action, prev_reward = action, result.reward * np.float32(prev_reward_scale)
-    first, terminal = terminal, result.terminated | result.truncated
+      recording = not result.game_ended[0] and len(frames) < max_video_frames
   return episodes, True, steps, frames
 
 
@@ -164,8 +154,6 @@ def make_task_env(run: LoadedRun, task_id: int, num_envs: int, seed: int, video:
   `frame_fn(result)` draws env 0: an RGB screen (EnvPool, synthetic) or a
   TtyFrame (NLE).
   """
-  from envs.envpool_env import EnvPoolEnv
-  from envs.nle_env import NLEBatchedEnv
   task = run.config.tasks[task_id]
   kwargs = eval_env_kwargs(run.config, task, run.plan.num_tasks)
   family = registry.env_family(task['env_id'])

@@ -1,7 +1,7 @@
 """The frames and step bookkeeping the learner receives, checked with numbers.
 
 `collect` builds actor 0's envs exactly as training does (validate -> plan ->
-registry.make_actor_envs, Trainer's seeds), runs the real `agents.actor.Actor`
+registry.make_actor_envs, the builder's agent and seeds), runs the real `agents.actor.Actor`
 thread with a freshly initialised network, and keeps the UnrollBlocks it puts
 on the queue (what the learner gets) and every env step's flags. The
 `check_*` functions turn that into named PASS/FAIL `Check`s: frame shape,
@@ -19,6 +19,12 @@ from typing import Dict, List, NamedTuple
 import jax
 import numpy as np
 
+from agents import builder
+from agents.actor import Actor, ParamsStore, make_act_fn
+from agents.timing import StageTimer
+from envs import registry
+
+
 class Check(NamedTuple):
   passed: bool
   what: str       # the property checked
@@ -28,8 +34,8 @@ class Check(NamedTuple):
 @dataclasses.dataclass
 class Collected:
   """What actor 0 produced, and what is needed to re-check it."""
-  unrolls: List           # agents.types.Unroll, consecutive, [T + 1, B, ...]
-  episodes: List          # agents.actor.Episode, whole games, in the order they ended
+  unrolls: List           # rl.types.Unroll, consecutive, [T + 1, B, ...]
+  episodes: List          # agents.rollout.Episode, whole games, in the order they ended
   records: Dict           # env 'terminated', 'truncated', 'game_over', 'reward' per step [S, B]
   network: object
   variables: object       # what the actor acted with
@@ -66,20 +72,14 @@ def collect(config, plan, num_blocks: int, policy_scale: float = 1.0) -> Collect
   """Runs actor 0 of `plan` with Trainer's envs, seeds and fresh network for
   `num_blocks` unrolls. `policy_scale` multiplies the policy head's weights
   (tests: logits that differ between frames, so off-by-one errors show)."""
-  from agents.actor import Actor, ParamsStore, host_dtype, make_act_fn, observation_spec_with_prev
-  from agents.timing import StageTimer
-  from envs import registry
-  from networks import agent as agent_net
-
   a = config.actors
   env = RecordingEnv(registry.make_actor_envs(
-      plan.actor_env_groups[0], seed=(config.seed * 100_003) % 2**31,
+      plan.actor_env_groups[0], seed=builder.env_seed(config, 0),
       envpool_threads=a.envpool_threads, nle_workers=a.nle_workers,
       observation_keys=plan.observation_keys))
-  network = agent_net.make_network(config.network, env.num_actions, plan.num_values)
-  example = {k: np.zeros(s, host_dtype(d))
-             for k, (s, d) in observation_spec_with_prev(env.observation_spec).items()}
-  variables = agent_net.init_variables(network, jax.random.key(config.seed), example)
+  agent = builder.build_agent(config, plan, env.num_actions, env.observation_spec,
+                              with_update=False)
+  network, variables = agent.network, agent.variables
   if policy_scale != 1.0:
     params = dict(variables['params'])
     params['policy_head'] = jax.tree.map(lambda w: w * policy_scale, params['policy_head'])
@@ -87,9 +87,7 @@ def collect(config, plan, num_blocks: int, policy_scale: float = 1.0) -> Collect
   store, unrolls, episodes = ParamsStore(), queue.Queue(maxsize=a.queue_size), queue.SimpleQueue()
   store.publish(variables, 0)
   stop = threading.Event()
-  # Trainer._actor_seed of actor 0 in a fresh run.
-  key = jax.random.fold_in(jax.random.fold_in(jax.random.key(config.seed), 0), 0)
-  actor_seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
+  actor_seed = builder.actor_seed(jax.random.key(config.seed), 0, 0)  # actor 0, a fresh run
   actor = Actor(0, env, make_act_fn(network), network.initial_state(env.num_envs), store,
                 unrolls, episodes, StageTimer(), stop, config.unroll_length,
                 plan.actor_device, seed=actor_seed)
@@ -329,7 +327,7 @@ def check_protocol(config, collected: Collected) -> Dict[str, Check]:
   """EnvPool's Atari options, lives, action sets, reward clipping, input scaling."""
   import envpool
   import jax.numpy as jnp
-  from agents import rewards
+  from rl import rewards
   from configs import atari_popart
   from configs.validation import validate
   kw, env_id = collected.env_kwargs, config.tasks[0]['env_id']
@@ -363,7 +361,7 @@ def check_protocol(config, collected: Collected) -> Dict[str, Check]:
                                                  config.reward_mode))
   checks['reward_clip'] = Check(
       config.reward_mode == 'clip' and clipped.tolist() == [-1.0, -1.0, 0.5, 1.0],
-      'learner clips rewards to [-1, 1] (agents/rewards.py)',
+      'learner clips rewards to [-1, 1] (rl/rewards.py)',
       f'reward_mode={config.reward_mode!r}: [-5, -1, 0.5, 3] -> {clipped.tolist()}')
   u = collected.unrolls[0]
   x = torso_input(collected.network, collected.variables, u.obs)

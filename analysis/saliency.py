@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agents import popart
+from rl import popart
 
 MASK_SIGMA = 5.0   # pixels, the paper's mask width on 84x84 frames
 BLUR_SIGMA = 3.0   # pixels, the blur that replaces the masked area

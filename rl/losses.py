@@ -16,10 +16,10 @@ import jax
 import jax.numpy as jnp
 import rlax
 
-from agents import health
-from agents import popart
-from agents import rewards as rewards_lib
-from agents.types import Unroll
+from rl import health
+from rl import popart
+from rl import rewards as rewards_lib
+from rl.types import Unroll
 
 
 LOSS_NAMES = ('impala', 'ppo')
@@ -28,7 +28,7 @@ PPO_SPLITS = ('steps', 'unrolls')
 
 
 class PPOConfig(NamedTuple):
-  """agents/ppo.py's settings (the config's `ppo` group; configs/common.py)."""
+  """rl/ppo.py's settings (the config's `ppo` group; configs/common.py)."""
   epochs: int = 4
   minibatches: int = 4
   clip_epsilon: float = 0.1
@@ -50,7 +50,7 @@ class LossConfig(NamedTuple):
   # batch's valid steps (A2C's code): the same direction, 1/N the size, which
   # matters for the clip and for RMSProp's epsilon.
   reduction: str = 'sum'
-  name: str = 'impala'              # 'impala' (impala_loss) or 'ppo' (agents/ppo.py)
+  name: str = 'impala'              # 'impala' (impala_loss) or 'ppo' (rl/ppo.py)
   ppo: PPOConfig = PPOConfig()
 
 

@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from agents import losses
-from agents.types import Unroll
+from rl import losses
+from rl.types import Unroll
 from networks.agent import VALUE_HEAD
 
 TERMS = ('policy', 'baseline', 'entropy')

@@ -1,23 +1,20 @@
 """Loading a trained run back: its config, network and checkpointed variables.
 
-`load_run(workdir, step)` rebuilds what `agents.sebulba.Trainer` built (the
-config from <workdir>/config.json, the RunPlan, the network, a 1-device
-learner state as the restore target) without starting envs or threads, and
-restores a checkpoint into it. Evaluation, saliency tools and notebooks all
+`load_run(workdir, step)` builds the run's agent as training did
+(agents/builder.py; the config from <workdir>/config.json, on one learner
+device) without starting envs or threads, and restores a checkpoint into
+its learner state. Evaluation, saliency tools and notebooks all
 start here.
 """
 
 import dataclasses
 import json
 import os
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Tuple
 
-import jax
 import ml_collections
-import numpy as np
 
-from agents import learner as learner_lib
-from agents.actor import host_dtype, observation_spec_with_prev
+from agents.builder import build_agent
 from agents.checkpoint import Checkpointer
 from configs import common, validation
 from envs import registry
@@ -79,32 +76,6 @@ def _with_defaults(saved: dict, defaults: dict) -> dict:
   return out
 
 
-def env_spaces(env_id: str, env_kwargs: Dict[str, Any], observation_keys: Sequence[str],
-               ) -> Tuple[int, Dict[str, tuple]]:
-  """(num_actions, observation_spec) of a task's env, without starting envs."""
-  family = registry.env_family(env_id)
-  if family == 'synthetic':
-    module = registry.SYNTHETIC_ENVS[env_id]
-    return len(module.ACTION_NAMES), module.observation_spec(env_kwargs)
-  if family == 'envpool':
-    import envpool
-    from envs.envpool_env import observation_key
-    spec = envpool.make_spec(env_id, **env_kwargs)
-    space = spec.observation_space
-    return (int(spec.action_space.n),
-            {observation_key(space.shape): (tuple(space.shape), np.dtype(space.dtype))})
-  import gymnasium as gym
-  from envs.nle_worker import DERIVED_OBS, observation_desc
-  kwargs = {k: v for k, v in env_kwargs.items() if k not in ('max_episode_steps', 'savedir')}
-  nle_keys = tuple(k for k in observation_keys if k not in DERIVED_OBS)
-  env = gym.make(env_id, observation_keys=nle_keys, save_ttyrec_every=0,
-                 disable_env_checker=True, **kwargs)
-  num_actions = int(env.action_space.n)
-  env.close()
-  # what envs.nle_env.NLEBatchedEnv reports
-  return num_actions, {k: observation_desc(k) for k in observation_keys}
-
-
 def checkpoint_steps(workdir: str) -> Tuple[int, ...]:
   """Env steps of the run's checkpoints, ascending."""
   return tuple(Checkpointer(workdir, read_only=True).steps())
@@ -134,17 +105,13 @@ def load_run(workdir: str, step: Optional[int] = None) -> LoadedRun:
     config.actor_device_id = 0
   plan = validation.validate(config)
 
-  # The network and a learner state built as the Trainer builds them, as the
+  # The agent built as the Trainer builds it: its learner state is the
   # restore target (orbax needs the tree, shapes and dtypes).
-  task = config.tasks[0]
-  num_actions, obs_spec = env_spaces(
-      task['env_id'], plan.actor_env_groups[0][0].env_kwargs, plan.observation_keys)
-  network = agent_net.make_network(config.network, num_actions, plan.num_values)
-  example = {k: np.zeros(s, host_dtype(d))
-             for k, (s, d) in observation_spec_with_prev(obs_spec).items()}
-  variables = agent_net.init_variables(network, jax.random.key(0), example)  # overwritten
-  optimizer, _ = learner_lib.optimizer_from_config(config, plan.total_learner_steps)
-  like = learner_lib.init_state(variables, optimizer, learner_lib.make_mesh(plan.learner_devices))
+  group = plan.actor_env_groups[0][0]
+  num_actions, obs_spec = registry.env_spaces(group.env_id, group.env_kwargs,
+                                              plan.observation_keys)
+  agent = build_agent(config, plan, num_actions, obs_spec, with_update=False)
+  network, like = agent.network, agent.state
   restored = checkpointer.restore(like, env_steps=step)
   checkpointer.close()
   state = restored['state']

@@ -8,9 +8,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agents import evaluation, popart
-from agents.actor import Episode
-from agents.run_loading import LoadedRun
+from analysis import evaluation
+from rl import popart
+from agents.rollout import Episode
+from analysis.run_loading import LoadedRun
 
 
 @dataclasses.dataclass

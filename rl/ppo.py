@@ -1,7 +1,7 @@
 """PPO (Schulman et al. 2017) with per-task PopArt, on the actors' unrolls.
 
 The same unrolls, PopArt head and sharded update as the IMPALA loss
-(agents/losses.py); what differs is how a batch is used:
+(rl/losses.py); what differs is how a batch is used:
 
 1. `targets_fn`: one forward pass over the whole batch with the current
    params gives the values the advantages and value targets start from:
@@ -32,11 +32,11 @@ from typing import Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from agents import health
-from agents import losses
-from agents import popart
-from agents import rewards as rewards_lib
-from agents.types import Unroll
+from rl import health
+from rl import losses
+from rl import popart
+from rl import rewards as rewards_lib
+from rl.types import Unroll
 
 class Targets(NamedTuple):
   """Per transition [T, B]: what every minibatch of one update shares."""

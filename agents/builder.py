@@ -1,0 +1,67 @@
+"""The one place an agent is assembled from a config.
+
+`build_agent` makes the network, its initial variables, the optimiser and
+its schedule, the learner mesh and state, and (unless asked not to) the
+jitted update. Training, run loading, evaluation, the frame checks and
+every launch tool build through it, so they cannot drift apart. The seeds
+of actors and their envs are defined here too.
+"""
+
+import dataclasses
+from typing import Any, Callable, Dict, Optional
+
+import jax
+from jax.sharding import Mesh
+import optax
+
+from agents import learner as learner_lib
+from agents.rollout import example_observation
+from networks import agent as agent_net
+from rl import losses, optimizers
+
+
+@dataclasses.dataclass(frozen=True)
+class Agent:
+  network: agent_net.AgentNetwork
+  variables: Dict[str, Any]                 # initial {'params', 'popart', ...}
+  optimizer: optax.GradientTransformation
+  schedule: Callable                        # learning rate by learner update
+  mesh: Mesh                                # the learner devices
+  state: learner_lib.LearnerState           # initial, replicated over the mesh
+  update: Optional[Callable]                # jitted (state, batch) -> (state, metrics)
+
+
+def build_agent(config, plan, num_actions: int, observation_spec: Dict[str, tuple],
+                with_update: bool = True) -> Agent:
+  """The agent of `config` (validated into `plan`) for an env with
+  `num_actions` actions and `observation_spec` (the env's keys, without
+  prev_action / prev_reward). `with_update=False` skips the update (tools
+  that only act or restore)."""
+  network = agent_net.make_network(config.network, num_actions, plan.num_values)
+  variables = agent_net.init_variables(network, jax.random.key(config.seed),
+                                       example_observation(observation_spec),
+                                       init=config.network.init)
+  optimizer, schedule = optimizers.optimizer_from_config(config, plan.total_learner_steps)
+  mesh = learner_lib.make_mesh(plan.learner_devices)
+  state = learner_lib.init_state(variables, optimizer, mesh)
+  update = None
+  if with_update:
+    update = learner_lib.build_update(
+        agent_net.apply_fn(network, with_health=True), optimizer, schedule,
+        losses.config_from(config), agent_net.VALUE_HEAD, mesh, config.optimizer.max_grad_norm,
+        seed=config.seed)
+  return Agent(network, variables, optimizer, schedule, mesh, state, update)
+
+
+def env_seed(config, actor_id: int, env_steps: int = 0) -> int:
+  """The seed of actor `actor_id`'s envs (actor ids are global over
+  processes). A resumed run passes its env step: fresh games rather than a
+  replay of the start."""
+  return (config.seed * 100_003 + 1_009 * actor_id + env_steps) % 2**31
+
+
+def actor_seed(rng: jax.Array, env_steps: int, actor_id: int) -> int:
+  """The seed of actor `actor_id`'s action sampling, from the learner's rng
+  at `env_steps`."""
+  key = jax.random.fold_in(jax.random.fold_in(rng, env_steps), actor_id)
+  return int(jax.random.randint(key, (), 0, 2**31 - 1))

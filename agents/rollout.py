@@ -1,0 +1,86 @@
+"""The step bookkeeping of a batch of envs, shared by the actors and evaluation.
+
+Envs follow the auto-reset convention of envs/base.py: the step after an
+episode's end is a reset step (its action is ignored, its reward is 0 and it
+is not counted). Besides the env's own keys, every observation the policy
+sees carries `prev_action` (int32) and `prev_reward` (float32): what the
+agent did and got on the step before, 0 at an episode's first step.
+IMPALA's core reads them; torsos ignore them.
+"""
+
+import dataclasses
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+PREV_KEYS = {'prev_action': ((), np.dtype(np.int32)), 'prev_reward': ((), np.dtype(np.float32))}
+
+
+def host_dtype(dtype) -> np.dtype:
+  """The dtype stored in unrolls: JAX runs without 64-bit types by default."""
+  dtype = np.dtype(dtype)
+  return {np.dtype(np.int64): np.dtype(np.int32),
+          np.dtype(np.float64): np.dtype(np.float32)}.get(dtype, dtype)
+
+
+def observation_spec_with_prev(env_spec):
+  """The env's observation spec plus the keys the bookkeeping adds."""
+  return {**env_spec, **PREV_KEYS}
+
+
+def example_observation(env_spec) -> Dict[str, np.ndarray]:
+  """Zeros of one observation as the policy sees it (network init)."""
+  return {k: np.zeros(s, host_dtype(d))
+          for k, (s, d) in observation_spec_with_prev(env_spec).items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class Episode:
+  task_id: int
+  episode_return: float    # sum of the env's rewards (as the env gives them, unclipped)
+  episode_length: int      # agent steps, reset steps excluded
+  stats: Optional[Dict[str, float]] = None  # the env's end-of-game stats (NetHack: score, depth, turns)
+
+
+class StepBookkeeping:
+  """Per env: episode starts and ends, the previous action and reward, and
+  the running return and length of the game in progress.
+
+  `prev_reward_scale` multiplies the env's reward before the policy sees it
+  as `prev_reward`: 1 for training envs (already scaled), the task's reward
+  scale for evaluation envs (raw scores).
+  """
+
+  def __init__(self, num_envs: int, prev_reward_scale: float = 1.0):
+    n = num_envs
+    self.first = np.ones(n, bool)       # this observation starts an episode
+    self.terminal = np.zeros(n, bool)   # this observation ends one: the next step resets
+    self._prev_action = np.zeros(n, np.int32)
+    self._prev_reward = np.zeros(n, np.float32)
+    self._return = np.zeros(n, np.float64)
+    self._length = np.zeros(n, np.int64)
+    self._scale = np.float32(prev_reward_scale)
+
+  def prev_inputs(self) -> Tuple[np.ndarray, np.ndarray]:
+    """(prev_action int32 [B], prev_reward float32 [B]) for the current observation."""
+    return (np.where(self.first, 0, self._prev_action).astype(np.int32),
+            np.where(self.first, 0.0, self._prev_reward).astype(np.float32))
+
+  def record(self, action, result) -> List[Tuple[int, Episode]]:
+    """Takes the step `action` -> `result`; returns (env index, Episode) for
+    each whole game that ended on it. Logged episodes are whole games: an
+    Atari life lost ends the learner's episode but not the game."""
+    live = ~self.terminal  # not a reset step
+    self._return += np.where(live, result.reward, 0.0)
+    self._length += live
+    stats = getattr(result, 'episode_stats', None)
+    ended = [(int(i), Episode(
+        int(result.task_id[i]), float(self._return[i]), int(self._length[i]),
+        None if stats is None else {k: float(v[i]) for k, v in stats.items()}))
+        for i in np.flatnonzero(result.game_ended & live)]
+    self._return[result.game_ended] = 0.0
+    self._length[result.game_ended] = 0
+    self._prev_action = np.array(action, np.int32)
+    self._prev_reward = result.reward * self._scale
+    self.first, self.terminal = self.terminal, result.terminated | result.truncated
+    return ended

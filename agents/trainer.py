@@ -1,0 +1,321 @@
+"""The Sebulba training loop: actor threads feed a sharded, jitted learner.
+
+`Trainer` builds envs, agent (agents/builder.py) and actors from a config
+and its RunPlan, and restores the latest checkpoint of its workdir. Its
+public steps are what `run()` is made of, and what tools drive by hand:
+`start` (publish the params, start the actors), `next_batch` (the actors'
+next learner batch), `step` (one update: checked, published, counted) and
+`publish`. `run()` loops them until total_env_steps, saving checkpoints and
+handing the metrics of every log step (agents/summaries.py) to a callback.
+Side effects (threads, envs, files) live here; the math is in `rl/` and
+`agents/learner.py`.
+"""
+
+import queue
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+from absl import logging
+import jax
+import numpy as np
+
+from agents import builder
+from agents import learner as learner_lib
+from agents.actor import Actor, ParamsStore, UnrollBlock, make_act_fn
+from agents.checkpoint import Checkpointer
+from agents.summaries import Summariser
+from agents.timing import StageTimer
+from envs import registry
+from infra import multihost
+from rl.types import Unroll
+
+
+class ActorFailed(RuntimeError):
+  pass
+
+
+class NonFiniteError(FloatingPointError):
+  """A learner quantity became NaN or inf; the last good state is saved."""
+
+
+# Checked after every update, in this order: the first non-finite one names
+# the failure. 'nonfinite/state' counts the non-finite values of the updated
+# params and optimiser state (learner._finish): it must be 0.
+FINITE_CHECKS = ('loss/total', 'grad_norm', 'popart/mu', 'popart/sigma', 'nonfinite/state')
+
+
+def first_non_finite(metrics: Dict) -> Optional[str]:
+  """The first of FINITE_CHECKS whose value (host arrays) is not finite (for
+  'nonfinite/state': not 0), or None."""
+  for key in FINITE_CHECKS:
+    if key not in metrics:
+      continue
+    value = metrics[key]
+    if not np.all(np.isfinite(value)) or (key == 'nonfinite/state' and np.any(value != 0)):
+      return key
+  return None
+
+
+def concat_blocks(blocks: List[UnrollBlock]) -> Unroll:
+  """Actor blocks side by side along the batch axis (axis 1; 0 for core state)."""
+  unrolls = [b.unroll for b in blocks]
+  if len(unrolls) == 1:
+    return unrolls[0]
+  core = jax.tree.map(lambda *xs: np.concatenate(xs, axis=0), *[u.core_state for u in unrolls])
+  rest = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1),
+                      *[u._replace(core_state=None) for u in unrolls])
+  return rest._replace(core_state=core)
+
+
+class Trainer:
+
+  def __init__(self, config, plan, stop_requested: Optional[threading.Event] = None):
+    self.config, self.plan = config, plan
+    self.timer = StageTimer()
+    self.stop = threading.Event()            # stops the actors (and, in one process, the loop)
+    # A stop asked for (a signal, a benchmark's end): the loop ends after the
+    # update in progress; with several processes when any process asks, at
+    # the same update on all of them.
+    self.stop_requested = stop_requested or threading.Event()
+    self.interrupted = False
+    a = config.actors
+    first_actor = jax.process_index() * a.num_actors  # actor ids are global
+    self.checkpointer = Checkpointer(config.workdir, config.keep_intermediate,
+                                     primary=multihost.is_primary())
+    # A resumed run continues from its latest checkpoint; its envs and actors
+    # get fresh seeds (offset by the env step) rather than replaying the start.
+    self.resumed_from = self._agreed_latest_step()
+    self.envs = [registry.make_actor_envs(
+        groups, seed=builder.env_seed(config, first_actor + i, self.resumed_from or 0),
+        envpool_threads=a.envpool_threads,
+        nle_workers=a.nle_workers, observation_keys=plan.observation_keys,
+        nle_savedir=(f'{config.workdir}/nle' if a.nle_ttyrecs else None))
+        for i, groups in enumerate(plan.actor_env_groups)]
+    env = self.envs[0]
+    agent = builder.build_agent(config, plan, env.num_actions, env.observation_spec)
+    self.network, self.mesh, self.schedule = agent.network, agent.mesh, agent.schedule
+    self.update = agent.update   # (state, batch) -> (state, metrics); does not change self
+    self.state = agent.state
+    self.rng = jax.random.key(config.seed)
+    self.env_steps = 0
+    if self.resumed_from is not None:
+      restored = self.checkpointer.restore(self.state, self.resumed_from)
+      self.state, self.env_steps, self.rng = (
+          restored['state'], restored['env_steps'], restored['rng'])
+    self.start_env_steps = self.env_steps  # where this process began: a stop says what is new
+    self.version = int(self.state.step)    # of the params the actors act with
+    self._next_checkpoint = self._checkpoint_after(self.env_steps)
+
+    self.store = ParamsStore()
+    self.unrolls = queue.Queue(maxsize=a.queue_size)
+    self.episodes = queue.SimpleQueue()
+    act = make_act_fn(self.network)
+    self.actors = [
+        Actor(first_actor + i, e, act, self.network.initial_state(e.num_envs), self.store,
+              self.unrolls, self.episodes, self.timer, self.stop, config.unroll_length,
+              plan.actor_device, seed=builder.actor_seed(self.rng, self.env_steps, first_actor + i),
+              wait_for_learner=a.wait_for_learner)
+        for i, e in enumerate(self.envs)]
+    group = plan.actor_env_groups[0][0]
+    self.summariser = Summariser(
+        plan, config.popart.enabled,
+        registry.action_names(group.env_id, group.env_kwargs, env.num_actions), env.num_actions)
+    self._started = False
+
+  # The steps of training, public for tools that drive them by hand.
+
+  def start(self) -> None:
+    """Publishes the current params and starts the actors (once)."""
+    if self._started:
+      return
+    self._started = True
+    self.publish()
+    for actor in self.actors:
+      actor.start()
+
+  def publish(self) -> None:
+    """Hands this process's copy of the current variables to its actors."""
+    self.store.publish(
+        learner_lib.local_copy({'params': self.state.params, 'popart': self.state.popart}),
+        self.version)
+
+  def load(self, state, env_steps: int) -> None:
+    """Replaces the learner state (e.g. another run's checkpoint) before start."""
+    self.state, self.env_steps, self.version = state, env_steps, int(state.step)
+
+  def next_batch(self) -> Tuple[Unroll, List[int]]:
+    """The next learner batch from the actors' blocks, and each block's
+    policy lag (learner updates between its params and the current ones)."""
+    blocks = [self._next_block() for _ in range(self.plan.blocks_per_batch)]
+    return concat_blocks(blocks), [self.version - b.params_version for b in blocks]
+
+  def step(self, unroll: Unroll) -> Dict:
+    """One learner update on `unroll`: checked for non-finite values, then
+    committed, published and counted. Returns the update's metrics (device
+    arrays). Raises NonFiniteError, after saving the state before the
+    update, when a checked quantity is not finite."""
+    with self.timer.time('learner_h2d'):
+      batch = learner_lib.shard_batch(unroll, self.mesh)
+    with self.timer.time('learner_step'):
+      state, metrics = self.update(self.state, batch)
+      checked = jax.device_get({k: metrics[k] for k in FINITE_CHECKS})
+    bad = first_non_finite(checked)
+    if bad is not None:
+      self._stop_non_finite(bad, checked[bad])
+    self.state = state  # with env_steps below: what a checkpoint pairs
+    self.version += 1
+    self.publish()
+    self.env_steps += self.plan.env_steps_per_update
+    return metrics
+
+  def run(self, on_log: Callable[[Dict], None]):
+    """Trains until total_env_steps; returns the final learner state.
+
+    `on_log` gets the metrics of every log step, on process 0 only; every
+    process's episodes and actions are in them. Raises NonFiniteError after
+    saving the last good state when a loss, gradient or PopArt statistic
+    stops being finite.
+    """
+    config = self.config
+    if self._agree(False, self.stop_requested.is_set())[1]:  # asked during start-up: no update
+      self.interrupted = True
+      self.close()
+      return self.state
+    if self.config.keep_intermediate and self.env_steps == 0:
+      self.save_checkpoint()  # the initialisation, for analyses of training
+    self.start()
+    window: List[Dict] = []
+    lags: List[int] = []
+    last_log = time.perf_counter()
+    last_steps = self.env_steps
+    try:
+      while self.env_steps < config.total_env_steps and not self.stop.is_set():
+        unroll, batch_lags = self.next_batch()
+        lags.extend(batch_lags)
+        self.summariser.add_batch(unroll)
+        window.append(self.step(unroll))
+        if self.env_steps >= self._next_checkpoint:
+          with self.timer.time('checkpoint'):
+            self.save_checkpoint()
+            if multihost.is_multiprocess():
+              self.check_replicas()  # what the checkpoint holds is what every process holds
+          self._next_checkpoint = self._checkpoint_after(self.env_steps)
+        now = time.perf_counter()
+        log_due, stop = self._agree(now - last_log >= config.log.every_seconds,
+                                    self.stop_requested.is_set())
+        done = self.env_steps >= config.total_env_steps or stop
+        if done or log_due:
+          reports = multihost.allgather_json(self._window_report(lags))
+          if multihost.is_primary():
+            sps = (self.env_steps - last_steps) / (now - last_log)
+            metrics = self.summariser.summarise(window, reports, self.env_steps,
+                                                int(self.state.step), sps)
+            metrics.update(self.timer.drain())
+            on_log(metrics)
+          window, lags, last_log, last_steps = [], [], now, self.env_steps
+        if stop:
+          self.interrupted = True
+          break
+    finally:
+      self.close()
+    return self.state
+
+  # Checkpoints and agreement between processes.
+
+  def _agreed_latest_step(self) -> Optional[int]:
+    """The latest checkpoint's env step, the same on every process (a shared
+    filesystem's caches may lag on one host: restoring is collective)."""
+    steps = multihost.allgather_json(self.checkpointer.latest_step())
+    if len(set(steps)) > 1:
+      raise RuntimeError(f'processes see different latest checkpoints in '
+                         f'{self.checkpointer.directory}: {steps} (by process); is the workdir '
+                         'one shared folder?')
+    return steps[0]
+
+  def _checkpoint_after(self, env_steps: int) -> float:
+    every = self.config.checkpoint_every_steps
+    return (env_steps // every + 1) * every if every else float('inf')
+
+  def save_checkpoint(self) -> bool:
+    """Saves the learner state at the current env step (once per step);
+    True when a checkpoint was written now. With several processes every
+    process calls it (orbax writes once)."""
+    return self.checkpointer.save(self.env_steps, self.state, self.rng)
+
+  def check_replicas(self) -> str:
+    """The params' digest, the same on every learner device of every process;
+    raises RuntimeError naming the processes whose copies differ."""
+    digest = multihost.replica_digest(self.state.params)
+    digests = multihost.allgather_json(digest)
+    if len(set(digests)) != 1 or digest == 'differ':
+      raise RuntimeError('learner params differ across devices or processes (digest per '
+                         f'process: {digests}) at learner step {int(self.state.step)}')
+    return digest
+
+  def _check_actors(self) -> None:
+    for actor in self.actors:
+      if actor.error is not None:
+        raise ActorFailed(f'{actor.name} failed: {actor.error!r}') from actor.error
+      if not actor.is_alive():
+        raise ActorFailed(f'{actor.name} stopped unexpectedly')
+
+  def _next_block(self) -> UnrollBlock:
+    # Checked at every block, not only when the queue is empty: with several
+    # actors the others would keep the queue full and hide a dead one.
+    self._check_actors()
+    with self.timer.time('learner_queue_get'):
+      while True:
+        try:
+          return self.unrolls.get(timeout=1.0)
+        except queue.Empty:
+          self._check_actors()
+
+  def _agree(self, log_due: bool, stop: bool):
+    """(log now, stop now), the same on every process: process 0's clock
+    decides when to log; any process asking to stop stops them all."""
+    if not multihost.is_multiprocess():
+      return log_due, stop
+    with self.timer.time('process_sync'):
+      votes = multihost.allgather_ints([log_due, stop])
+    return bool(votes[0, 0]), bool(votes[:, 1].any())
+
+  def _stop_non_finite(self, name: str, value) -> None:
+    """Saves the state before the update that went non-finite, then raises."""
+    self.close()
+    self.save_checkpoint()
+    value = np.asarray(value)
+    shown = value.item() if value.size == 1 else value.tolist()
+    if name == 'nonfinite/state':
+      name, shown = 'parameters or optimiser state', f'{int(shown)} values'
+    raise NonFiniteError(
+        f'non-finite {name} ({shown}) at learner step {int(self.state.step) + 1} '
+        f'(env step {self.env_steps + self.plan.env_steps_per_update:,}); the last good state '
+        f'is saved at env step {self.env_steps:,} in {self.checkpointer.directory}')
+
+  def _window_report(self, lags: List[int]) -> Dict:
+    """This process's side of a log window: drains the episode queue."""
+    episodes = []
+    while True:
+      try:
+        episodes.append(self.episodes.get_nowait())
+      except queue.Empty:
+        break
+    return self.summariser.report(
+        episodes, lags, actor_env_steps=sum(a.env_steps for a in self.actors),
+        queue_size=self.unrolls.qsize(), restarts=sum(env.restarts for env in self.envs))
+
+  def close(self) -> None:
+    """Stops the actors and closes the envs; safe to call twice."""
+    self.stop.set()
+    for actor in self.actors:
+      if actor.is_alive():
+        actor.join(timeout=30.0)
+    for actor, env in zip(self.actors, self.envs):
+      if actor.is_alive():
+        # Closing an env while its actor is still inside step() can deadlock
+        # (EnvPool): leave it to process exit rather than hang here.
+        logging.warning('%s did not stop within 30 s; leaving its envs open', actor.name)
+        continue
+      env.close()
+    self.envs = []

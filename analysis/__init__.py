@@ -1,0 +1,1 @@
+"""Offline tools on trained runs: loading, evaluation, saliency, inspection, update diagnostics, frame checks."""

@@ -1,0 +1,1 @@
+"""Infrastructure: several processes (JAX distributed runtime, collectives on host data, watchdog)."""
