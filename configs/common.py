@@ -107,79 +107,60 @@ def base_config() -> ml_collections.ConfigDict:
   return c
 
 
-RECIPES = ('impala', 'impala_adam', 'a2c', 'ppo')
+RECIPES = {}  # name -> recipe(config): the optimisation recipes of the Atari and control configs
 
 
-def apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
-  """Sets the optimisation recipe; call after the actors' env counts are set.
+def recipe(table: dict, name: str):
+  """Registers the decorated function as recipe `name` of `table`. A recipe
+  sets a config's optimisation fields; every config family keeps its
+  recipes in a table of its own and applies them with `apply_recipe`."""
+  def register(fn):
+    table[name] = fn
+    return fn
+  return register
 
-  'impala': IMPALA's Atari table (base_config's values): unroll 20, batch 32,
-    RMSProp lr 6e-4 with epsilon 0.01 inside the square root, clip 40 on the
-    summed loss. Paper-faithful, but it moves the policy slowly: each update
-    uses 640 steps, and with the loss summed over them the clip at 40 binds
-    on almost every update (docs/pong.md, point 3).
-  'impala_adam': IMPALA's V-trace learner, batching left as the config has
-    it (one game: 32 unrolls of 20), with moolib's published Atari
-    optimisation (examples/vtrace; the curve in its docs/atari_2.png, made
-    with its own network and a 50M-step schedule): Adam lr 6e-4 with epsilon
-    1e-8, the loss averaged over the batch, entropy cost 6e-4, clip 40.
-  'a2c': the optimisation of A2C (Mnih et al. 2016) as OpenAI baselines'
-    TensorFlow code runs it on Atari, on the same V-trace learner: updates
-    on 5-step unrolls of about 16 envs (80 steps, 8x IMPALA's updates per
-    agent step), the loss averaged over them, clip 0.5, and TensorFlow's
-    RMSProp: lr 7e-4, decay 0.99, epsilon 1e-5 inside the square root, the
-    second moment starting at 1. The last two keep the step of a parameter
-    with a tiny gradient small. Without them (optax's nu from 0, or epsilon
-    outside the root: PyTorch's form) RMSProp moves every weight by about
-    lr, the first layer's 256 weights per unit all in the same direction
-    (Pong's frames are almost all background), and within a few hundred
-    updates most first-layer ReLUs are dead for every input (docs/pong.md).
-  'ppo': cleanrl's Atari PPO (ppo_atari_envpool.py) on the same actors
-    (call after the network is set: an LSTM gets minibatches of unrolls):
-    batches of about 1,024 steps (about 16 envs x 64 steps, in whole actor
-    blocks; the unroll a multiple of 4), 4 epochs x 4 minibatches of shuffled single steps, clip 0.1,
-    GAE(0.95) advantages normalised per minibatch, a clipped value loss,
-    entropy 0.01, the loss averaged, clip 0.5, Adam lr 2.5e-4 with epsilon
-    1e-5, orthogonal initialisation (hidden sqrt 2, policy 0.01, value 1).
-    A queue of one block, and actors that wait for the learner to take
-    their block before acting on, keep the behaviour policy 1-2 updates
-    old (1.5 on average with two actors; 2-4 without them): PPO's ratio is
-    taken against it, and an older one is clipped more.
-  """
-  if recipe not in RECIPES:
-    raise ValueError(f'unknown recipe {recipe!r}; choose one of {", ".join(RECIPES)}')
-  if recipe == 'impala':
-    return
-  if recipe == 'impala_adam':
-    c.optimizer.name = 'adam'
-    c.learning_rate = 6e-4
-    c.optimizer.adam_eps = 1e-8
-    c.loss_reduction = 'mean'
-    c.entropy_cost = 6e-4
-    return
+
+def apply_recipe(c: ml_collections.ConfigDict, name: str, recipes: dict = RECIPES) -> None:
+  """Applies recipe `name` of `recipes` (call after the actors' env counts
+  and the network are set); ValueError naming the choices for an unknown one."""
+  if name not in recipes:
+    raise ValueError(f'unknown recipe {name!r}; choose one of {", ".join(recipes)}')
+  recipes[name](c)
+
+
+@recipe(RECIPES, 'impala')
+def _impala(c) -> None:
+  """IMPALA's Atari table (base_config's values): unroll 20, batch 32,
+  RMSProp lr 6e-4 with epsilon 0.01 inside the square root, clip 40 on the
+  summed loss. Paper-faithful, but it moves the policy slowly: each update
+  uses 640 steps, and with the loss summed over them the clip at 40 binds
+  on almost every update (docs/pong.md, point 3)."""
+
+
+@recipe(RECIPES, 'impala_adam')
+def _impala_adam(c) -> None:
+  """IMPALA's V-trace learner, batching left as the config has it (one game:
+  32 unrolls of 20), with moolib's published Atari optimisation
+  (examples/vtrace): Adam lr 6e-4 with epsilon 1e-8, the loss averaged over
+  the batch, entropy cost 6e-4, clip 40."""
+  c.optimizer.name = 'adam'
+  c.learning_rate = 6e-4
+  c.optimizer.adam_eps = 1e-8
+  c.loss_reduction = 'mean'
+  c.entropy_cost = 6e-4
+
+
+@recipe(RECIPES, 'a2c')
+def _a2c(c) -> None:
+  """The optimisation of A2C (Mnih et al. 2016) as OpenAI baselines'
+  TensorFlow code runs it on Atari, on the same V-trace learner: updates on
+  5-step unrolls of about 16 envs (80 steps), the loss averaged over them,
+  clip 0.5, and TensorFlow's RMSProp: lr 7e-4, decay 0.99, epsilon 1e-5
+  inside the square root, the second moment starting at 1. The last two keep
+  the step of a parameter with a tiny gradient small; without them RMSProp
+  moves every first-layer weight by about lr in the same direction and most
+  first-layer ReLUs die (docs/pong.md)."""
   envs = c.actors.envs_per_actor
-  if recipe == 'ppo':
-    # Recurrent networks keep whole unrolls (their state runs along them), so
-    # their batch must split into the 4 minibatches: the number of unrolls
-    # nearest 16, in whole actor blocks, that 4 divides. Feed-forward ones
-    # take single steps: the unroll, a multiple of 4, splits any batch.
-    recurrent = torsos.is_recurrent(c.network)
-    blocks = [k for k in range(1, 17) if not recurrent or envs * k % 4 == 0]
-    c.batch_size = envs * min(blocks, key=lambda k: (abs(envs * k - 16), k))
-    c.unroll_length = max(4, 1024 // c.batch_size // 4 * 4)
-    c.ppo.split = 'unrolls' if recurrent else 'steps'
-    c.loss.name = 'ppo'
-    c.learning_rate = 2.5e-4
-    c.entropy_cost = 0.01
-    c.baseline_cost = 0.5
-    c.loss_reduction = 'mean'
-    c.optimizer.name = 'adam'
-    c.optimizer.adam_eps = 1e-5
-    c.optimizer.max_grad_norm = 0.5
-    c.network.init = 'orthogonal'
-    c.actors.queue_size = 1
-    c.actors.wait_for_learner = True
-    return
   c.unroll_length = 5
   c.batch_size = envs * max(1, round(16 / envs))  # about 16 envs, in whole actor blocks
   c.learning_rate = 7e-4
@@ -188,6 +169,40 @@ def apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
   c.optimizer.eps_in_sqrt = True
   c.optimizer.rmsprop_initial_scale = 1.0
   c.optimizer.max_grad_norm = 0.5
+
+
+@recipe(RECIPES, 'ppo')
+def _ppo(c) -> None:
+  """cleanrl's Atari PPO (ppo_atari_envpool.py) on the same actors: batches
+  of about 1,024 steps (about 16 envs x 64 steps, in whole actor blocks; the
+  unroll a multiple of 4), 4 epochs x 4 minibatches of shuffled single steps
+  (whole unrolls for an LSTM), clip 0.1, GAE(0.95) advantages normalised per
+  minibatch, a clipped value loss, entropy 0.01, the loss averaged, clip
+  0.5, Adam lr 2.5e-4 with epsilon 1e-5, orthogonal initialisation. A queue
+  of one block, and actors that wait for the learner to take their block,
+  keep the behaviour policy 1-2 updates old: PPO's ratio is taken against
+  it, and an older one is clipped more."""
+  envs = c.actors.envs_per_actor
+  # Recurrent networks keep whole unrolls (their state runs along them), so
+  # their batch must split into the 4 minibatches: the number of unrolls
+  # nearest 16, in whole actor blocks, that 4 divides. Feed-forward ones
+  # take single steps: the unroll, a multiple of 4, splits any batch.
+  recurrent = torsos.is_recurrent(c.network)
+  blocks = [k for k in range(1, 17) if not recurrent or envs * k % 4 == 0]
+  c.batch_size = envs * min(blocks, key=lambda k: (abs(envs * k - 16), k))
+  c.unroll_length = max(4, 1024 // c.batch_size // 4 * 4)
+  c.ppo.split = 'unrolls' if recurrent else 'steps'
+  c.loss.name = 'ppo'
+  c.learning_rate = 2.5e-4
+  c.entropy_cost = 0.01
+  c.baseline_cost = 0.5
+  c.loss_reduction = 'mean'
+  c.optimizer.name = 'adam'
+  c.optimizer.adam_eps = 1e-5
+  c.optimizer.max_grad_norm = 0.5
+  c.network.init = 'orthogonal'
+  c.actors.queue_size = 1
+  c.actors.wait_for_learner = True
 
 
 def parse_variant(arg, defaults: dict) -> dict:

@@ -31,18 +31,8 @@ map; the main job trains 2.1x as fast with it on a 2-core CPU), nle_baseline (NL
 feed-forward) or nle_attention (the course report's variant: a strided glyph
 ResNet whose 3x10 grid a blstats query attends over, FC 512 x2, LSTM 512).
 
-recipe= picks the optimisation (docs/nethack_results.md, "What limited learning"):
-  fast    the default: RMSProp lr 2e-4 with epsilon 1e-6, PopArt beta 3e-3,
-          entropy 1e-3, discount 0.999 (0.99 before issue [10]), unroll 20,
-          batch 32, clip 40.
-  impala  IMPALA's Atari table (configs/common.py): lr 6e-4, epsilon 0.01,
-          PopArt beta 3e-4 (Hessel et al.). The main job's defaults before
-          issue [8]: epsilon 0.01 dominates RMSProp's denominator for every
-          parameter, and the policy moves by a KL of 5e-5 per update.
-  nle     NLE's published TorchBeast agent (its polybeast config): lr 2e-4,
-          epsilon 1e-6, entropy 1e-4, discount 0.999, unroll 80, batch 32,
-          clip 40. PopArt stays on (beta 3e-4) where NLE normalised or
-          clipped rewards; pair it with net=nle_baseline for NLE's network.
+recipe= picks the optimisation (RECIPES below; docs/nethack.md): fast (the
+default), impala or nle.
 """
 
 from configs import common
@@ -60,28 +50,45 @@ ENVS_PER_CHAR = 8        # envs (and batch unrolls) per fixed character
 ENVS_PER_ROLE = 4        # with chars=@: 52 envs for the 13 role tasks
 # net= choices -> LSTM core size (0: feed-forward).
 NETWORK_LSTM_SIZES = {'nle_fast': 512, 'nle_simple': 0, 'nle_baseline': 512, 'nle_attention': 512}
-RECIPES = ('fast', 'impala', 'nle')
 # What the network reads beside glyphs and blstats (network.extra_inputs;
 # networks/nethack.py): the message line and the glyph under the hero.
 DEFAULT_INPUTS = ('message', 'under_hero')
 
 
-def _apply_recipe(c, recipe: str) -> None:
-  """The optimisation settings of `recipe` (see the module docstring)."""
-  if recipe not in RECIPES:
-    raise ValueError(f'unknown recipe {recipe!r}; choose one of {", ".join(RECIPES)}')
-  if recipe == 'impala':
-    return                       # base_config's values: IMPALA's Atari table
+RECIPES = {}  # name -> recipe(config), applied by common.apply_recipe
+
+
+@common.recipe(RECIPES, 'fast')
+def _fast(c) -> None:
+  """The default: RMSProp lr 2e-4 with epsilon 1e-6, PopArt beta 3e-3,
+  entropy 1e-3, discount 0.999 (a descent found many steps ahead still
+  counts), unroll 20, batch 32, clip 40."""
   c.learning_rate = 2e-4
   c.optimizer.rmsprop_eps = 1e-6
-  if recipe == 'fast':
-    c.popart.beta = 3e-3
-    c.entropy_cost = 1e-3
-    c.discount = 0.999   # NLE's: a descent found many steps ahead still counts
-  else:
-    c.entropy_cost = 1e-4
-    c.discount = 0.999
-    c.unroll_length = 80
+  c.popart.beta = 3e-3
+  c.entropy_cost = 1e-3
+  c.discount = 0.999
+
+
+@common.recipe(RECIPES, 'impala')
+def _impala(c) -> None:
+  """IMPALA's Atari table (configs/common.py base_config): lr 6e-4, epsilon
+  0.01, PopArt beta 3e-4 (Hessel et al.). Epsilon 0.01 dominates RMSProp's
+  denominator for every parameter, and the policy moves by a KL of about
+  5e-5 per update."""
+
+
+@common.recipe(RECIPES, 'nle')
+def _nle(c) -> None:
+  """NLE's published TorchBeast agent (its polybeast config): lr 2e-4,
+  epsilon 1e-6, entropy 1e-4, discount 0.999, unroll 80, batch 32, clip 40.
+  PopArt stays on (beta 3e-4) where NLE normalised or clipped rewards; pair
+  it with net=nle_baseline for NLE's network."""
+  c.learning_rate = 2e-4
+  c.optimizer.rmsprop_eps = 1e-6
+  c.entropy_cost = 1e-4
+  c.discount = 0.999
+  c.unroll_length = 80
 
 
 def _tasks(chars, env_id):
@@ -129,7 +136,7 @@ def get_config(arg=None):
   c.actors.nle_workers = 2
   c.batch_size = c.actors.envs_per_actor
   c.log.every_seconds = 10.0
-  _apply_recipe(c, variant['recipe'])
+  common.apply_recipe(c, variant['recipe'], RECIPES)
   if variant['smoke']:
     common.apply_smoke(c)
   return c
