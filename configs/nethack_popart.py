@@ -26,7 +26,7 @@ staircase). inputs= (empty) reads glyphs and blstats only, as before issue [10].
 
 net= picks the network (networks/torsos.py, networks/nethack.py):
 nle_fast (the default: NLE's bundled agent with a 2-layer CNN on the full
-map; the main job trains 2.1x as fast with it on a 2-core CPU), nle_baseline (NLE's bundled agent: map and
+map, for a faster learner step; docs/speed.md), nle_baseline (NLE's bundled agent: map and
 9x9 crop CNNs of 5 layers, FC 512 x2, LSTM 512), nle_simple (small and
 feed-forward) or nle_attention (the course report's variant: a strided glyph
 ResNet whose 3x10 grid a blstats query attends over, FC 512 x2, LSTM 512).

@@ -1,29 +1,28 @@
 """`Conv2D`: a drop-in for `flax.linen.Conv` (2-D, NHWC) that is fast on XLA:CPU.
 
-Why it exists: in the Nature-CNN learner step (batch 640, 2-core CPU), XLA's
-own convolutions ran at 10-30 GFLOP/s -- the first layer's forward pass and
-kernel gradient alone took ~0.5 s -- while a plain matmul reaches ~150.  Here
-a convolution is an explicit im2col + one matmul, forward and backward:
+Why it exists: XLA:CPU's own convolutions, and their gradients above all,
+run far below the CPU's matmul rate for the Nature CNN's learner batches.
+Here a convolution is an explicit im2col + one matmul, forward and backward:
 
 * Stride s: space-to-depth (s x s pixel blocks become channels) turns it into
   a stride-1 conv with a ceil(k/s)-sized kernel, whose patches are a
   concatenation of a few shifted slices; one dot against the reordered
   kernel gives the output.
 * The batch goes through in chunks (a `lax.scan`) so that each chunk's patch
-  matrix (~4 MB) stays in cache.  Whole-batch patches (~260 MB for the first
-  Nature layer) were ~2x slower: they evict everything, and each fresh
-  buffer costs page faults on every call.
+  matrix (~4 MB) stays in cache: whole-batch patches evict everything, and
+  each fresh buffer costs page faults on every call.
 * The backward pass recomputes the patches chunk by chunk rather than saving
   them, for the same reason: dW accumulates dy^T @ patches, and dX is
   dy @ W^T folded back (col2im) by the transpose of the patch extraction.
 * Forward-only calls (actors) take other paths: stride-1 convs use XLA's own
   conv, which is fast forward (the chunk loop's extra copies of large
-  activations, and _kn2row's 9x wider product, made the IMPALA and NetHack
-  nets 1.5-2.5x slower); strided ones use _kn2row up to _KN2ROW_MAX_BATCH.
+  activations, and _kn2row's 9x wider product, cost more than they save);
+  strided ones use _kn2row up to _KN2ROW_MAX_BATCH.
 
 Parameters are exactly nn.Conv's: `kernel` [kh, kw, cin, cout], `bias`
 [cout], same initialisers, so checkpoints and kernel-inspection tools see an
 ordinary conv.  Any leading batch dims are allowed, as with nn.Conv.
+(measurements: docs/speed.md)
 """
 
 import functools
@@ -34,8 +33,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-# Patch-matrix bytes per chunk: measured best between 2 and 8 MB on a 2-core
-# EPYC (L2 1 MB/core, shared L3); a whole batch at once was ~2x slower.
+# Patch-matrix bytes per chunk: a few MB, so that a chunk's patches stay in
+# the CPU's caches (measurements: docs/speed.md).
 _CHUNK_BYTES = 4 << 20
 
 PaddingLike = Union[str, Sequence[tuple[int, int]]]

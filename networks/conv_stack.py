@@ -2,52 +2,38 @@
 convolutions with ELU (NLE's baseline map and crop encoders), as one
 custom-VJP op that is fast to differentiate on XLA:CPU.
 
-Why: with 8-32 channels on the 21x79 map, XLA's own conv gradients are slow
-on a CPU (2-core EPYC, 672 maps, one 16->16 layer: forward 0.2 s, kernel
-gradient ~1 s, i.e. 5-12 GFLOP/s), and they were most of the baseline
-network's learner step. Here:
+Why: with 8-32 channels on the 21x79 map, XLA:CPU's own convolution
+gradients are slow and dominated the baseline network's learner step.
+Here:
 
 * Forward: the first layer as nine table lookups (_embed_conv3x3: each
-  glyph's embedding times each kernel tap, made once per call; 672 maps,
-  32 -> 16: 39 ms against XLA's 289 ms for embedding + conv; 32 maps: 0.8
-  against 8.2 ms), then XLA's conv over chunks of ~_FWD_CELLS cells (16 full
-  maps; `lax.scan`); the ELU outputs are saved (elu'(z) is 1 where y > 0,
-  else y + 1: no pre-activations).
-* Backward: ~_BWD_CELLS cells (two full maps) at a time, layers in reverse,
-  each an explicit im2col and one matmul that stay in cache:
-  dW += dz^T @ patches(input), and the input gradient is itself a 3x3 SAME
-  conv, patches(dz) @ (kernel flipped in space, in/out swapped): no col2im.
+  glyph's embedding times each kernel tap, made once per call), then XLA's
+  conv over chunks of ~_FWD_CELLS cells (`lax.scan`); the ELU outputs are
+  saved (elu'(z) is 1 where y > 0, else y + 1: no pre-activations).
+* Backward: ~_BWD_CELLS cells at a time, layers in reverse, each an explicit
+  im2col and one matmul that stay in cache: dW += dz^T @ patches(input), and
+  the input gradient is itself a 3x3 SAME conv, patches(dz) @ (kernel
+  flipped in space, in/out swapped): no col2im.
 * The first layer's input gradient is never formed: with S[i, j, k] = the
   sum of dz0 over the cells whose tap (i, j) read glyph k (nine scatter-adds
-  of C1-wide rows, one per tap, indexed by the shifted glyphs; one scatter of
-  the 9 C1-wide tap-reversed patches was slower), the embedding gradient is
-  S @ W0' and the first kernel's E^T @ S: two tiny matmuls instead of two
-  full-size ones and a 32-wide scatter.
-
-Measured (2-core EPYC, 672 maps of 21x79, 32->16->16->16->16->8, forward +
-backward): XLA (nn.Embed + nn.Conv) 2.7-3.3 s (a training run beside it);
-this op 1.9 s before the table lookups and per-tap scatters, 1.44 s after,
-on a quiet machine (32->16->8: 0.37-0.39 s). Variants that were
-slower: im2col for the forward pass too (1.4-1.5 s against 1.2-1.4 s before
-the table lookups; for one 16->8 layer im2col is 10x XLA's conv); for the 9x9 crops, chunks of one crop (49 ms against 39 ms
-for 16); XLA's conv for the input gradient; a flat, pre-padded layout whose
-patches are contiguous slices; 9 or 3 accumulated matmuls instead of one
-patch matrix.
+  of C1-wide rows, one per tap, indexed by the shifted glyphs), the
+  embedding gradient is S @ W0' and the first kernel's E^T @ S: two tiny
+  matmuls instead of two full-size ones and a 32-wide scatter.
 
 The math is the plain network's; only the float summation order differs
 (tests/test_nethack_networks.py checks values and gradients). Calls that
 are not differentiated (the actors) run the table lookups and then XLA's
-convs on the whole batch, without chunks.
+convs on the whole batch, without chunks. (measurements and the
+alternatives measured: docs/speed.md)
 """
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-# Cells (map positions) per chunk: 16 maps of 21x79 forward (16-64 measured
-# alike; the whole batch at once is slower), two maps backward (with the
-# per-tap scatter below: 5 layers 1.87 s with one map, 1.44 s with two;
-# 32 -> 16 -> 8: 0.51-0.59 s and 0.37-0.39 s; four maps 0.54 s).
+# Cells (map positions) per chunk: 16 maps of 21x79 forward, two maps
+# backward, so that each chunk's patches stay in cache (measurements:
+# docs/speed.md).
 _FWD_CELLS = 16 * 21 * 79
 _BWD_CELLS = 2 * 21 * 79
 

@@ -2,22 +2,16 @@
 [N, 4, 84, 84] -> /255 -> 32 8x8/4 -> relu -> 64 4x4/2 -> relu -> 64 3x3/1
 -> relu), as one custom-VJP op that is fast to differentiate on XLA:CPU.
 
-Why: the learner differentiates this stack on 672 frames (21 x 32) per
-update. With one `Conv2D` (networks/conv.py) per layer, the torso's value
-and gradient took 430-550 ms on a quiet 2-core EPYC (AVX-512), of which
-~200 ms matmuls and the rest data movement: XLA:CPU emits every slice that
-feeds a concatenate as its own kernel (the im2col patches are written
-twice), duplicates elementwise producers into each consumer, and a
-transposing fusion runs at ~1 ns per element. The matmuls themselves
-(YNNPACK) reach 180-210 GFLOP/s here once a chunk has more than ~1,500
-rows, and ~100-140 below that. So here:
+Why: with one `Conv2D` (networks/conv.py) per layer, most of the learner's
+torso time is data movement rather than matmuls: XLA:CPU emits every slice
+that feeds a concatenate as its own kernel (the im2col patches are written
+twice), duplicates elementwise producers into each consumer, and transposing
+fusions are slow. So here:
 
 * Frames are never converted as a whole batch. Per chunk of _CHUNK frames,
   the uint8 space-to-depth by 4 ([c, 21, 21, 64]) moves 4-byte words (one
-  uint32 per 4 pixels of a block row) and is converted to float in cache:
-  ~60 us per 16 frames, against ~300 us with a byte transpose (and 25 ms
-  for today's whole-batch NHWC float conversion). The 1/255 is folded into
-  conv1's weights.
+  uint32 per 4 pixels of a block row) and is converted to float in cache.
+  The 1/255 is folded into conv1's weights.
 * conv1 and conv2 forward are "kn2row": one matmul of the (space-to-depth)
   input against all kernel taps at once, [c 441, 64] @ [64, 4 x 32] and
   [c 100, 128] @ [128, 4 x 64], then a shifted sum of 4 slices (+ bias,
@@ -39,37 +33,11 @@ rows, and ~100-140 below that. So here:
   activation) are taken per chunk, in cache, and returned beside the
   output.
 
-Measured on this 2-core EPYC (Zen 4, L2 1 MB/core), quiet machine, the old
-torso (one Conv2D per layer) and this one timed alternately in one process,
-jitted; medians (min) over 24+ calls:
-
-  | NatureCNNTorso (with fc 3136 -> 512)  | Conv2D per layer | this op        |
-  | ------------------------------------- | ---------------- | -------------- |
-  | value and gradient, 672 frames        | 467 (425) ms     | 290 (268) ms   |
-  | forward, 672 frames                   | 272 ms           | 98 ms          |
-  | forward, 16 / 32 / 64 frames (actors) | 3.5 / 7.3 / 14.8 | 2.6 / 5.5 / 9.5 ms |
-
-The convolutions alone (value and gradient, 672 frames) take ~245 ms, the
-fc the rest. The health maxima cost nothing measurable (290 vs 292 ms).
-Timings on this VM vary by +-10-15% between runs with nothing else running.
-A profile of the update after the change: matmuls (YNNPACK) ~160 ms, Eigen
-dW dots ~14 ms, everything else ~95 ms (slices and concatenates of conv3's
-and conv2's patches ~28 ms, saving activations ~14 ms plus ~14 ms of fresh
-zero-filled scan outputs, conv1's space-to-depth and converts ~9 ms).
-
-Slower, tried: im2col for conv1 (its [c 400, 256] patches built from frames
-were as slow as the matmuls; 350-390 ms for the convolutions' gradient);
-im2col for conv2's forward (+20-30 ms: XLA re-computes conv1's shifted sum
-inside each of the 4 patch slices, and an optimization_barrier does not stop
-that, barriers are removed before fusion); conv2's input gradient as a "full"
-conv of the padded cotangent (+20 ms); a channel-major backward (dz^T
-throughout, 250-305 ms); chunks of 8, 12, 24, 32 or 48 frames; whole-batch
-space-to-depth and converts of the frames.
-
 Parameters are the plain layers' (conv kernels [kh, kw, cin, cout], biases
 [cout]); the math is the plain network's, up to float summation order
 (tests/test_nature_cnn.py). Only [N, 4, 84, 84] uint8 frames take this
 path (`supported`); the torso falls back to `Conv2D` for anything else.
+(measurements, a profile and the alternatives measured: docs/speed.md)
 """
 
 import functools
@@ -78,10 +46,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-# Frames per chunk: 16 measured best for the gradient (8 and 12 ~10-20%
-# slower, 24-48 10-40% slower: the matmuls gain, the data movement loses
-# its cache). A batch that is not a multiple runs its remainder as one more
-# (smaller) chunk, outside the scan.
+# Frames per chunk: small enough that a chunk's data movement stays in cache,
+# large enough for efficient matmuls (measurements: docs/speed.md). A batch
+# that is not a multiple runs its remainder as one more (smaller) chunk,
+# outside the scan.
 _CHUNK = 16
 
 # Output sizes: conv1 20x20x32 (as 10x10 blocks of 2x2x32), conv2 9x9x64,

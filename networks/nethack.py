@@ -119,8 +119,7 @@ class NLEBaselineTorso(nn.Module):
 
   reference=True computes the same function with nn.Embed and nn.Conv (the
   same parameter tree); the default runs the embedding and each conv stack
-  as one glyph_conv_stack op: the learner step (T+1 = 21, B = 32, LSTM 512,
-  2-core CPU) went from 177 to 400 samples/s (nn.Conv -> this; Conv2D: 235).
+  as one glyph_conv_stack op, faster on CPU (measurements: docs/speed.md).
   """
   embedding_size: int = 32
   channels: tuple = (16, 16, 16, 16, 8)
@@ -164,12 +163,12 @@ class NLEFastTorso(NLEBaselineTorso):
   Everything else is the baseline's: the glyph embedding 32 shared by map and
   crop, the crop's five convs (16, 16, 16, 16, 8), the blstats MLP, FC 512 x2
   (and the LSTM 512 core). The map's convs are 32 -> 16 -> 8 instead of
-  32 -> 16 -> 16 -> 16 -> 16 -> 8: the map stack was 80% of the learner
-  step on a CPU, and with two layers the network's gradient on 672 frames
-  takes 0.35x the baseline's (689 against 1,979 ms on a 2-core EPYC; README,
-  NetHack). The crop already gives the deep local view; the
-  map gives the layout (rooms, corridors, where the stairs are), for which
-  a 5x5 receptive field before the FC is enough.
+  32 -> 16 -> 16 -> 16 -> 16 -> 8: the full-map stack dominates the
+  learner step on a CPU, and two layers cut the network's gradient to about
+  a third of the baseline's (measurements: docs/speed.md). The crop already
+  gives the deep local view; the map gives the layout (rooms, corridors,
+  where the stairs are), for which a 5x5 receptive field before the FC is
+  enough.
   """
   map_channels: tuple = (16, 8)
 
@@ -192,7 +191,7 @@ class NLEAttentionTorso(nn.Module):
   intermediates/torso/attention_weights, N = T * B in time-major order).
   reference=True: the same function with nn.Embed and nn.Conv throughout.
   The default runs the embedding and first conv as a glyph_conv_stack and
-  the later convs as Conv2D: learner step 382 -> 555 samples/s (as above).
+  the later convs as Conv2D, faster on CPU (measurements: docs/speed.md).
   """
   embedding_size: int = 32
   channels: tuple = (16, 32, 64)
