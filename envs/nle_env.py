@@ -43,6 +43,7 @@ the worker stops, even if it crashed. Ttyrecs are written only when `savedir`
 is given, into a new folder per batched env under it.
 """
 
+import contextlib
 import dataclasses
 import logging
 import multiprocessing as mp
@@ -50,6 +51,7 @@ import multiprocessing.connection
 import os
 import select
 import shutil
+import sys
 import tempfile
 import time
 import weakref
@@ -112,6 +114,28 @@ def _shutdown(workers: List[Optional[_Worker]], tmpdir: str) -> None:
     _stop(worker)
   workers[:] = [None] * len(workers)
   shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _spawn_without_main():
+  """Starts spawned workers without re-importing the launching script.
+
+  spawn runs the parent's __main__ module in every child (as __mp_main__);
+  for launch/train.py that is JAX and the whole agent, seconds of CPU per
+  worker. The workers' code is envs.nle_worker's, so they need nothing from
+  it: while they start, __main__ shows no file or spec to re-import."""
+  main = sys.modules.get('__main__')
+  saved = {k: main.__dict__[k] for k in ('__file__', '__spec__') if main and k in main.__dict__}
+  for k in saved:
+    if k == '__spec__':
+      main.__spec__ = None
+    else:
+      del main.__dict__[k]
+  try:
+    yield
+  finally:
+    if main is not None:
+      main.__dict__.update(saved)
 
 
 class NLEBatchedEnv:
@@ -244,7 +268,8 @@ class NLEBatchedEnv:
         args=(child_conn, self._raw, self._layout, self._env_id, lo, hi,
               self._env_kwargs[lo:hi], self._keys, seeds, savedirs, self._task_ids[lo:hi],
               self._role_task_ids[lo:hi], tmpdir))
-    process.start()
+    with _spawn_without_main():
+      process.start()
     child_conn.close()  # else our recv() would never see EOF when the worker dies
     return _Worker(process, conn, conn.fileno(), lo, hi, tmpdir)
 
