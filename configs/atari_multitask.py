@@ -11,7 +11,7 @@ score scales from swamping each other.
 Variants: games=<Game>+<Game>..., net=shallow|resnet|attention, lstm,
 recipe=ppo|impala|impala_adam|a2c, smoke. The default recipe is PPO
 (configs/common.py apply_recipe): on Pong it reached -15 in about 0.66M
-agent steps where IMPALA's table stayed at random past 1M (README, Atari).
+agent steps where IMPALA's table stayed at random past 1M (docs/atari.md).
 recipe=impala is IMPALA's own table.
 """
 

@@ -7,7 +7,7 @@
 Variants: game=<Game>, net=shallow|resnet|attention, lstm (an LSTM 256 core
 for the CNNs), recipe=impala|impala_adam|a2c|ppo (configs/common.py
 apply_recipe; impala, IMPALA's own table, is the default; ppo is the one
-that learns Pong within 3M agent steps here, README Atari), smoke. Rewards are clipped to [-1, 1]; one game uses its
+that learns Pong within 3M agent steps here, docs/atari.md), smoke. Rewards are clipped to [-1, 1]; one game uses its
 minimal action set unless --config.atari.action_set=full.
 """
 

@@ -22,7 +22,7 @@ inputs= what nle_baseline / nle_fast read beside glyphs and blstats
 (network.extra_inputs, networks/nethack.py): by default message+under_hero,
 the message line (a character CNN) and the glyph under the hero (the
 previous map's glyph where the hero now stands: the hero's `@` hides a
-staircase). inputs= (empty) reads glyphs and blstats only, as before issue [10].
+staircase). inputs= (empty) reads glyphs and blstats only.
 
 net= picks the network (networks/torsos.py, networks/nethack.py):
 nle_fast (the default: NLE's bundled agent with a 2-layer CNN on the full

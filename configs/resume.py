@@ -4,7 +4,7 @@ A run folder's `config.json` is the config its checkpoints were trained
 with. Resuming with a config whose network, tasks or parameter shapes differ
 cannot restore them (or would restore them into a different agent), so
 `frozen_changes` lists those differences and the run stops before it writes
-anything. Every other field may change on resume (the README lists them):
+anything. Every other field may change on resume (docs/run_folder.md lists them):
 `allowed_changes` says which did, for the run's log.
 """
 

@@ -25,7 +25,7 @@ _OUTPUT = _LABELS = _WINDOW = _RANDOM = _THRESHOLD = _TITLE = _THRESHOLDS = _REF
 
 # Agent steps (4 frames each) at which published implementations' mean
 # training return on Pong first reaches -15, 0 and +18 (low, high), read from
-# their plots (the README's Pong table; cleanrl docs/rl-algorithms/ppo, Cleanba
+# their plots (docs/results.md, Pong; cleanrl docs/rl-algorithms/ppo, Cleanba
 # static/cleanba main_10CPU.csv, moolib docs/atari_2.png, openai/baselines-results).
 PONG_REFERENCES = {
     'cleanrl PPO': {-15: (0.75e6, 0.84e6), 0: (1.34e6, 1.44e6), 18: (3.2e6, 3.5e6)},
