@@ -63,8 +63,8 @@ class StepBookkeeping:
 
   def prev_inputs(self) -> Tuple[np.ndarray, np.ndarray]:
     """(prev_action int32 [B], prev_reward float32 [B]) for the current observation."""
-    return (np.where(self.first, 0, self._prev_action).astype(np.int32),
-            np.where(self.first, 0.0, self._prev_reward).astype(np.float32))
+    return (np.where(self.first, 0, self._prev_action).astype(np.int32, copy=False),
+            np.where(self.first, 0.0, self._prev_reward).astype(np.float32, copy=False))
 
   def record(self, action, result) -> List[Tuple[int, Episode]]:
     """Takes the step `action` -> `result`; returns (env index, Episode) for

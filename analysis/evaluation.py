@@ -24,6 +24,7 @@ import numpy as np
 from agents.actor import make_act_fn
 from agents.rollout import Episode, StepBookkeeping, host_dtype
 from analysis.run_loading import LoadedRun
+from configs import validation
 from envs import atari
 from envs import nethack
 from envs import registry
@@ -39,13 +40,10 @@ STATS = ('mean', 'median', 'std', 'min', 'max')
 
 def eval_env_kwargs(config, task: Dict[str, Any], num_tasks: int) -> Dict[str, Any]:
   """A task's env kwargs for evaluation, the evaluation twin of
-  configs.validation._task_env_kwargs: Atari plays whole games."""
+  configs.validation's task env kwargs: Atari plays whole games."""
   own = dict(task.get('env_kwargs', {}))
   if atari.game_of(task['env_id']) is not None:
-    group = config.get('atari')
-    if group is None:
-      from configs.atari_common import atari_group  # the protocol's defaults
-      group = atari_group()
+    group = validation.atari_group_of(config)
     return {**atari.protocol_kwargs(group, num_tasks, training=False), **own}
   if own.get('character') == nethack.RANDOM and task['name'] in nethack.ROLES:
     # One task per role on random characters: a game of this task is one the

@@ -16,13 +16,19 @@ import queue
 import threading
 from typing import Dict, List, NamedTuple
 
+import envpool
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from agents import builder
 from agents.actor import Actor, ParamsStore, make_act_fn
 from agents.timing import StageTimer
+from configs import atari_popart
+from configs.validation import validate
 from envs import registry
+from rl import rewards
 
 
 class Check(NamedTuple):
@@ -287,7 +293,6 @@ def check_behaviour_logits(collected: Collected, max_unrolls: int = 4) -> Dict[s
 
 def torso_input(network, variables, obs) -> np.ndarray:
   """What the torso's first layer (conv1) receives for obs [T, B, ...]: [T * B, H, W, C]."""
-  import flax.linen as nn
   seen = []
 
   def grab(next_fun, args, kwargs, context):
@@ -304,7 +309,6 @@ def torso_input(network, variables, obs) -> np.ndarray:
 def check_max_pool(env_id: str, kwargs: Dict, steps: int = 100) -> Check:
   """EnvPool's frame with frame_skip 4 == max of the last 2 of 4 single frames
   (full-resolution grey, same seed and actions)."""
-  import envpool
   base = {**kwargs, 'img_height': 210, 'img_width': 160, 'stack_num': 1, 'noop_max': 1,
           'episodic_life': False}
   skip4, skip1 = (envpool.make(env_id, env_type='gymnasium', num_envs=1, seed=3,
@@ -325,11 +329,6 @@ def check_max_pool(env_id: str, kwargs: Dict, steps: int = 100) -> Check:
 
 def check_protocol(config, collected: Collected) -> Dict[str, Check]:
   """EnvPool's Atari options, lives, action sets, reward clipping, input scaling."""
-  import envpool
-  import jax.numpy as jnp
-  from rl import rewards
-  from configs import atari_popart
-  from configs.validation import validate
   kw, env_id = collected.env_kwargs, config.tasks[0]['env_id']
   want = dict(img_height=84, img_width=84, gray_scale=True, stack_num=4, frame_skip=4,
               reward_clip=False, repeat_action_probability=0.0)

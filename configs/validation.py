@@ -14,6 +14,7 @@ from infra import multihost
 from rl.optimizers import OPTIMIZERS
 from rl.losses import LOSS_NAMES, PPO_SPLITS, PPO_VALUE_TARGETS
 from rl.rewards import REWARD_MODES
+from configs import atari_common
 from envs import atari
 from envs import nethack
 from envs import registry
@@ -143,10 +144,9 @@ def _check_tasks(config) -> List[dict]:
   return tasks
 
 
-def _atari_group(config):
-  """The config's `atari` group, or the protocol defaults where it has none."""
-  from configs.atari_common import atari_group
-  defaults = atari_group()
+def atari_group_of(config):
+  """The config's `atari` group, checked, or the protocol defaults where it has none."""
+  defaults = atari_common.atari_group()
   group = config.get('atari')
   if group is None:
     return defaults
@@ -168,7 +168,7 @@ def _task_env_kwargs(config, t: dict, num_tasks: int) -> dict:
   own = dict(t.get('env_kwargs', {}))
   if atari.game_of(t['env_id']) is None:
     return own
-  group = _atari_group(config)
+  group = atari_group_of(config)
   if num_tasks > 1 and group.action_set == 'minimal':
     raise ConfigError('atari.action_set', "'minimal' cannot hold several games (their action "
                       "sets differ); use 'auto' or 'full'")

@@ -53,6 +53,7 @@ import select
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import weakref
 from typing import List, Optional, Sequence
@@ -116,6 +117,9 @@ def _shutdown(workers: List[Optional[_Worker]], tmpdir: str) -> None:
   shutil.rmtree(tmpdir, ignore_errors=True)
 
 
+_MAIN_LOCK = threading.Lock()  # workers are restarted from actor threads
+
+
 @contextlib.contextmanager
 def _spawn_without_main():
   """Starts spawned workers without re-importing the launching script.
@@ -125,17 +129,18 @@ def _spawn_without_main():
   worker. The workers' code is envs.nle_worker's, so they need nothing from
   it: while they start, __main__ shows no file or spec to re-import."""
   main = sys.modules.get('__main__')
-  saved = {k: main.__dict__[k] for k in ('__file__', '__spec__') if main and k in main.__dict__}
-  for k in saved:
-    if k == '__spec__':
-      main.__spec__ = None
-    else:
-      del main.__dict__[k]
-  try:
-    yield
-  finally:
-    if main is not None:
-      main.__dict__.update(saved)
+  with _MAIN_LOCK:
+    saved = {k: main.__dict__[k] for k in ('__file__', '__spec__') if main and k in main.__dict__}
+    for k in saved:
+      if k == '__spec__':
+        main.__spec__ = None
+      else:
+        del main.__dict__[k]
+    try:
+      yield
+    finally:
+      if main is not None:
+        main.__dict__.update(saved)
 
 
 class NLEBatchedEnv:

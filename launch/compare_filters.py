@@ -33,6 +33,8 @@ from absl import logging
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from agents.checkpoint import Checkpointer
+
 _RUNS = flags.DEFINE_list('runs', None, 'Two or more run folders (workdirs) to compare.')
 _POINTS = flags.DEFINE_integer('points', 5, 'Evenly spaced moments of training to compare.')
 _OUTPUT = flags.DEFINE_string('output', 'filter_comparison', 'Folder for data and plots.')
@@ -86,7 +88,6 @@ def compare(runs: Dict[str, Dict[float, Dict[str, np.ndarray]]]) -> List[Dict]:
 
 
 def _load(workdir: str, points: int) -> Dict[float, Dict[str, np.ndarray]]:
-  from agents.checkpoint import Checkpointer
   ckpt = Checkpointer(workdir, read_only=True)
   steps = pick_steps(ckpt.steps(), points)
   last = max(ckpt.steps())

@@ -21,6 +21,11 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from analysis import evaluation
+from analysis.run_loading import load_run
+from configs.validation import ConfigError
+from envs import render
+
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Run folder written by launch/train.py.')
 _STEP = flags.DEFINE_integer('step', None, 'Env step of the checkpoint; default: the latest.')
 _EPISODES = flags.DEFINE_integer('episodes', 10, 'Whole episodes per task.', lower_bound=1)
@@ -55,10 +60,6 @@ def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
                    max_video_frames=2000, max_steps=None, num_envs=8, seed=0, out=print,
                    uniform=False, overwrite=False):
   """Loads, evaluates every task, writes the JSON (and GIFs); returns the record."""
-  from analysis import evaluation
-  from analysis.run_loading import load_run
-  from envs import render
-
   run = load_run(workdir, step)
   out(f'loaded {workdir} at env step {run.env_steps:,}; playing {episodes} episodes '
       f'of each of {run.plan.num_tasks} task(s)')
@@ -93,7 +94,6 @@ def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  from configs.validation import ConfigError
   logging.set_verbosity(logging.ERROR)  # orbax's notes on read-only checkpoint folders
   warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
   try:

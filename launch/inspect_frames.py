@@ -19,6 +19,8 @@ from absl import flags
 import numpy as np
 from ml_collections import config_flags
 
+from configs.validation import validate
+from envs import atari
 from analysis.frame_checks import (Check, Collected, check_behaviour_logits,
                                  check_env_record, check_pong_games, check_protocol,
                                  check_unrolls, collect, reward_summary, stitch, torso_input)
@@ -84,8 +86,6 @@ def print_table(checks: Dict[str, Check]) -> bool:
 
 def main(argv):
   del argv
-  from configs.validation import validate
-  from envs import atari
   config = _CONFIG.value
   plan = validate(config)
   num_blocks = max(2, -(-_STEPS.value // config.unroll_length))

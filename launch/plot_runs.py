@@ -21,6 +21,8 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from launch import results
+
 _OUTPUT = _LABELS = _WINDOW = _RANDOM = _THRESHOLD = _TITLE = _THRESHOLDS = _REFERENCES = None
 
 # Agent steps (4 frames each) at which published implementations' mean
@@ -143,7 +145,6 @@ def plot(runs, labels: List[str], output: str, window: int, random_score=None,
 
 
 def main(argv):
-  from launch import results
   workdirs = argv[1:]
   if not workdirs:
     raise app.UsageError('give one or more run folders')

@@ -95,15 +95,13 @@ class RunLock:
     except BlockingIOError:
       holder = _read_holder(fd)
       os.close(fd)
-      raise RunFolderError(f'{os.path.dirname(self.path)} is in use by another trainer '
-                           f'({_who(holder)}); stop it or choose another --config.workdir') from None
+      raise self._in_use(holder) from None
     except OSError:  # no flock here: trust the recorded pid on this host
       holder = _read_holder(fd)
       if holder and holder.get('host') == socket.gethostname() and _alive(holder.get('pid', -1)) \
           and holder.get('pid') != os.getpid():
         os.close(fd)
-        raise RunFolderError(f'{os.path.dirname(self.path)} is in use by another trainer '
-                             f'({_who(holder)}); stop it or choose another --config.workdir') from None
+        raise self._in_use(holder) from None
     previous = _read_holder(fd)
     if previous:
       self.stale_holder = previous
@@ -113,6 +111,10 @@ class RunLock:
     os.pwrite(fd, (json.dumps(me) + '\n').encode(), 0)
     os.fsync(fd)
     return fd
+
+  def _in_use(self, holder: Optional[dict]) -> RunFolderError:
+    return RunFolderError(f'{os.path.dirname(self.path)} is in use by another trainer '
+                          f'({_who(holder)}); stop it or choose another --config.workdir')
 
   def release(self) -> None:
     """Removes the lock file and drops the flock; safe to call twice."""

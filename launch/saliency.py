@@ -22,6 +22,13 @@ from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
+from PIL import Image
+
+from analysis import evaluation
+from analysis import saliency as sal
+from analysis.run_loading import load_run
+from configs.validation import ConfigError
+from envs import render
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Run folder with checkpoints.')
 _TASK = flags.DEFINE_string('task', None, 'Task name (as in the config); default the first.')
@@ -48,10 +55,6 @@ def parse_frames(text: str):
 
 def explain(run, task_id: int, start: int, stop: int, stride: int, greedy: bool, seed: int):
   """Plays the episode; returns per explained step (image, policy map, value map, info)."""
-  from analysis import evaluation
-  from analysis import saliency as sal
-  from envs import render
-
   nethack = 'glyphs' in run.observation_spec
   if not nethack and 'frames' not in run.observation_spec:
     raise SaliencyError('saliency needs image observations (Atari frames or NetHack glyphs)')
@@ -94,7 +97,6 @@ def main(argv):
     _exit(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.ERROR)  # orbax's notes on read-only checkpoint folders
   warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
-  from configs.validation import ConfigError
   try:
     _explain_to_files()
   except (SaliencyError, FileNotFoundError, ConfigError) as e:
@@ -108,10 +110,6 @@ def _exit(reason: str) -> None:
 
 
 def _explain_to_files() -> None:
-  from analysis.run_loading import load_run
-  from analysis import saliency as sal
-  from envs import render
-  from PIL import Image
   start, stop = parse_frames(_FRAMES.value)
   run = load_run(_WORKDIR.value, _STEP.value)
   names = run.plan.task_names
