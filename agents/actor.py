@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 import jax
 import numpy as np
 
-from agents.rollout import StepBookkeeping, host_dtype, observation_spec_with_prev
+from agents.rollout import StepBookkeeping, host_dtype, policy_observation_spec
 from agents.timing import StageTimer
 from rl.types import Unroll
 
@@ -65,7 +65,7 @@ class _Buffers:
 
   def __init__(self, length: int, num_envs: int, num_actions: int, obs_spec):
     shape = (length, num_envs)
-    obs_spec = observation_spec_with_prev(obs_spec)
+    obs_spec = policy_observation_spec(obs_spec)
     self.obs = {k: np.zeros(shape + tuple(s), host_dtype(d)) for k, (s, d) in obs_spec.items()}
     self.first = np.zeros(shape, bool)
     self.action = np.zeros(shape, np.int32)
@@ -150,7 +150,8 @@ class Actor(threading.Thread):
         next_start_state = state
       for k, v in obs.items():
         buf.obs[k][t] = v
-      buf.obs['prev_action'][t], buf.obs['prev_reward'][t] = book.prev_inputs()
+      for k, v in book.policy_inputs(result.task_id).items():
+        buf.obs[k][t] = v
       buf.first[t] = book.first
       buf.task_id[t] = result.task_id
       with self._timer.time('inference'):

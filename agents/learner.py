@@ -17,6 +17,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from networks import centring
 from rl import losses
 from rl import popart
 from rl import ppo
@@ -60,8 +61,9 @@ def build_update(apply_fn: Callable, optimizer, schedule,
   (with networks.agent.apply_fn(..., with_health=True) the metrics include
   the network's health, rl/health.py); `value_head` names the value
   head's entry in params and the popart collection. `loss_cfg.name` picks
-  the IMPALA update (one optimiser step per batch) or PPO's (epochs x
-  minibatches steps; `seed` and the learner step seed its shuffles).
+  the IMPALA update (epochs x minibatches of whole unrolls, 1 x 1 by
+  default) or PPO's (epochs x minibatches steps); `seed` and the learner
+  step seed their shuffles.
   `max_grad_norm` (the optimiser's clip) only feeds the 'grad_clipped'
   metric: 1 when the clip binds on a step, else 0.
   """
@@ -70,7 +72,7 @@ def build_update(apply_fn: Callable, optimizer, schedule,
                                     max_grad_norm, seed)
   elif loss_cfg.name == 'impala':
     per_device_update = _impala_update(apply_fn, optimizer, schedule, loss_cfg, value_head,
-                                       max_grad_norm)
+                                       max_grad_norm, seed)
   else:
     raise ValueError(f'unknown loss {loss_cfg.name!r}; choose one of {", ".join(losses.LOSS_NAMES)}')
   sharded = jax.shard_map(
@@ -80,23 +82,36 @@ def build_update(apply_fn: Callable, optimizer, schedule,
   return jax.jit(sharded)
 
 
+def _centred(params, batch: Unroll):
+  """Params with a centring torso's mean frames moved to include the batch's
+  frames (networks/centring.py), before the update's gradient steps; other
+  params unchanged."""
+  if 'frames' not in batch.obs:
+    return params
+  return centring.update(params, batch.obs['frames'], batch.task_id, AXIS)
+
+
 def _step_metrics(grad_norm, max_grad_norm):
   return {'grad_norm': grad_norm,
           'grad_clipped': (grad_norm > max_grad_norm).astype(jnp.float32)}
 
 
-def _impala_update(apply_fn, optimizer, schedule, loss_cfg, value_head, max_grad_norm):
+def _impala_update(apply_fn, optimizer, schedule, loss_cfg, value_head, max_grad_norm, seed):
+  """IMPALA: epochs x minibatches optimiser steps per batch (1 x 1 by
+  default, the paper's one step per batch). Each minibatch holds whole
+  unrolls and its V-trace targets, importance weights and PopArt move are
+  taken with the params of its own step (Cleanba's minibatches): V-trace
+  corrects for the policy having moved since the actors acted."""
   loss_fn = losses.impala_loss(apply_fn, loss_cfg, axis_name=AXIS)
+  cfg = loss_cfg.vtrace
 
-  def per_device_update(state: LearnerState, batch: Unroll):
-    stats = state.popart[value_head]
-    grads, out = jax.grad(loss_fn, has_aux=True)(state.params, stats, batch)
-    # The loss sums over the global batch, so its gradient is the sum of the
-    # per-device gradients (the device mean times the device count).
+  def sgd_step(carry, minibatch):
+    params, opt_state, stats = carry
+    grads, out = jax.grad(loss_fn, has_aux=True)(params, stats, minibatch)
+    # The loss sums over the global (mini)batch, so its gradient is the sum
+    # of the per-device gradients (the device mean times the device count).
     grads = jax.lax.psum(grads, AXIS)
     grad_norm = optax.tree.norm(grads)
-
-    params = state.params
     new_stats = out.new_stats
     if loss_cfg.popart_enabled:
       params = {**params, value_head: popart.preserve_outputs(
@@ -106,14 +121,71 @@ def _impala_update(apply_fn, optimizer, schedule, loss_cfg, value_head, max_grad
       ratio = popart.sigma(new_stats) / popart.sigma(stats)
       grads = {**grads, value_head: jax.tree.map(lambda g: g * ratio,
                                                  grads[value_head])}
-    updates, opt_state = optimizer.update(grads, state.opt_state, params)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
+    metrics = {**out.metrics, **_step_metrics(grad_norm, max_grad_norm)}
+    return (params, opt_state, new_stats), (metrics, out.extras['log_pi'])
 
-    metrics = dict(out.metrics)
-    metrics.update(_step_metrics(grad_norm, max_grad_norm))
+  def per_device_update(state: LearnerState, batch: Unroll):
+    stats = state.popart[value_head]
+    carry = (_centred(state.params, batch), state.opt_state, stats)
+    if cfg.epochs == 1 and cfg.minibatches == 1:
+      carry, (metrics, log_pi) = sgd_step(carry, batch)
+      params, opt_state, new_stats = carry
+      first = batch
+    else:
+      # The same key on every device: each shuffles its own shard alike.
+      key = jax.random.fold_in(jax.random.key(seed), state.step)
+      parts = [split_unrolls(batch, cfg.minibatches, k)
+               for k in jax.random.split(key, cfg.epochs)]
+      minibatches = jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
+      (params, opt_state, new_stats), (step_metrics, log_pis) = jax.lax.scan(
+          sgd_step, carry, minibatches)
+      # Means over the update's epochs x minibatches optimiser steps.
+      metrics = jax.tree.map(jnp.mean, step_metrics)
+      first, log_pi = jax.tree.map(lambda x: x[0], (minibatches, log_pis))
+    metrics['kl_update'] = _update_kl(apply_fn, params, new_stats, first, log_pi)
     return _finish(state, params, opt_state, value_head, new_stats, metrics, schedule)
 
   return per_device_update
+
+
+# Unrolls of the first minibatch whose policy `kl_update` compares before and
+# after the update: a fixed few, so it costs a small share of an update.
+KL_UNROLLS = 4
+
+
+def _update_kl(apply_fn, params, stats, minibatch: Unroll, log_pi_before):
+  """KL(pi_before || pi_after) of one update, averaged over the valid steps
+  of the first KL_UNROLLS unrolls (per device) of its first minibatch:
+  `log_pi_before` is that minibatch's policy at the update's first step,
+  taken with the params the update started from. How far one update moves
+  the policy (PPO's approx_kl for V-trace); the behaviour KL adds the lag."""
+  k = min(KL_UNROLLS, minibatch.action.shape[1])
+  part = jax.tree.map(lambda x: x[:, :k], minibatch._replace(core_state=None))
+  core = jax.tree.map(lambda x: x[:k], minibatch.core_state)
+  logits = apply_fn(params, stats, part.obs, part.first, core)[0][:-1]
+  log_pi_after = jax.nn.log_softmax(jax.lax.stop_gradient(logits))
+  before = jax.lax.stop_gradient(log_pi_before[:, :k])
+  mask = 1.0 - part.first[1:].astype(jnp.float32)   # the loss's reset steps are not actions of a policy
+  kl = jnp.sum(jnp.exp(before) * (before - log_pi_after), axis=-1)
+  sums = jax.lax.psum((jnp.sum(mask * kl), jnp.sum(mask)), AXIS)
+  return sums[0] / jnp.maximum(sums[1], 1.0)
+
+
+def split_unrolls(batch: Unroll, num: int, key) -> Unroll:
+  """A device's shard as `num` minibatches of whole unrolls, shuffled,
+  stacked on a leading axis: fields [num, T + 1, B / num, ...], core
+  state [num, B / num, ...]."""
+  b = batch.action.shape[1]
+  size = b // num
+  idx = jax.random.permutation(key, b)[:num * size].reshape(num, size)
+  take = lambda x: jnp.moveaxis(x[:, idx], 1, 0)   # [T+1, B, ...] -> [num, T+1, size, ...]
+  return Unroll(obs=jax.tree.map(take, batch.obs), first=take(batch.first),
+                action=take(batch.action), behaviour_logits=take(batch.behaviour_logits),
+                reward=take(batch.reward), discount=take(batch.discount),
+                task_id=take(batch.task_id),
+                core_state=jax.tree.map(lambda x: x[idx], batch.core_state))
 
 
 def _finish(state, params, opt_state, value_head, new_stats, metrics, schedule):
@@ -151,8 +223,8 @@ def _ppo_update(apply_fn, optimizer, schedule, loss_cfg, value_head, max_grad_no
 
   def per_device_update(state: LearnerState, batch: Unroll):
     stats = state.popart[value_head]
-    new_stats, targets, metrics = targets_fn(state.params, stats, batch)
-    params = state.params
+    params = _centred(state.params, batch)
+    new_stats, targets, metrics = targets_fn(params, stats, batch)
     if loss_cfg.popart_enabled:  # once per batch; the epochs see the rescaled head
       params = {**params, value_head: popart.preserve_outputs(
           params[value_head], stats, new_stats)}

@@ -4,8 +4,9 @@ Envs follow the auto-reset convention of envs/base.py: the step after an
 episode's end is a reset step (its action is ignored, its reward is 0 and it
 is not counted). Besides the env's own keys, every observation the policy
 sees carries `prev_action` (int32) and `prev_reward` (float32): what the
-agent did and got on the step before, 0 at an episode's first step.
-IMPALA's core reads them; torsos ignore them.
+agent did and got on the step before, 0 at an episode's first step
+(IMPALA's core reads them), and `task_id` (int32): the env's task, which
+picks the frame centre of a centring torso (networks/centring.py).
 """
 
 import dataclasses
@@ -13,7 +14,8 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-PREV_KEYS = {'prev_action': ((), np.dtype(np.int32)), 'prev_reward': ((), np.dtype(np.float32))}
+POLICY_INPUT_KEYS = {'prev_action': ((), np.dtype(np.int32)), 'prev_reward': ((), np.dtype(np.float32)),
+             'task_id': ((), np.dtype(np.int32))}
 
 
 def host_dtype(dtype) -> np.dtype:
@@ -23,15 +25,15 @@ def host_dtype(dtype) -> np.dtype:
           np.dtype(np.float64): np.dtype(np.float32)}.get(dtype, dtype)
 
 
-def observation_spec_with_prev(env_spec):
+def policy_observation_spec(env_spec):
   """The env's observation spec plus the keys the bookkeeping adds."""
-  return {**env_spec, **PREV_KEYS}
+  return {**env_spec, **POLICY_INPUT_KEYS}
 
 
 def example_observation(env_spec) -> Dict[str, np.ndarray]:
   """Zeros of one observation as the policy sees it (network init)."""
   return {k: np.zeros(s, host_dtype(d))
-          for k, (s, d) in observation_spec_with_prev(env_spec).items()}
+          for k, (s, d) in policy_observation_spec(env_spec).items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,10 +63,12 @@ class StepBookkeeping:
     self._length = np.zeros(n, np.int64)
     self._scale = np.float32(prev_reward_scale)
 
-  def prev_inputs(self) -> Tuple[np.ndarray, np.ndarray]:
-    """(prev_action int32 [B], prev_reward float32 [B]) for the current observation."""
-    return (np.where(self.first, 0, self._prev_action).astype(np.int32, copy=False),
-            np.where(self.first, 0.0, self._prev_reward).astype(np.float32, copy=False))
+  def policy_inputs(self, task_id) -> Dict[str, np.ndarray]:
+    """The POLICY_INPUT_KEYS of the current observation, whose env step gave `task_id` [B]:
+    prev_action int32 [B], prev_reward float32 [B], task_id int32 [B]."""
+    return {'prev_action': np.where(self.first, 0, self._prev_action).astype(np.int32, copy=False),
+            'prev_reward': np.where(self.first, 0.0, self._prev_reward).astype(np.float32, copy=False),
+            'task_id': np.asarray(task_id, np.int32)}
 
   def record(self, action, result) -> List[Tuple[int, Episode]]:
     """Takes the step `action` -> `result`; returns (env index, Episode) for

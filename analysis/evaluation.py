@@ -128,7 +128,7 @@ def play_episodes(env, policy: Callable, variables, initial_state, num_episodes:
     if max_steps is not None and steps >= max_steps:
       return episodes, False, steps, frames
     obs = {k: np.asarray(result.obs[k], host_dtype(result.obs[k].dtype)) for k in obs_keys}
-    obs['prev_action'], obs['prev_reward'] = book.prev_inputs()
+    obs.update(book.policy_inputs(result.task_id))
     first = book.first
     if observe is not None:
       observe(steps, obs, first, state, result)

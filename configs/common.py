@@ -38,7 +38,14 @@ def base_config() -> ml_collections.ConfigDict:
   c.actor_device_id = 0         # index of the local device that runs the actors' policy
 
   c.loss = ml_collections.ConfigDict()
-  c.loss.name = 'impala'        # 'impala' (V-trace actor-critic, one pass per batch) or 'ppo' (the `ppo` group)
+  c.loss.name = 'impala'        # 'impala' (V-trace actor-critic; the `vtrace` group) or 'ppo' (the `ppo` group)
+
+  # How the V-trace learner uses a batch; read only when loss.name = 'impala'.
+  # 1 x 1 is IMPALA's one optimiser step per batch.
+  c.vtrace = ml_collections.ConfigDict()
+  c.vtrace.epochs = 1           # passes over each batch
+  c.vtrace.minibatches = 1      # optimiser steps per pass: the batch's unrolls shuffled and cut in this many parts, V-trace taken with each step's params
+  c.vtrace.normalize_advantages = False  # the policy gradient's advantages mean 0, std 1 per minibatch (after PopArt's per-task scaling)
 
   # PPO (Schulman et al. 2017) on the same actors, PopArt head and sharded
   # update; read only when loss.name = 'ppo'. Defaults are cleanrl's Atari PPO.
@@ -71,6 +78,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.network = ml_collections.ConfigDict()
   c.network.init = 'lecun'      # 'lecun' (Flax's defaults) or 'orthogonal' (hidden sqrt 2, policy 0.01, value 1; cleanrl, baselines)
   c.network.name = 'mlp'        # 'mlp', 'shallow' (Nature CNN), 'resnet', 'attention', 'nle_simple', 'nle_baseline', 'nle_attention'
+  c.network.centre_frames = False  # 'shallow', 'resnet': each task's frames minus its running mean frame (networks/centring.py)
   c.network.lstm_size = 0       # LSTM core size; 0 = feed-forward
   c.network.core_extra_inputs = True  # the core also sees the one-hot last action and clipped last reward (IMPALA)
   c.network.torso_kwargs = ml_collections.ConfigDict()  # extra torso arguments
@@ -255,3 +263,4 @@ def apply_smoke(c: ml_collections.ConfigDict) -> None:
   c.log.every_seconds = 0.0
   c.wandb.mode = 'disabled'
   c.ppo.minibatches = 1         # a batch of a few unrolls may not split further
+  c.vtrace.minibatches = 1

@@ -20,8 +20,8 @@ from envs import nethack
 from envs import registry
 from networks.init import INITS
 from networks.nethack import EXTRA_INPUTS
-from networks.torsos import (EXTRA_INPUT_NETWORKS, NETWORK_NAMES, OBS_KEYS, RECURRENT_NETWORKS,
-                             is_recurrent)
+from networks.torsos import (CENTRING_NETWORKS, EXTRA_INPUT_NETWORKS, NETWORK_NAMES, OBS_KEYS,
+                             RECURRENT_NETWORKS, is_recurrent)
 
 WANDB_MODES = ('offline', 'online', 'disabled')
 LOSS_REDUCTIONS = ('sum', 'mean')
@@ -231,9 +231,35 @@ def _check_ppo(config) -> None:
                       "cannot take (its state runs along the unroll); use 'unrolls'")
 
 
-def _check_ppo_split(config, per_device_batch: int) -> None:
-  """PPO's minibatches must cut every learner device's shard evenly."""
-  if config.loss.name != 'ppo':
+def _check_centring(config) -> None:
+  """network.centre_frames: a bool, and only for torsos that read frames through convolutions."""
+  value = config.network.get('centre_frames', False)
+  if not isinstance(value, bool):
+    raise ConfigError('network.centre_frames', f'must be True or False, got {value!r}')
+  if value and config.network.name not in CENTRING_NETWORKS:
+    raise ConfigError('network.centre_frames', f'network {config.network.name!r} does not centre '
+                      f'frames; it works with network.name in {", ".join(CENTRING_NETWORKS)}')
+
+
+def _check_vtrace(config) -> None:
+  """The `vtrace` group's own fields (the batch split is checked with the devices)."""
+  for name in ('vtrace.epochs', 'vtrace.minibatches'):
+    value = _field(config, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+      raise ConfigError(name, f'must be an integer >= 1, got {value!r}')
+  if not isinstance(config.vtrace.normalize_advantages, bool):
+    raise ConfigError('vtrace.normalize_advantages',
+                      f'must be True or False, got {config.vtrace.normalize_advantages!r}')
+
+
+def _check_minibatch_split(config, per_device_batch: int) -> None:
+  """The loss's minibatches must cut every learner device's shard evenly."""
+  if config.loss.name == 'impala':
+    m = config.vtrace.minibatches
+    if per_device_batch % m:
+      raise ConfigError('vtrace.minibatches', f'{m} minibatches of whole unrolls do not split '
+                        f'the {per_device_batch} unrolls of each learner device; use a divisor '
+                        f'of {per_device_batch}')
     return
   m = config.ppo.minibatches
   if config.ppo.split == 'unrolls' and per_device_batch % m:
@@ -274,6 +300,7 @@ def validate(config) -> RunPlan:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
       raise ConfigError(name, f'must be in [0, 1), got {value!r}')
   _check_ppo(config)
+  _check_vtrace(config)
   if not 0.0 <= config.discount <= 1.0:
     raise ConfigError('discount', f'must be in [0, 1], got {config.discount}')
   if not 0.0 < config.popart.beta <= 1.0:
@@ -282,6 +309,7 @@ def validate(config) -> RunPlan:
     raise ConfigError('optimizer.rmsprop_decay', f'must be in [0, 1), got {config.optimizer.rmsprop_decay}')
   _check_choice('reward_mode', config.reward_mode, REWARD_MODES)
   _check_choice('network.name', config.network.name, NETWORK_NAMES)
+  _check_centring(config)
   _check_choice('wandb.mode', config.wandb.mode, WANDB_MODES)
   if config.network.name in RECURRENT_NETWORKS and not config.network.lstm_size:
     raise ConfigError('network.lstm_size', f'{config.network.name!r} is recurrent and needs '
@@ -337,7 +365,7 @@ def validate(config) -> RunPlan:
     where = f' ({n_learn} on each of {processes} processes)' if processes > 1 else ''
     raise ConfigError('batch_size', f'{config.batch_size} is not divisible by the '
                       f'{n_global} learner devices{where}; use a multiple of {n_global}')
-  _check_ppo_split(config, config.batch_size // n_global)
+  _check_minibatch_split(config, config.batch_size // n_global)
   envs = config.actors.envs_per_actor
   if envs % num_tasks:
     raise ConfigError('actors.envs_per_actor', f'{envs} does not split evenly over '

@@ -50,6 +50,10 @@ class AgentNetwork(nn.Module):
   # Observation keys the torso reads beside its OBS_KEYS (NLE torsos:
   # networks.nethack.EXTRA_INPUTS); passed to it as `extra_inputs`.
   extra_inputs: tuple = ()
+  # Centre each task's frames on its running mean frame (networks/centring.py):
+  # the torso then also reads obs['task_id'] and keeps num_tasks mean frames.
+  centre_frames: bool = False
+  num_tasks: int = 1
 
   @nn.compact
   def __call__(self, obs, first, core_state):
@@ -61,10 +65,13 @@ class AgentNetwork(nn.Module):
                                     name='attention_core')(obs['frames'], first, extra, core_state)
     else:
       keys = OBS_KEYS[self.torso] + tuple(self.extra_inputs)
-      flat = {k: obs[k].reshape((t * b,) + obs[k].shape[2:]) for k in keys}
       kwargs = dict(self.torso_kwargs)
       if self.extra_inputs:
         kwargs['extra_inputs'] = tuple(self.extra_inputs)
+      if self.centre_frames:
+        keys += ('task_id',)
+        kwargs['num_centres'] = self.num_tasks
+      flat = {k: obs[k].reshape((t * b,) + obs[k].shape[2:]) for k in keys}
       x = TORSOS[self.torso](**kwargs, name='torso')(flat)
       x = x.reshape((t, b, -1))
       if self.lstm_size:
@@ -104,7 +111,8 @@ class AgentNetwork(nn.Module):
     return ResettingLSTM.initial_state(self.lstm_size, batch)
 
 
-def make_network(network_config, num_actions: int, num_values: int) -> AgentNetwork:
+def make_network(network_config, num_actions: int, num_values: int,
+                 num_tasks: int = 1) -> AgentNetwork:
   network = AgentNetwork(
       torso=network_config.name,
       torso_kwargs=tuple(sorted(dict(network_config.get('torso_kwargs', {})).items())),
@@ -113,7 +121,10 @@ def make_network(network_config, num_actions: int, num_values: int) -> AgentNetw
       # Runs written before this field existed read False (run_loading.py).
       core_extra_inputs=bool(network_config.core_extra_inputs),
       # Runs written before this field existed read ().
-      extra_inputs=tuple(network_config.get('extra_inputs', ())))
+      extra_inputs=tuple(network_config.get('extra_inputs', ())),
+      # Runs written before this field existed read False.
+      centre_frames=bool(network_config.get('centre_frames', False)),
+      num_tasks=num_tasks)
   if network.torso == 'attention':
     network._check_attention()
   return network

@@ -76,6 +76,24 @@ def _s2d4(frames):
   return lax.bitcast_convert_type(w, jnp.uint8).reshape(c * 441, 64).astype(jnp.float32)
 
 
+def _s2d4_centres(centres):
+  """float [K, 84, 84] -> [K, 441, 64]: each task's mean frame, repeated for
+  the 4 frames of a stack, in _s2d4's layout."""
+  k = centres.shape[0]
+  stack = jnp.broadcast_to(centres[:, None], (k, 4, 84, 84))
+  return stack.reshape(k, 4, 21, 4, 21, 4).transpose(0, 2, 4, 1, 3, 5).reshape(k, 441, 64)
+
+
+def _conv1_input(frames, task, centres):
+  """conv1's input in _s2d4's layout [c 441, 64]; with `centres` ([K, 441,
+  64], _s2d4_centres) each frame stack minus its task's mean frame."""
+  x = _s2d4(frames)
+  if centres is None:
+    return x
+  c = frames.shape[0]
+  return (x.reshape(c, 441, 64) - centres[task]).reshape(c * 441, 64)
+
+
 def _w1(k1):
   """[8, 8, 4, 32] -> [64 (ch, ph, pw), 4 taps (di, dj) x 32], 1/255 folded in."""
   return (k1.reshape(2, 4, 2, 4, 4, 32).transpose(4, 1, 3, 0, 2, 5) / 255.0).reshape(64, 128)
@@ -113,11 +131,11 @@ def _unblock(m1):
 
 # ---- One chunk, forward and backward.
 
-def _fwd_chunk(frames, w1, b1, w2, b2, w3, b3):
-  """uint8 [c, 4, 84, 84] -> conv1 (block layout [c, 10, 10, 128]), conv2 [c, 9, 9, 64],
-  conv3 [c, 7, 7, 64], all after relu."""
+def _fwd_chunk(frames, task, centres, w1, b1, w2, b2, w3, b3):
+  """uint8 [c, 4, 84, 84] (tasks [c]) -> conv1 (block layout [c, 10, 10, 128]),
+  conv2 [c, 9, 9, 64], conv3 [c, 7, 7, 64], all after relu."""
   c = frames.shape[0]
-  z1 = (_s2d4(frames) @ w1).reshape(c, 21, 21, 4, 32)
+  z1 = (_conv1_input(frames, task, centres) @ w1).reshape(c, 21, 21, 4, 32)
   y1 = _shift_sum(z1, 2, _H1, b1)
   y1 = y1.reshape(c, 10, 2, 10, 2, 32).transpose(0, 1, 3, 2, 4, 5).reshape(c, 10, 10, 128)
   z2 = (y1.reshape(c * 100, 128) @ w2).reshape(c, 10, 10, 4, 64)
@@ -126,7 +144,7 @@ def _fwd_chunk(frames, w1, b1, w2, b2, w3, b3):
   return y1, y2, y3
 
 
-def _bwd_chunk(frames, y1, y2, y3, dy3, w2p, w3):
+def _bwd_chunk(frames, task, y1, y2, y3, dy3, centres, w2p, w3):
   """Gradients of one chunk: (dW1 as [64, 128] (_w1's layout), db1, dW2 as
   [64, 512] (_w2_patches' transpose), db2, dW3 as [64, 576], db3)."""
   c = frames.shape[0]
@@ -146,7 +164,7 @@ def _bwd_chunk(frames, y1, y2, y3, dy3, w2p, w3):
   # G: dz1 shifted by each of conv1's 4 taps onto the 21x21 input grid.
   g = jnp.stack([jnp.pad(dz1, ((0, 0), (i, 1 - i), (j, 1 - j), (0, 0)))
                  for i in range(2) for j in range(2)], 3).reshape(c * 441, 128)
-  g1 = lax.dot_general(_s2d4(frames), g, (((0,), (0,)), ((), ())))
+  g1 = lax.dot_general(_conv1_input(frames, task, centres), g, (((0,), (0,)), ((), ())))
   return g1, db1, g2, dz2.sum(0), g3, dz3.sum(0)
 
 
@@ -165,22 +183,22 @@ def _maxima(y1, y2, y3):
   return y1.max(0), y2.max(0), y3.max(0)
 
 
-def _forward(frames, k1, b1, k2, b2, k3, b3, keep):
+def _forward(frames, task, centres, k1, b1, k2, b2, k3, b3, keep):
   """Runs the chunks; returns the saved activations (if keep) or just conv3's,
-  and the health maxima."""
+  and the health maxima. `centres`: _s2d4_centres' layout, or None."""
   w1, w2, w3 = _w1(k1), _w2(k2), k3.reshape(576, 64)
   k, r = _split(frames.shape[0])
   outs, maxima = [], []
   if k:
-    def body(m, f):
-      ys = _fwd_chunk(f, w1, b1, w2, b2, w3, b3)
+    def body(m, ft):
+      ys = _fwd_chunk(*ft, centres, w1, b1, w2, b2, w3, b3)
       return tuple(map(jnp.maximum, m, _maxima(*ys))), (ys if keep else ys[2:])
     init = (jnp.zeros((10, 10, 128)), jnp.zeros((_H2, _H2, 64)), jnp.zeros((_H3, _H3, 64)))
-    m, ys = lax.scan(body, init, _chunked(frames, k))
+    m, ys = lax.scan(body, init, (_chunked(frames, k), _chunked(task, k)))
     outs.append([y.reshape((-1,) + y.shape[2:]) for y in ys])
     maxima.append(m)
   if r:
-    ys = _fwd_chunk(frames[k * _CHUNK:], w1, b1, w2, b2, w3, b3)
+    ys = _fwd_chunk(frames[k * _CHUNK:], task[k * _CHUNK:], centres, w1, b1, w2, b2, w3, b3)
     outs.append(ys if keep else ys[2:])
     maxima.append(_maxima(*ys))
   ys = [jnp.concatenate(a) if len(a) > 1 else a[0] for a in zip(*outs)]
@@ -188,39 +206,54 @@ def _forward(frames, k1, b1, k2, b2, k3, b3, keep):
   return ys, (_unblock(m1), m2, m3)
 
 
-@jax.custom_vjp
-def nature_convs(frames, k1, b1, k2, b2, k3, b3):
+def nature_convs(frames, k1, b1, k2, b2, k3, b3, task_id=None, centres=None):
   """uint8 frames [N, 4, 84, 84] and the three layers' kernels and biases ->
   (conv3's relu output [N, 7, 7, 64], per-unit maxima over the batch of the
   three relu outputs: [20, 20, 32], [9, 9, 64], [7, 7, 64]). Equals the plain
-  network on frames / 255 (NHWC). No gradient flows to the frames or the maxima."""
-  (y3,), maxima = _forward(frames, k1, b1, k2, b2, k3, b3, keep=False)
+  network on frames / 255 (NHWC); with `centres` [K, 84, 84] (pixel units)
+  and `task_id` int [N], on (frames - centres[task_id]) / 255
+  (networks/centring.py). No gradient flows to the frames, the centres or
+  the maxima."""
+  if centres is None:
+    return _convs(frames, jnp.zeros(frames.shape[:1], jnp.int32), False,
+                  jnp.zeros((1, 84, 84), jnp.float32), k1, b1, k2, b2, k3, b3)
+  return _convs(frames, task_id.astype(jnp.int32), True, jax.lax.stop_gradient(centres),
+                k1, b1, k2, b2, k3, b3)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _convs(frames, task, centred, centres, k1, b1, k2, b2, k3, b3):
+  layout = _s2d4_centres(centres) if centred else None
+  (y3,), maxima = _forward(frames, task, layout, k1, b1, k2, b2, k3, b3, keep=False)
   return y3, maxima
 
 
-def _vjp_fwd(frames, k1, b1, k2, b2, k3, b3):
-  (y1, y2, y3), maxima = _forward(frames, k1, b1, k2, b2, k3, b3, keep=True)
-  return (y3, maxima), (frames, y1, y2, y3, k1, k2, k3)
+def _vjp_fwd(frames, task, centred, centres, k1, b1, k2, b2, k3, b3):
+  layout = _s2d4_centres(centres) if centred else None
+  (y1, y2, y3), maxima = _forward(frames, task, layout, k1, b1, k2, b2, k3, b3, keep=True)
+  return (y3, maxima), (frames, task, centres, y1, y2, y3, k1, k2, k3)
 
 
-def _vjp_bwd(res, cotangents):
-  frames, y1, y2, y3, k1, k2, k3 = res
+def _vjp_bwd(centred, res, cotangents):
+  frames, task, centres, y1, y2, y3, k1, k2, k3 = res
   dy3 = cotangents[0]   # the maxima are health statistics: no gradient
   w2p, w3 = _w2_patches(k2), k3.reshape(576, 64)
+  layout = _s2d4_centres(centres) if centred else None
   k, r = _split(frames.shape[0])
-  args = (frames, y1, y2, y3, dy3)
+  args = (frames, task, y1, y2, y3, dy3)
   grads = []
   if k:
     def body(acc, a):
-      return tuple(map(jnp.add, acc, _bwd_chunk(*a, w2p, w3))), None
+      return tuple(map(jnp.add, acc, _bwd_chunk(*a, layout, w2p, w3))), None
     init = tuple(jnp.zeros(s, jnp.float32) for s in ((64, 128), (32,), (64, 512), (64,), (64, 576), (64,)))
     grads.append(lax.scan(body, init, [_chunked(a, k) for a in args])[0])
   if r:
-    grads.append(_bwd_chunk(*[a[k * _CHUNK:] for a in args], w2p, w3))
+    grads.append(_bwd_chunk(*[a[k * _CHUNK:] for a in args], layout, w2p, w3))
   g1, db1, g2, db2, g3, db3 = functools.reduce(lambda a, b: tuple(map(jnp.add, a, b)), grads)
   dk1 = jax.vjp(_w1, k1)[1](g1)[0]
   dk2 = jax.vjp(_w2_patches, k2)[1](g2.T)[0]
-  return (None, dk1, db1, dk2, db2, g3.T.reshape(3, 3, 64, 64), db3)
+  return (None, None, jnp.zeros_like(centres), dk1, db1, dk2, db2,
+          g3.T.reshape(3, 3, 64, 64), db3)
 
 
-nature_convs.defvjp(_vjp_fwd, _vjp_bwd)
+_convs.defvjp(_vjp_fwd, _vjp_bwd)

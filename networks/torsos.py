@@ -7,7 +7,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from networks import nature_cnn
+from networks import centring, nature_cnn
 from networks.conv import Conv2D
 from networks.nethack import (NLE_NUM_GLYPHS, NLEAttentionTorso, NLEBaselineTorso, NLEFastTorso,
                               blstats_mlp)
@@ -29,6 +29,26 @@ def sow_unit_max(module: nn.Module, name: str, x=None, unit_max=None) -> None:
   scope = module.scope
   old = scope.get_variable('health', name) if scope.has_variable('health', name) else ()
   scope.put_variable('health', name, old + (value,))
+
+
+def _centres(module: nn.Module, obs):
+  """(task ids [N], the tasks' mean frames [K, H, W]) of a centring torso
+  (`num_centres` > 0), else (None, None)."""
+  if not module.num_centres:
+    return None, None
+  frames = obs['frames']
+  centres = centring.FrameCentre(module.num_centres, frames.shape[-2:], name=centring.NAME)()
+  return obs['task_id'], centres
+
+
+def _conv_input(frames, task_id, centres):
+  """uint8 frames [N, C, H, W] as a plain convolution's NHWC input: / 255,
+  centred when there are centres."""
+  if centres is None:
+    x = frames.astype(jnp.float32) / 255.0
+  else:
+    x = centring.centred_frames(frames, task_id, centres)
+  return jnp.transpose(x, (0, 2, 3, 1))
 
 
 class MLPTorso(nn.Module):
@@ -75,20 +95,26 @@ class NatureCNNTorso(nn.Module):
   Records each layer's per-unit maximum over the batch of its relu output
   in `health` (conv1 [20, 20, 32], conv2 [9, 9, 64], conv3 [7, 7, 64],
   fc [512]; see sow_unit_max), under the layers' own names.
+
+  `num_centres` > 0: frames are centred on their task's mean frame
+  (networks/centring.py; obs['task_id'] picks the row).
   """
   hidden_size: int = 512
+  num_centres: int = 0
 
   @nn.compact
   def __call__(self, obs):
     frames = obs['frames']
+    task_id, centres = _centres(self, obs)
     # conv1's input as nn.Conv would get it. The fused op reads the uint8
     # frames itself, so under jit this value is unused and dropped.
-    x = jnp.transpose(frames, (0, 2, 3, 1)).astype(jnp.float32) / 255.0
+    x = _conv_input(frames, task_id, centres)
     if nature_cnn.supported(frames):
       k1, b1 = _ConvParams(32, (8, 8), name='conv1')(x)
       k2, b2 = _ConvParams(64, (4, 4), 32, name='conv2')()
       k3, b3 = _ConvParams(64, (3, 3), 64, name='conv3')()
-      x, maxima = nature_cnn.nature_convs(frames, k1, b1, k2, b2, k3, b3)
+      x, maxima = nature_cnn.nature_convs(frames, k1, b1, k2, b2, k3, b3,
+                                          task_id=task_id, centres=centres)
       for name, m in zip(('conv1', 'conv2', 'conv3'), maxima):
         sow_unit_max(self, name, unit_max=m)
     else:
@@ -106,14 +132,16 @@ class ResNetTorso(nn.Module):
 
   obs['frames'] uint8 [N, 4, 84, 84]. Per stage: conv 3x3, max-pool 3x3/2,
   then two residual blocks (relu, conv, relu, conv, + skip); 84 -> 42 -> 21 -> 11.
+  `num_centres` as NatureCNNTorso's.
   """
   channels: tuple = (16, 32, 32)
   num_blocks: int = 2
   hidden_size: int = 256
+  num_centres: int = 0
 
   @nn.compact
   def __call__(self, obs):
-    x = jnp.transpose(obs['frames'], (0, 2, 3, 1)).astype(jnp.float32) / 255.0
+    x = _conv_input(obs['frames'], *_centres(self, obs))
     for i, c in enumerate(self.channels):
       x = Conv2D(c, (3, 3), padding='SAME', name=f'stage{i}_conv')(x)
       x = max_pool_3x3_s2(x)
@@ -179,6 +207,8 @@ OBS_KEYS = {
 # recurrent encoder and core.
 NETWORK_NAMES = tuple(sorted(OBS_KEYS))
 RECURRENT_NETWORKS = ('attention',)  # networks with a built-in core
+# Networks that can centre their frames (network.centre_frames; networks/centring.py).
+CENTRING_NETWORKS = ('resnet', 'shallow')
 # Networks that take network.extra_inputs (networks.nethack.EXTRA_INPUTS).
 EXTRA_INPUT_NETWORKS = ('nle_baseline', 'nle_fast')
 

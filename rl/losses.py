@@ -39,6 +39,13 @@ class PPOConfig(NamedTuple):
   split: str = 'steps'              # minibatches of single steps, or of whole unrolls
 
 
+class VTraceConfig(NamedTuple):
+  """How the IMPALA update uses a batch (the config's `vtrace` group)."""
+  epochs: int = 1                   # passes over each batch
+  minibatches: int = 1              # optimiser steps per pass, on whole unrolls
+  normalize_advantages: bool = False  # the policy gradient's advantages: mean 0, std 1 per minibatch
+
+
 class LossConfig(NamedTuple):
   discount: float
   baseline_cost: float
@@ -52,11 +59,12 @@ class LossConfig(NamedTuple):
   reduction: str = 'sum'
   name: str = 'impala'              # 'impala' (impala_loss) or 'ppo' (rl/ppo.py)
   ppo: PPOConfig = PPOConfig()
+  vtrace: VTraceConfig = VTraceConfig()
 
 
 def config_from(config) -> LossConfig:
   """The LossConfig of a run config (ml_collections)."""
-  p = config.ppo
+  p, v = config.ppo, config.vtrace
   return LossConfig(
       discount=config.discount, baseline_cost=config.baseline_cost,
       entropy_cost=config.entropy_cost, reward_mode=config.reward_mode,
@@ -65,7 +73,25 @@ def config_from(config) -> LossConfig:
       ppo=PPOConfig(epochs=p.epochs, minibatches=p.minibatches, clip_epsilon=p.clip_epsilon,
                     value_clip_epsilon=p.value_clip_epsilon, gae_lambda=p.gae_lambda,
                     value_targets=p.value_targets,
-                    normalize_advantages=p.normalize_advantages, split=p.split))
+                    normalize_advantages=p.normalize_advantages, split=p.split),
+      vtrace=VTraceConfig(epochs=v.epochs, minibatches=v.minibatches,
+                          normalize_advantages=v.normalize_advantages))
+
+
+def normalize(x, mask, axis_name: Optional[str] = None, eps: float = 1e-8):
+  """(x - mean) / (std + eps) over the valid entries (mask 1) of x, the
+  statistics global over `axis_name`; masked entries come out 0."""
+  count, s1 = jnp.sum(mask), jnp.sum(mask * x)
+  if axis_name is not None:
+    count, s1 = jax.lax.psum((count, s1), axis_name)
+  count = jnp.maximum(count, 1.0)
+  mean = s1 / count
+  # Two passes, as health.logit_spread: small advantages around a larger
+  # mean would lose their spread to float32 rounding in E[x^2] - E[x]^2.
+  s2 = jnp.sum(mask * (x - mean) ** 2)
+  if axis_name is not None:
+    s2 = jax.lax.psum(s2, axis_name)
+  return mask * (x - mean) / (jnp.sqrt(s2 / count) + eps)
 
 
 class LossOutput(NamedTuple):
@@ -162,6 +188,12 @@ def impala_loss(apply_fn: Callable, cfg: LossConfig,
     # rho_s (q_s - V(x_s)) / sigma_i: the per-task normalised advantage.
     pg_advantage = jnp.minimum(rhos, 1.0) * (qs - values[:-1]) / sigma_new
     pg_advantage = jax.lax.stop_gradient(pg_advantage)
+    raw_advantage_sq = jnp.sum(mask * pg_advantage ** 2)
+    if cfg.vtrace.normalize_advantages:
+      # Per (mini)batch, over the valid steps of every device: the policy
+      # term keeps a fixed size against the entropy bonus and the value
+      # loss while the advantages shrink as the value fits (docs/pong.md).
+      pg_advantage = normalize(pg_advantage, mask, axis_name)
     pg_loss = -jnp.sum(mask * pg_advantage * log_pi_a)
 
     entropy = -jnp.sum(jnp.exp(log_pi) * log_pi, axis=-1)
@@ -181,6 +213,7 @@ def impala_loss(apply_fn: Callable, cfg: LossConfig,
         'loss/entropy': entropy_loss / num_valid,
         'entropy': jnp.sum(mask * entropy) / num_valid,
         'rho_mean': jnp.sum(mask * rhos) / num_valid,
+        'pg_advantage_rms': raw_advantage_sq / num_valid,  # a mean square until the root below
         # Share of steps whose importance weight the V-trace clip at 1 cuts.
         'rho_clipped': jnp.sum(mask * (rhos > 1.0 + 1e-3)) / num_valid,
         # KL(mu || pi): how far the learner's policy has moved from the
@@ -192,9 +225,13 @@ def impala_loss(apply_fn: Callable, cfg: LossConfig,
     if axis_name is not None:
       # Sums of per-device sums: every device reports the global figure.
       metrics = jax.lax.psum(metrics, axis_name)
+    # The advantages' size before any normalisation: the policy term's
+    # natural weight against the entropy bonus.
+    metrics['pg_advantage_rms'] = jnp.sqrt(metrics['pg_advantage_rms'])
     metrics.update(health.metrics(unit_max, log_pi, mask, axis_name))
     extras = {'vs': vs, 'qs': qs, 'mask': mask, 'pg_advantage': pg_advantage,
-              'norm_target': norm_target, 'norm_value': norm_value, 'rhos': rhos}
+              'norm_target': norm_target, 'norm_value': norm_value, 'rhos': rhos,
+              'log_pi': log_pi}
     return loss, LossOutput(loss, new_stats, metrics, extras)
 
   return loss_fn

@@ -42,10 +42,9 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
 
 
 def optimizer_steps_per_update(config) -> int:
-  """Optimiser steps per learner update: epochs x minibatches for PPO, else 1."""
-  if config.loss.name == 'ppo':
-    return config.ppo.epochs * config.ppo.minibatches
-  return 1
+  """Optimiser steps per learner update: epochs x minibatches of the loss's group."""
+  group = config.ppo if config.loss.name == 'ppo' else config.vtrace
+  return group.epochs * group.minibatches
 
 
 def optimizer_from_config(config, total_learner_steps: int):

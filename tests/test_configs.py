@@ -163,6 +163,9 @@ def test_reward_scales_override_is_a_tuple():
     ('ppo.gae_lambda', 1.5, r'ppo.gae_lambda.*\[0, 1\]'),
     ('ppo.value_targets', 'td', 'ppo.value_targets.*gae, vtrace'),
     ('ppo.split', 'envs', 'ppo.split.*steps, unrolls'),
+    ('vtrace.epochs', 0, 'vtrace.epochs.*integer >= 1'),
+    ('vtrace.minibatches', -1, 'vtrace.minibatches.*integer >= 1'),
+    ('network.centre_frames', True, "network.centre_frames.*'mlp'"),
 ])
 def test_bad_fields_raise_config_error_naming_the_field(field, value, match):
   config = _load('cartpole_popart')
@@ -186,6 +189,19 @@ def test_ppo_minibatches_must_split_each_devices_shard():
   with pytest.raises(ConfigError, match='ppo.minibatches.*320 steps'):
     validate(config)
   config.ppo.minibatches = 8
+  validate(config)
+
+
+def test_vtrace_minibatches_must_split_each_devices_unrolls():
+  config = _load('cartpole')      # 16 unrolls, on 2 learner devices: 8 each
+  config.num_learner_devices = 2
+  config.vtrace.minibatches = 16
+  with pytest.raises(ConfigError, match='vtrace.minibatches.*8 unrolls of each learner device'):
+    validate(config)
+  config.vtrace.minibatches = 4
+  validate(config)
+  config.loss.name = 'ppo'        # read only by the V-trace loss
+  config.vtrace.minibatches = 16
   validate(config)
 
 

@@ -142,3 +142,98 @@ def test_ppo_learning_rate_anneals_over_every_optimiser_step():
   c.loss.name = 'impala'
   _, schedule = optimizers.optimizer_from_config(c, total_learner_steps=100)
   np.testing.assert_allclose(float(schedule(50)), 0.5 * c.learning_rate, rtol=1e-6)
+
+
+def _vtrace_update(network, devices, minibatches, epochs=1, seed=0, lr=6e-4):
+  mesh = learner.make_mesh(devices)
+  obs = {'state': np.zeros((4,), np.float32)}
+  variables = agent_net.init_variables(network, jax.random.key(0), obs)
+  optimizer, schedule = optimizers.make_optimizer(lr, 100, 40.0, 0.99, 0.01, 0.0, name='adam')
+  cfg = losses.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=0.01,
+                          reward_mode='none', popart_enabled=True, popart_beta=0.1,
+                          reduction='mean',
+                          vtrace=losses.VTraceConfig(epochs=epochs, minibatches=minibatches,
+                                                     normalize_advantages=True))
+  update = learner.build_update(agent_net.apply_fn(network), optimizer, schedule, cfg,
+                                agent_net.VALUE_HEAD, mesh, seed=seed)
+  return mesh, update, learner.init_state(variables, optimizer, mesh)
+
+
+def _columns(batch, cols):
+  cols = np.asarray(cols)
+  return batch._replace(**{f: getattr(batch, f)[:, cols] for f in
+                           ('first', 'action', 'behaviour_logits', 'reward', 'discount', 'task_id')},
+                        obs=jax.tree.map(lambda x: x[:, cols], batch.obs),
+                        core_state=jax.tree.map(lambda x: x[cols], batch.core_state))
+
+
+@pytest.mark.parametrize('lstm_size', [0, 16])
+def test_vtrace_minibatches_are_sequential_steps_on_each_devices_shuffled_unrolls(lstm_size):
+  """epochs x minibatches on 4 devices = one plain step per minibatch on 1
+  device, where global minibatch j holds every device's j-th part of its
+  own shard (each shuffled with the same key): V-trace, PopArt and the
+  optimiser's count all move step by step."""
+  network = _network(lstm_size)
+  batch = _batch(network)
+  epochs, m = 2, 2
+  mesh, update, state = _vtrace_update(network, jax.devices()[:4], m, epochs, seed=7)
+  new, metrics = update(state, learner.shard_batch(batch, mesh))
+  new = jax.device_get(new)
+
+  mesh1, step1, ref = _vtrace_update(network, jax.devices()[:1], 1)
+  key = jax.random.fold_in(jax.random.key(7), 0)
+  per_device = B // 4
+  for epoch_key in jax.random.split(key, epochs):
+    perm = np.asarray(jax.random.permutation(epoch_key, per_device)).reshape(m, per_device // m)
+    for j in range(m):
+      cols = [d * per_device + c for d in range(4) for c in perm[j]]
+      ref, _ = step1(ref, learner.shard_batch(_columns(batch, cols), mesh1))
+  ref = jax.device_get(ref)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6),
+               new.params, ref.params)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+               new.popart, ref.popart)
+  assert int(new.step) == 1 and int(ref.step) == epochs * m
+  assert float(metrics['kl_update']) > 0
+
+
+def test_vtrace_one_minibatch_is_the_plain_update_and_anneals_over_every_step():
+  """1 x 1 takes the batch as it is (no shuffle); the schedule counts
+  epochs x minibatches optimiser steps per update."""
+  network = _network(0)
+  batch = _batch(network)
+  mesh, update, state = _vtrace_update(network, jax.devices()[:1], 1)
+  a, _ = update(state, learner.shard_batch(batch, mesh))
+  reversed_batch = _columns(batch, np.arange(B)[::-1])
+  b, _ = update(state, learner.shard_batch(reversed_batch, mesh))
+  jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6),
+               jax.device_get(a.params), jax.device_get(b.params))
+  from configs import common
+  c = common.base_config()
+  c.vtrace.epochs, c.vtrace.minibatches = 2, 4
+  assert optimizers.optimizer_steps_per_update(c) == 8
+  _, schedule = optimizers.optimizer_from_config(c, total_learner_steps=100)
+  np.testing.assert_allclose(float(schedule(50)), 0.5 * c.learning_rate, rtol=1e-6)
+
+
+def test_kl_update_is_the_policy_move_on_the_first_minibatch_by_hand():
+  """kl_update = KL(pi_before || pi_after) over the valid steps of the first
+  minibatch's first KL_UNROLLS unrolls, pi_before from the params the update
+  started with."""
+  network = _network(0)
+  batch = _batch(network)
+  mesh, update, state = _vtrace_update(network, jax.devices()[:1], 1, lr=0.05)
+  new, metrics = update(state, learner.shard_batch(batch, mesh))
+  apply = agent_net.apply_fn(network)
+  part = _columns(batch, np.arange(learner.KL_UNROLLS))
+  head = agent_net.VALUE_HEAD
+
+  def log_pi(s):
+    logits = apply(s.params, s.popart[head], part.obs, part.first, part.core_state)[0][:-1]
+    return jax.nn.log_softmax(logits)
+
+  before, after = log_pi(jax.device_get(state)), log_pi(jax.device_get(new))
+  kl = np.sum(np.exp(before) * (before - after), axis=-1)
+  mask = 1.0 - part.first[1:]
+  np.testing.assert_allclose(metrics['kl_update'], np.sum(mask * kl) / np.sum(mask), rtol=1e-4)
+  assert float(metrics['kl_update']) > 1e-4

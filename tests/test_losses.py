@@ -131,3 +131,33 @@ def test_mean_reduction_divides_the_summed_loss_by_the_valid_steps():
   g_sum = jax.grad(lambda p: losses.impala_loss(_fixed_apply(logits, n), _config(False))(p, stats, batch)[0])(params)
   g_mean = jax.grad(lambda p: losses.impala_loss(_fixed_apply(logits, n), cfg)(p, stats, batch)[0])(params)
   np.testing.assert_allclose(g_mean['scale'], g_sum['scale'] / 3.0, rtol=1e-5)
+
+
+def test_normalize_by_hand():
+  """(x - mean) / std over the valid entries only; masked entries give 0."""
+  x = jnp.asarray([[1.0, 5.0], [3.0, 100.0]])
+  mask = jnp.asarray([[1.0, 1.0], [1.0, 0.0]])
+  # Valid 1, 5, 3: mean 3, variance (4 + 4 + 0) / 3.
+  std = np.sqrt(8.0 / 3.0)
+  np.testing.assert_allclose(losses.normalize(x, mask),
+                             [[-2.0 / std, 2.0 / std], [0.0, 0.0]], rtol=1e-5, atol=1e-7)
+
+
+def test_normalized_advantages_weight_the_policy_gradient():
+  """With vtrace.normalize_advantages the policy term uses the advantages
+  normalised over the valid steps; the raw advantages' RMS is reported."""
+  logits = jnp.zeros((3, 2, 2))
+  n = jnp.asarray([[[0.0]] * 2, [[1.0]] * 2, [[2.0]] * 2])
+  params, stats = {'scale': jnp.ones(())}, popart.init_stats(1)
+  _, raw = losses.impala_loss(_fixed_apply(logits, n), _config(False))(params, stats, _batch())
+  cfg = _config(False)._replace(vtrace=losses.VTraceConfig(normalize_advantages=True))
+  _, out = losses.impala_loss(_fixed_apply(logits, n), cfg)(params, stats, _batch())
+  # Raw advantages q - V (gamma 0.5, V = [0, 1] in both columns, rho 1):
+  # column 0: q = [1 + 0.5 (2 + 0.5 * 2), 2 + 0.5 * 2] = [2.5, 3] -> [2.5, 2]
+  # column 1: q = [10 + 0.5 (20 + 1), 21] = [20.5, 21] -> [20.5, 20]
+  a = np.asarray([[2.5, 20.5], [2.0, 20.0]])
+  np.testing.assert_allclose(raw.extras['pg_advantage'], a, rtol=1e-6)
+  np.testing.assert_allclose(out.extras['pg_advantage'], (a - a.mean()) / a.std(), rtol=1e-5)
+  np.testing.assert_allclose(out.metrics['pg_advantage_rms'], np.sqrt(np.mean(a ** 2)), rtol=1e-6)
+  # The value targets are not touched.
+  np.testing.assert_allclose(out.extras['vs'], raw.extras['vs'], rtol=1e-6)

@@ -143,3 +143,47 @@ def test_other_frame_sizes_use_plain_convs_with_the_same_params():
   ref, acts = jax.jit(PlainNatureCNN().apply)(variables, frames)
   _close(out, ref)
   _close(sown['health']['conv3'][-1], acts['conv3'].max(0))
+
+
+class CentredPlainNatureCNN(nn.Module):
+  """The reference with frame centring: (frames - centres[task]) / 255 into XLA's convolutions."""
+
+  @nn.compact
+  def __call__(self, frames, task_id, centres):
+    x = jnp.transpose((frames.astype(jnp.float32) - centres[task_id][:, None]) / 255.0, (0, 2, 3, 1))
+    for name, features, k, s in LAYERS:
+      x = nn.relu(nn.Conv(features, (k, k), strides=(s, s), padding='VALID', name=name)(x))
+    return nn.relu(nn.Dense(512, name='fc')(x.reshape((x.shape[0], -1))))
+
+
+@pytest.mark.parametrize('n,size', [(3, 84), (37, 84), (3, 40)])   # fused (a remainder), plain convs
+def test_centred_frames_equal_the_plain_network_on_centred_input(params, n, size):
+  """With num_centres the torso reads obs['task_id'] and its `frame_centre`
+  params: outputs and gradients are the plain network's on (frames -
+  mean[task]) / 255, and the centres get no gradient."""
+  rng = np.random.default_rng(n)
+  frames = _frames(n, seed=n, size=size)
+  task = jnp.asarray(rng.integers(0, 3, n), jnp.int32)
+  torso = NatureCNNTorso(num_centres=3)
+  variables = jax.jit(torso.init)(jax.random.key(0), {'frames': frames, 'task_id': task})
+  p = variables['params']
+  assert p['frame_centre']['mean'].shape == (3, size, size)
+  assert p['frame_centre']['count'].shape == (3,)
+  centres = jnp.asarray(rng.uniform(0, 255, (3, size, size)), jnp.float32)
+  p = {**p, 'frame_centre': {'mean': centres, 'count': jnp.ones(3)}}
+  if size == 84:   # the fixture's layers, with random biases
+    p = {**p, **params}
+  proj = jax.random.normal(jax.random.key(n), (n, 512))
+  ref_params = {k: v for k, v in p.items() if k != 'frame_centre'}
+
+  fast = jax.jit(jax.value_and_grad(lambda q: jnp.sum(torso.apply(
+      {'params': q}, {'frames': frames, 'task_id': task}) * proj)))
+  plain = jax.jit(jax.value_and_grad(lambda q: jnp.sum(CentredPlainNatureCNN().apply(
+      {'params': q}, frames, task, centres) * proj)))
+  value, grads = fast(p)
+  ref_value, ref_grads = plain(ref_params)
+  _close(value, ref_value)
+  for name in ref_grads:
+    jax.tree.map(_close, grads[name], ref_grads[name])
+  assert float(jnp.abs(grads['frame_centre']['mean']).max()) == 0.0
+  assert float(jnp.abs(grads['frame_centre']['count']).max()) == 0.0
