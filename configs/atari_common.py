@@ -52,7 +52,7 @@ def atari_config(name: str, games, variant: dict, *, popart: bool,
     # IMPALA's batch of 32, rounded to whole actor blocks.
     c.batch_size = c.actors.envs_per_actor * max(1, round(32 / c.actors.envs_per_actor))
   common.apply_recipe(c, variant['recipe'])
-  if variant['recipe'] in ('a2c', 'ppo', 'impala_adam'):
+  if variant['recipe'] in ('vtrace', 'a2c', 'ppo', 'impala_adam'):
     # 3M agent steps per game: what a 2-core CPU runs in hours; the learning
     # rate anneals to 0 over it.
     c.total_env_steps = 3_000_000 * len(games)
@@ -62,4 +62,4 @@ def atari_config(name: str, games, variant: dict, *, popart: bool,
 
 
 def variant_defaults(**extra) -> dict:
-  return {'net': 'shallow', 'lstm': False, 'smoke': False, 'recipe': 'impala', **extra}
+  return {'net': 'shallow', 'lstm': False, 'smoke': False, 'recipe': 'vtrace', **extra}

@@ -8,10 +8,10 @@ shared policy, one value output and one pair of PopArt statistics per game.
   python launch/train.py --config=configs/atari_popart.py:smoke
 
 Variants: games=<Game>+<Game>..., net=shallow|resnet|attention, lstm,
-recipe=ppo|impala|impala_adam|a2c, smoke. The default recipe is PPO
-(configs/common.py apply_recipe): on Pong it reached -15 in about 0.66M
-agent steps where IMPALA's table stayed at random past 1M (docs/atari.md).
-recipe=impala is IMPALA's own table.
+recipe=vtrace|ppo|impala|impala_adam|a2c, smoke. The default recipe is
+vtrace (configs/common.py apply_recipe), IMPALA's V-trace learner with
+minibatch steps and centred frames: on Pong alone it passed -15 at about
+0.5M agent steps (docs/pong.md). recipe=impala is IMPALA's own table.
 """
 
 from configs import atari_common, common
@@ -19,6 +19,6 @@ from configs import atari_common, common
 
 def get_config(arg=None):
   variant = common.parse_variant(
-      arg, atari_common.variant_defaults(games=atari_common.SEED_GAMES, recipe='ppo'))
+      arg, atari_common.variant_defaults(games=atari_common.SEED_GAMES))
   return atari_common.atari_config('atari_popart', variant['games'], variant,
                                    popart=True, reward_mode='none')

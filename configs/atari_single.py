@@ -5,10 +5,12 @@
   python launch/train.py --config=configs/atari_single.py:game=Pong,smoke
 
 Variants: game=<Game>, net=shallow|resnet|attention, lstm (an LSTM 256 core
-for the CNNs), recipe=impala|impala_adam|a2c|ppo (configs/common.py
-apply_recipe; impala, IMPALA's own table, is the default; ppo is the one
-that learns Pong within 3M agent steps here, docs/atari.md), smoke. Rewards are clipped to [-1, 1]; one game uses its
-minimal action set unless --config.atari.action_set=full.
+for the CNNs), recipe=vtrace|impala|impala_adam|a2c|ppo (configs/common.py
+apply_recipe; vtrace, the default, is IMPALA's V-trace learner with
+minibatch steps and centred frames, which learns Pong in 1M agent steps
+here; impala is IMPALA's own table; docs/pong.md), smoke. Rewards are
+clipped to [-1, 1]; one game uses its minimal action set unless
+--config.atari.action_set=full.
 """
 
 from configs import atari_common, common

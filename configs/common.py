@@ -145,6 +145,35 @@ def _impala(c) -> None:
   on almost every update (docs/pong.md, point 3)."""
 
 
+@recipe(RECIPES, 'vtrace')
+def _vtrace(c) -> None:
+  """IMPALA's V-trace learner made to learn Pong in 1M agent steps on a
+  CPU (docs/pong.md): each batch (about 32 unrolls of 20 steps) is cut into
+  minibatches of about 4 shuffled unrolls, one Adam step each (lr 2.5e-4,
+  epsilon 1e-5), V-trace taken with each step's params; the policy
+  gradient's advantages normalised per minibatch; frames centred on each
+  task's running mean frame; orthogonal initialisation, the loss averaged,
+  clip 0.5, entropy 0.01, and a queue of one block (policy lag about 1.5
+  updates). One pass over the data: about 12 optimiser steps per 1,000
+  agent steps at the learner cost of IMPALA's one."""
+  c.loss.name = 'impala'
+  b = c.batch_size
+  c.vtrace.epochs = 1
+  c.vtrace.minibatches = min((m for m in range(1, b + 1) if b % m == 0),
+                             key=lambda m: (abs(b / m - 4), m))   # about 4 unrolls each
+  c.vtrace.normalize_advantages = True
+  c.network.centre_frames = c.network.name in torsos.CENTRING_NETWORKS
+  c.network.init = 'orthogonal'
+  c.optimizer.name = 'adam'
+  c.learning_rate = 2.5e-4
+  c.optimizer.adam_eps = 1e-5
+  c.optimizer.max_grad_norm = 0.5
+  c.loss_reduction = 'mean'
+  c.entropy_cost = 0.01
+  c.baseline_cost = 0.5
+  c.actors.queue_size = 1
+
+
 @recipe(RECIPES, 'impala_adam')
 def _impala_adam(c) -> None:
   """IMPALA's V-trace learner, batching left as the config has it (one game:
