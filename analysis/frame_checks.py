@@ -28,6 +28,7 @@ from agents.timing import StageTimer
 from configs import atari_popart
 from configs.validation import validate
 from envs import registry
+from networks import centring
 from rl import rewards
 
 
@@ -364,12 +365,18 @@ def check_protocol(config, collected: Collected) -> Dict[str, Check]:
       f'reward_mode={config.reward_mode!r}: [-5, -1, 0.5, 3] -> {clipped.tolist()}')
   u = collected.unrolls[0]
   x = torso_input(collected.network, collected.variables, u.obs)
-  frames = u.obs['frames'].reshape((-1,) + u.obs['frames'].shape[2:])
-  ref = np.transpose(frames, (0, 2, 3, 1)) / 255.0
+  frames = u.obs['frames'].reshape((-1,) + u.obs['frames'].shape[2:]).astype(np.float32)
+  centre = collected.variables['params'].get('torso', {}).get(centring.NAME)
+  if centre is None:
+    ref, what = frames, 'frames / 255 (NHWC), in [0, 1]'
+  else:   # a centring torso: each frame minus its task's mean frame (a fresh network's are 0)
+    task = u.obs['task_id'].reshape(-1)
+    ref, what = frames - np.asarray(centre['mean'])[task][:, None], '(frames - mean[task]) / 255 (NHWC)'
+  ref = np.transpose(ref, (0, 2, 3, 1)) / 255.0
+  in_range = centre is not None or (x.min() >= 0 and x.max() <= 1)
   checks['scaling'] = Check(
-      np.allclose(x, ref, atol=1e-6) and x.min() >= 0 and x.max() <= 1,
-      "torso's conv1 input == frames / 255 (NHWC), in [0, 1]",
-      f'{x.shape} {x.dtype} min {x.min():.4f} max {x.max():.4f}; max |x - frames/255| '
+      np.allclose(x, ref, atol=1e-6) and in_range, f"torso's conv1 input == {what}",
+      f'{x.shape} {x.dtype} min {x.min():.4f} max {x.max():.4f}; max |x - reference| '
       f'{np.abs(x - ref).max():.1e}')
   return checks
 

@@ -10,9 +10,13 @@ pixel pipeline.
   python launch/train.py --config=configs/catch.py:recipe=impala
   python launch/train.py --config=configs/catch.py:size=40
   python launch/train.py --config=configs/catch.py:smoke
+  python launch/train.py --config=configs/catch.py:pong,recipe=vtrace
 
-Variants: recipe=a2c|impala (configs/common.py apply_recipe; default a2c),
-size=<frame height and width in pixels, >= 36; default 84>, smoke.
+Variants: recipe=a2c|impala|vtrace|... (configs/common.py apply_recipe;
+default a2c), size=<frame height and width in pixels, >= 36; default 84>,
+pong (Catch with Pong's difficulties, envs/catch.pong_like: a grey
+background filling the frame, small blocks, a reward every 19 steps),
+smoke.
 
 With recipe=a2c the policy stays at random for ~1,250 updates (~100k agent
 steps) while RMSProp's second moment forgets its start at 1, then reaches
@@ -25,14 +29,16 @@ from envs import catch
 
 
 def get_config(arg=None):
-  variant = common.parse_variant(arg, {'recipe': 'a2c', 'size': 84, 'smoke': False})
+  variant = common.parse_variant(arg, {'recipe': 'a2c', 'size': 84, 'smoke': False,
+                                       'pong': False})
   c = common.base_config()
-  c.config_name = f'catch_{variant["recipe"]}'
+  c.config_name = f'catch_{"pong_" if variant["pong"] else ""}{variant["recipe"]}'
   c.total_env_steps = 300_000     # a2c: ~100k steps at random (RMSProp warm-up), then learns
   c.reward_mode = 'clip'          # as for Atari (Catch's rewards are already +-1)
   c.network.name = 'shallow'      # the Nature CNN, exactly as for Atari
-  c.tasks = (common.task('Catch', catch.ENV_ID,
-                         img_height=variant['size'], img_width=variant['size']),)
+  kwargs = (catch.pong_like(variant['size']) if variant['pong'] else
+            {'img_height': variant['size'], 'img_width': variant['size']})
+  c.tasks = (common.task('Catch', catch.ENV_ID, **kwargs),)
   c.actors.num_actors = 1
   c.actors.envs_per_actor = 16
   c.log.every_seconds = 5.0       # a window holds ~100s of 9-step episodes

@@ -9,9 +9,15 @@ episode; random play scores about -0.6).
 It is drawn exactly as the Atari path gives observations, {'frames': uint8
 [4, H, W]}: the last 4 frames, channel-first, newest last, the stack filled
 with copies of the first frame at an episode start (as EnvPool does), ball
-and paddle bright blocks (255) on black. So the Nature CNN (`shallow`) and
-the whole actor / learner path run unchanged, and a run that fails to learn
-Catch points at the pixel pipeline, not at a slow game.
+and paddle blocks of grey level `foreground` (255) on `background` (0). So
+the Nature CNN (`shallow`) and the whole actor / learner path run
+unchanged, and a run that fails to learn Catch points at the pixel
+pipeline, not at a slow game.
+
+`pong_like()` gives Catch with Pong's difficulties (configs/catch.py's
+`pong` variant): Pong's mean grey (106) as a background that fills the
+frame, Pong's white (236) for small blocks (a 20 x 10 grid: cells of about
+4 x 8 pixels at 84 x 84), and a reward only every 19 steps.
 
 Follows envs/base.py's auto-reset convention.
 """
@@ -31,7 +37,15 @@ DEFAULT_KWARGS = {
     'columns': 5,       # grid columns: the ball's start and the paddle's range
     'img_height': 84,   # frame height in pixels (EnvPool Atari's name); >= rows
     'img_width': 84,    # frame width in pixels; >= columns
+    'background': 0,    # grey level (0-255) of the empty screen
+    'foreground': 255,  # grey level (0-255) of the ball and the paddle
 }
+
+
+def pong_like(size: int = 84) -> Dict[str, int]:
+  """Catch's kwargs with Pong's difficulties (the module docstring)."""
+  return {'rows': 20, 'columns': 10, 'img_height': size, 'img_width': size,
+          'background': 106, 'foreground': 236}
 
 
 def check_kwargs(env_kwargs: Dict[str, Any]) -> Dict[str, int]:
@@ -48,6 +62,12 @@ def check_kwargs(env_kwargs: Dict[str, Any]) -> Dict[str, int]:
   if settings['rows'] < 2 or settings['columns'] < 1:
     raise ValueError(f'needs rows >= 2 and columns >= 1, got {settings["rows"]} x '
                      f'{settings["columns"]}')
+  for key in ('background', 'foreground'):
+    if not 0 <= settings[key] <= 255:
+      raise ValueError(f'{key} must be a grey level in 0..255, got {settings[key]}')
+  if settings['background'] == settings['foreground']:
+    raise ValueError(f'background and foreground are both {settings["background"]}: '
+                     f'nothing would be seen')
   if settings['img_height'] < settings['rows'] or settings['img_width'] < settings['columns']:
     raise ValueError(f'a {settings["img_height"]}x{settings["img_width"]} frame cannot draw '
                      f'{settings["rows"]} rows x {settings["columns"]} columns (one pixel per '
@@ -81,6 +101,7 @@ class CatchEnv:
     self.observation_spec = observation_spec(env_kwargs)
     self._row_masks = _cell_masks(self._rows, s['img_height'])
     self._col_masks = _cell_masks(self._columns, s['img_width'])
+    self._background, self._foreground = np.uint8(s['background']), np.uint8(s['foreground'])
     self._rng = np.random.default_rng(seed)
     self._reward_scale = np.float32(reward_scale)
     self._task_ids = np.full((num_envs,), task_id, np.int32)
@@ -94,7 +115,7 @@ class CatchEnv:
     """uint8 [B, H, W]: the current screens."""
     ball = self._row_masks[self._ball_y][:, :, None] & self._col_masks[self._ball_x][:, None, :]
     paddle = self._row_masks[-1][None, :, None] & self._col_masks[self._paddle_x][:, None, :]
-    return (ball | paddle).astype(np.uint8) * np.uint8(255)
+    return np.where(ball | paddle, self._foreground, self._background)
 
   def _start(self, envs: np.ndarray) -> None:
     """New episodes in the envs where `envs` (bool [B]) is set."""

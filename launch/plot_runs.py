@@ -8,8 +8,10 @@ reached a return.
 
 Returns are whole games, averaged over every game that ended in the last
 --window env steps (each game weighted once, however the log windows cut
-them). Panels: that smoothed return per task, the policy entropy, and
-agent steps per second. --threshold prints, per run and task, the first env
+them). Panels: that smoothed return per task, then one per --panels metric
+(default: the policy entropy and agent steps per second; e.g.
+--panels=entropy,policy/logit_std,kl_update,dead/conv1,dead/fc,sps for the
+network's health). --threshold prints, per run and task, the first env
 step at which the smoothed return reached it (--thresholds: several).
 --references=pong draws the published implementations' steps to a Pong
 return of -15, 0 and +18 (PONG_REFERENCES) as ranges on the return panel.
@@ -24,6 +26,16 @@ import numpy as np
 from launch import results
 
 _OUTPUT = _LABELS = _WINDOW = _RANDOM = _THRESHOLD = _TITLE = _THRESHOLDS = _REFERENCES = None
+_PANELS = None
+
+# Titles of the metric panels; other metrics are titled by their key.
+PANEL_TITLES = {
+    'entropy': 'policy entropy',
+    'sps': 'agent steps / s',
+    'policy/logit_std': "log-probabilities' spread over states",
+    'kl_update': 'KL of one update',
+    'kl_behaviour': 'KL(behaviour || learner)',
+}
 
 # Agent steps (4 frames each) at which published implementations' mean
 # training return on Pong first reaches -15, 0 and +18 (low, high), read from
@@ -43,7 +55,7 @@ REFERENCES = {'pong': PONG_REFERENCES}
 def _define_flags():
   """The script's flags, defined only when it runs as a script: tests import
   this module beside other launch/ modules with flags of the same names."""
-  global _OUTPUT, _LABELS, _WINDOW, _RANDOM, _THRESHOLD, _TITLE, _THRESHOLDS, _REFERENCES
+  global _OUTPUT, _LABELS, _WINDOW, _RANDOM, _THRESHOLD, _TITLE, _THRESHOLDS, _REFERENCES, _PANELS
   _OUTPUT = flags.DEFINE_string('output', 'curves.png', 'PNG to write.')
   _LABELS = flags.DEFINE_list('labels', [], 'One label per run folder (default: folder names).')
   _WINDOW = flags.DEFINE_integer('window', 100_000, 'Env steps the smoothed return averages over.')
@@ -51,6 +63,7 @@ def _define_flags():
   _THRESHOLD = flags.DEFINE_float('threshold', None, 'A return to report first crossings of.')
   _TITLE = flags.DEFINE_string('title', '', 'Figure title.')
   _THRESHOLDS = flags.DEFINE_list('thresholds', [], 'Returns to report first crossings of.')
+  _PANELS = flags.DEFINE_list('panels', ['entropy', 'sps'], 'Metrics drawn in panels of their own.')
   _REFERENCES = flags.DEFINE_enum('references', None, list(REFERENCES),
                                   "Published steps to given returns to draw (one task only).")
 
@@ -96,13 +109,15 @@ def draw_references(ax, references, xmax: Optional[float] = None):
 
 
 def plot(runs, labels: List[str], output: str, window: int, random_score=None,
-         threshold=None, title: str = '', references=None):
+         threshold=None, title: str = '', references=None,
+         panels: Tuple[str, ...] = ('entropy', 'sps')):
   import matplotlib
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt
   tasks = sorted({t for run in runs for t in run.task_names})
-  cols = min(3, len(tasks))
-  rows = -(-len(tasks) // cols) + 1
+  cols = max(min(3, len(tasks)), min(3, len(panels)))
+  task_rows = -(-len(tasks) // cols)
+  rows = task_rows + -(-len(panels) // cols)
   width = 7.5 if references else 5   # room for the references' legend
   fig, axes = plt.subplots(rows, cols, figsize=(width * cols, 3.2 * rows), squeeze=False)
   for i, task in enumerate(tasks):
@@ -124,17 +139,20 @@ def plot(runs, labels: List[str], output: str, window: int, random_score=None,
       ax.legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1.0))
     else:
       ax.legend(fontsize=7)
-  for ax in axes[-1]:
-    ax.axis('off')
-  for j, (key, name) in enumerate((('entropy', 'policy entropy'), ('sps', 'agent steps / s'))):
-    if j >= cols:
-      break
-    ax = axes[-1][j]
+  for i in range(len(tasks), task_rows * cols):
+    axes[i // cols][i % cols].axis('off')
+  for row in axes[task_rows:]:
+    for ax in row:
+      ax.axis('off')
+  for j, key in enumerate(panels):
+    ax = axes[task_rows + j // cols][j % cols]
     ax.axis('on')
     for run, label in zip(runs, labels):
       x, y = run.series(key)
       ax.plot(x, y, label=label, lw=0.8)
-    ax.set_title(name, fontsize=8)
+    if key.startswith('dead/'):
+      ax.set_ylim(0, 1)
+    ax.set_title(PANEL_TITLES.get(key, key.replace('dead/', 'share of units dead: ')), fontsize=8)
     ax.set_xlabel('agent steps')
     ax.legend(fontsize=7)
   if title:
@@ -153,7 +171,7 @@ def main(argv):
   if len(labels) != len(runs):
     raise app.UsageError(f'{len(labels)} labels for {len(runs)} runs')
   tasks = plot(runs, labels, _OUTPUT.value, _WINDOW.value, _RANDOM.value, _THRESHOLD.value,
-               _TITLE.value, REFERENCES.get(_REFERENCES.value))
+               _TITLE.value, REFERENCES.get(_REFERENCES.value), tuple(_PANELS.value))
   thresholds = [float(t) for t in _THRESHOLDS.value]
   if _THRESHOLD.value is not None:
     thresholds.insert(0, _THRESHOLD.value)

@@ -35,6 +35,16 @@ def test_plot_writes_a_png(tmp_path):
   assert tasks == ['Pong'] and out.stat().st_size > 1000
 
 
+def test_plot_draws_any_metric_panels(tmp_path):
+  run = _run()
+  for i, r in enumerate(run.records):
+    r.update({'dead/conv1': 0.1 * i, 'kl_update': 1e-3 * i, 'policy/logit_std': 0.2 * i})
+  out = tmp_path / 'h.png'
+  plot_runs.plot([run], ['a'], str(out), 250,
+                 panels=('entropy', 'policy/logit_std', 'kl_update', 'dead/conv1', 'sps'))
+  assert out.stat().st_size > 1000
+
+
 def test_references_are_ordered_ranges():
   for name, levels in plot_runs.PONG_REFERENCES.items():
     assert sorted(levels) == [-15, 0, 18], name
