@@ -26,7 +26,7 @@ import numpy as np
 from launch import results
 
 _OUTPUT = _LABELS = _WINDOW = _RANDOM = _THRESHOLD = _TITLE = _THRESHOLDS = _REFERENCES = None
-_PANELS = None
+_PANELS = _MAX_STEPS = None
 
 # Titles of the metric panels; other metrics are titled by their key.
 PANEL_TITLES = {
@@ -56,6 +56,7 @@ def _define_flags():
   """The script's flags, defined only when it runs as a script: tests import
   this module beside other launch/ modules with flags of the same names."""
   global _OUTPUT, _LABELS, _WINDOW, _RANDOM, _THRESHOLD, _TITLE, _THRESHOLDS, _REFERENCES, _PANELS
+  global _MAX_STEPS
   _OUTPUT = flags.DEFINE_string('output', 'curves.png', 'PNG to write.')
   _LABELS = flags.DEFINE_list('labels', [], 'One label per run folder (default: folder names).')
   _WINDOW = flags.DEFINE_integer('window', 100_000, 'Env steps the smoothed return averages over.')
@@ -64,6 +65,7 @@ def _define_flags():
   _TITLE = flags.DEFINE_string('title', '', 'Figure title.')
   _THRESHOLDS = flags.DEFINE_list('thresholds', [], 'Returns to report first crossings of.')
   _PANELS = flags.DEFINE_list('panels', ['entropy', 'sps'], 'Metrics drawn in panels of their own.')
+  _MAX_STEPS = flags.DEFINE_integer('max_steps', 0, 'Draw only env steps up to this (0: all).')
   _REFERENCES = flags.DEFINE_enum('references', None, list(REFERENCES),
                                   "Published steps to given returns to draw (one task only).")
 
@@ -118,8 +120,12 @@ def plot(runs, labels: List[str], output: str, window: int, random_score=None,
   cols = max(min(3, len(tasks)), min(3, len(panels)))
   task_rows = -(-len(tasks) // cols)
   rows = task_rows + -(-len(panels) // cols)
-  width = 7.5 if references else 5   # room for the references' legend
-  fig, axes = plt.subplots(rows, cols, figsize=(width * cols, 3.2 * rows), squeeze=False)
+  fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False)
+  if len(tasks) == 1 and cols > 1:   # one task: its return panel spans the first row
+    spanning = fig.add_subplot(axes[0][0].get_gridspec()[0, :])
+    for ax in axes[0]:
+      ax.remove()
+    axes[0] = [spanning] * cols
   for i, task in enumerate(tasks):
     ax = axes[i // cols][i % cols]
     for run, label in zip(runs, labels):
@@ -140,7 +146,8 @@ def plot(runs, labels: List[str], output: str, window: int, random_score=None,
     else:
       ax.legend(fontsize=7)
   for i in range(len(tasks), task_rows * cols):
-    axes[i // cols][i % cols].axis('off')
+    if not (len(tasks) == 1 and i < cols):
+      axes[i // cols][i % cols].axis('off')
   for row in axes[task_rows:]:
     for ax in row:
       ax.axis('off')
@@ -152,6 +159,8 @@ def plot(runs, labels: List[str], output: str, window: int, random_score=None,
       ax.plot(x, y, label=label, lw=0.8)
     if key.startswith('dead/'):
       ax.set_ylim(0, 1)
+    if key.startswith('kl'):   # collapses jump by 100x: a log scale keeps the rest readable
+      ax.set_yscale('log')
     ax.set_title(PANEL_TITLES.get(key, key.replace('dead/', 'share of units dead: ')), fontsize=8)
     ax.set_xlabel('agent steps')
     ax.legend(fontsize=7)
@@ -167,6 +176,9 @@ def main(argv):
   if not workdirs:
     raise app.UsageError('give one or more run folders')
   runs = results.load_runs(workdirs)
+  if _MAX_STEPS.value:
+    runs = [results.Run(run.name, [r for r in run.records if r['env_steps'] <= _MAX_STEPS.value],
+                        run.config) for run in runs]
   labels = _LABELS.value or [r.name for r in runs]
   if len(labels) != len(runs):
     raise app.UsageError(f'{len(labels)} labels for {len(runs)} runs')

@@ -32,6 +32,10 @@ fusions are slow. So here:
 * The health maxima (per-unit max over the batch of each post-relu
   activation) are taken per chunk, in cache, and returned beside the
   output.
+* Frame centring (networks/centring.py): with `centres` each frame stack's
+  task mean frame, in the space-to-depth layout, is subtracted from the
+  chunk's conv1 input where it is converted to float, in cache; the
+  backward's dW1 reads the same centred input.
 
 Parameters are the plain layers' (conv kernels [kh, kw, cin, cout], biases
 [cout]); the math is the plain network's, up to float summation order

@@ -37,8 +37,9 @@ def test_defaults_follow_impala():
 
 
 def test_recipes_impala_is_the_default_and_a2c_is_baselines_a2c():
-  impala = _load('atari_single', 'game=Pong')
+  impala = _load('atari_single', 'game=Pong,recipe=impala')
   assert (impala.unroll_length, impala.batch_size, impala.loss_reduction) == (20, 32, 'sum')
+  assert (impala.vtrace.epochs, impala.vtrace.minibatches, impala.network.centre_frames) == (1, 1, False)
   assert impala.total_env_steps == 50_000_000
   a2c = _load('atari_single', 'game=Pong,recipe=a2c')
   assert (a2c.unroll_length, a2c.batch_size, a2c.learning_rate, a2c.loss_reduction) == (5, 16, 7e-4, 'mean')
@@ -46,8 +47,30 @@ def test_recipes_impala_is_the_default_and_a2c_is_baselines_a2c():
   assert (o.rmsprop_eps, o.eps_in_sqrt, o.rmsprop_initial_scale, o.max_grad_norm) == (1e-5, True, 1.0, 0.5)
   assert a2c.total_env_steps == 3_000_000
   assert _load('atari_popart', 'recipe=a2c').total_env_steps == 6 * 3_000_000
-  with pytest.raises(ValueError, match='unknown recipe.*impala, impala_adam, a2c, ppo'):
+  with pytest.raises(ValueError, match='unknown recipe.*impala, vtrace, impala_adam, a2c, ppo'):
     _load('atari_single', 'recipe=dqn')
+
+
+@pytest.mark.parametrize('config,arg,batch,minibatches', [
+    ('atari_single', 'game=Pong', 32, 8),               # 2 actors x 16 envs
+    ('atari_popart', '', 36, 9),                        # six games: 12 envs per actor, 3 blocks
+    ('atari_multitask', 'games=Pong+Carnival', 32, 8),  # two games: 4 envs per actor
+    ('atari_single', 'game=Pong,net=resnet', 32, 8)])
+def test_recipe_vtrace_is_the_atari_default(config, arg, batch, minibatches):
+  """V-trace with minibatches of about 4 unrolls, normalised advantages and
+  centred frames (docs/pong.md)."""
+  c = _load(config, arg)
+  assert (c.loss.name, c.batch_size, c.unroll_length) == ('impala', batch, 20)
+  v = c.vtrace
+  assert (v.epochs, v.minibatches, v.normalize_advantages) == (1, minibatches, True)
+  o = c.optimizer
+  assert (o.name, c.learning_rate, o.adam_eps, o.max_grad_norm) == ('adam', 2.5e-4, 1e-5, 0.5)
+  assert (c.loss_reduction, c.entropy_cost, c.baseline_cost) == ('mean', 0.01, 0.5)
+  assert (c.network.init, c.network.centre_frames, c.actors.queue_size) == ('orthogonal', True, 1)
+  assert not c.actors.wait_for_learner
+  assert c.total_env_steps == 3_000_000 * len(c.tasks)
+  validate(c)
+  assert not _load('atari_single', 'game=Pong,net=attention').network.centre_frames
 
 
 def test_recipe_impala_adam_is_moolibs_optimisation():
@@ -80,11 +103,11 @@ def test_recipe_ppo_is_cleanrls_atari_ppo():
                                        ('games=Pong,lstm', 16), ('lstm', 12)])
 def test_recipe_ppo_with_a_recurrent_network_splits_into_whole_unrolls(arg, batch):
   """Minibatches of whole unrolls: the recipe's batch must split into 4."""
-  c = _load('atari_popart', arg)       # recipe=ppo is the six-game default
+  c = _load('atari_popart', arg + ',recipe=ppo')
   assert (c.ppo.split, c.batch_size, c.batch_size % c.actors.envs_per_actor) == ('unrolls', batch, 0)
   c.num_learner_devices = 1
   validate(c)
-  smoke = _load('atari_popart', arg + ',smoke')
+  smoke = _load('atari_popart', arg + ',recipe=ppo,smoke')
   assert smoke.ppo.minibatches == 1
   validate(smoke)
 
