@@ -35,7 +35,7 @@ from envs.nle_env import NLEBatchedEnv
 DEFAULT_NUM_ENVS = 8       # envs per task stepped together
 NLE_VIDEO_FPS = 8.0        # NetHack has no clock; slow enough to read the screen
 CLASSIC_VIDEO_FPS = 50.0   # CartPole's 0.02 s time step
-STATS = ('mean', 'median', 'std', 'min', 'max')
+STATS = ('mean', 'sem', 'median', 'std', 'min', 'max')
 
 
 def eval_env_kwargs(config, task: Dict[str, Any], num_tasks: int) -> Dict[str, Any]:
@@ -65,12 +65,14 @@ def episode_quotas(num_episodes: int, num_envs: int) -> np.ndarray:
 
 
 def summarise(values: Sequence[float]) -> Dict[str, Optional[float]]:
-  """Mean, median, std, min and max (None for no values)."""
+  """Mean, its standard error (sample std / sqrt(n); None for one value),
+  median, std, min and max (None for no values)."""
   v = np.asarray(values, np.float64)
   if not v.size:
     return {k: None for k in STATS}
-  return {'mean': float(v.mean()), 'median': float(np.median(v)), 'std': float(v.std()),
-          'min': float(v.min()), 'max': float(v.max())}
+  sem = float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else None
+  return {'mean': float(v.mean()), 'sem': sem, 'median': float(np.median(v)),
+          'std': float(v.std()), 'min': float(v.min()), 'max': float(v.max())}
 
 
 def make_policy(network, greedy: bool, uniform: bool = False) -> Callable:
@@ -274,13 +276,15 @@ def format_table(record: Dict[str, Any]) -> str:
              'greedy' if s['greedy'] else 'sampled')
   lines = [f'{record["workdir"]} at env step {record["env_steps"]:,}: '
            + f'{s["episodes"]} episodes per task, {actions} actions']
-  header = ['task', 'episodes', 'return mean', 'std', 'median', 'min', 'max', 'length mean', 'hns']
+  header = ['task', 'episodes', 'return mean', '+- s.e.', 'std', 'median', 'min', 'max',
+            'length mean', 'hns']
   rows = [header]
   for name, t in record['tasks'].items():
     ret = t['return']
     rows.append([name, f'{t["episodes"]}' + ('' if t['complete'] else ' (max_steps)'),
-                 _fmt(ret['mean']), _fmt(ret['std']), _fmt(ret['median']), _fmt(ret['min']),
-                 _fmt(ret['max']), _fmt(t['length']['mean']), _fmt(t.get('hns'))])
+                 _fmt(ret['mean']), _fmt(ret.get('sem')), _fmt(ret['std']), _fmt(ret['median']),
+                 _fmt(ret['min']), _fmt(ret['max']), _fmt(t['length']['mean']),
+                 _fmt(t.get('hns'))])
   widths = [max(len(row[j]) for row in rows) for j in range(len(header))]
   for row in rows:
     lines.append('  '.join(c.ljust(w) if j == 0 else c.rjust(w)

@@ -56,10 +56,17 @@ def atari_config(name: str, games, variant: dict, *, popart: bool,
     # 3M agent steps per game: what a 2-core CPU runs in hours; the learning
     # rate anneals to 0 over it.
     c.total_env_steps = 3_000_000 * len(games)
+  if variant['steps']:
+    if variant['steps'] < 0:
+      raise ValueError(f'steps={variant["steps"]}: agent steps per game must be > 0')
+    c.total_env_steps = variant['steps'] * len(games)   # the learning rate anneals over it
   if variant['smoke']:
     common.apply_smoke(c)
   return c
 
 
 def variant_defaults(**extra) -> dict:
-  return {'net': 'shallow', 'lstm': False, 'smoke': False, 'recipe': 'vtrace', **extra}
+  """The Atari variants: net, lstm, smoke, recipe, and steps (agent steps
+  per game; 0 keeps the recipe's budget)."""
+  return {'net': 'shallow', 'lstm': False, 'smoke': False, 'recipe': 'vtrace', 'steps': 0,
+          **extra}

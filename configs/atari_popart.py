@@ -7,7 +7,8 @@ shared policy, one value output and one pair of PopArt statistics per game.
   python launch/train.py --config=configs/atari_popart.py:games=Pong+Breakout
   python launch/train.py --config=configs/atari_popart.py:smoke
 
-Variants: games=<Game>+<Game>..., net=shallow|resnet|attention, lstm,
+Variants: games=<Game>+<Game>..., steps=<agent steps per game>,
+net=shallow|resnet|attention, lstm,
 recipe=vtrace|ppo|impala|impala_adam|a2c, smoke. The default recipe is
 vtrace (configs/common.py apply_recipe), IMPALA's V-trace learner with
 minibatch steps and centred frames: on Pong alone it passed -15 at about

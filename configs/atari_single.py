@@ -4,8 +4,9 @@
   python launch/train.py --config=configs/atari_single.py:game=Breakout,net=resnet,lstm
   python launch/train.py --config=configs/atari_single.py:game=Pong,smoke
 
-Variants: game=<Game>, net=shallow|resnet|attention, lstm (an LSTM 256 core
-for the CNNs), recipe=vtrace|impala|impala_adam|a2c|ppo (configs/common.py
+Variants: game=<Game>, steps=<agent steps>, net=shallow|resnet|attention,
+lstm (an LSTM 256 core for the CNNs),
+recipe=vtrace|impala|impala_adam|a2c|ppo (configs/common.py
 apply_recipe; vtrace, the default, is IMPALA's V-trace learner with
 minibatch steps and centred frames, which learns Pong in 1M agent steps
 here; impala is IMPALA's own table; docs/pong.md), smoke. Rewards are

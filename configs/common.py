@@ -78,7 +78,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.network = ml_collections.ConfigDict()
   c.network.init = 'lecun'      # 'lecun' (Flax's defaults) or 'orthogonal' (hidden sqrt 2, policy 0.01, value 1; cleanrl, baselines)
   c.network.name = 'mlp'        # 'mlp', 'shallow' (Nature CNN), 'resnet', 'attention', 'nle_simple', 'nle_baseline', 'nle_attention'
-  c.network.centre_frames = False  # 'shallow', 'resnet': each task's frames minus its running mean frame (networks/centring.py)
+  c.network.centre_frames = False  # 'shallow', 'resnet', 'attention': each task's frames minus its running mean frame (networks/centring.py)
   c.network.lstm_size = 0       # LSTM core size; 0 = feed-forward
   c.network.core_extra_inputs = True  # the core also sees the one-hot last action and clipped last reward (IMPALA)
   c.network.torso_kwargs = ml_collections.ConfigDict()  # extra torso arguments

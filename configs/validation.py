@@ -238,7 +238,8 @@ def _check_centring(config) -> None:
     raise ConfigError('network.centre_frames', f'must be True or False, got {value!r}')
   if value and config.network.name not in CENTRING_NETWORKS:
     raise ConfigError('network.centre_frames', f'network {config.network.name!r} does not centre '
-                      f'frames; it works with network.name in {", ".join(CENTRING_NETWORKS)}')
+                      f'frames; it works with network.name in {", ".join(CENTRING_NETWORKS)} '
+                      f'(or set network.centre_frames=False)')
 
 
 def _check_vtrace(config) -> None:

@@ -11,7 +11,8 @@ Returns are whole games, averaged over every game that ended in the last
 them). Panels: that smoothed return per task, then one per --panels metric
 (default: the policy entropy and agent steps per second; e.g.
 --panels=entropy,policy/logit_std,kl_update,dead/conv1,dead/fc,sps for the
-network's health). --threshold prints, per run and task, the first env
+network's health; a key with * draws one line per task, e.g.
+--panels=popart/mu/*,popart/sigma/*). --threshold prints, per run and task, the first env
 step at which the smoothed return reached it (--thresholds: several).
 --references=pong draws the published implementations' steps to a Pong
 return of -15, 0 and +18 (PONG_REFERENCES) as ranges on the return panel.
@@ -35,6 +36,8 @@ PANEL_TITLES = {
     'policy/logit_std': "log-probabilities' spread over states",
     'kl_update': 'KL of one update',
     'kl_behaviour': 'KL(behaviour || learner)',
+    'popart/mu/*': 'PopArt mu per task',
+    'popart/sigma/*': 'PopArt sigma per task',
 }
 
 # Agent steps (4 frames each) at which published implementations' mean
@@ -155,8 +158,16 @@ def plot(runs, labels: List[str], output: str, window: int, random_score=None,
     ax = axes[task_rows + j // cols][j % cols]
     ax.axis('on')
     for run, label in zip(runs, labels):
-      x, y = run.series(key)
-      ax.plot(x, y, label=label, lw=0.8)
+      if '*' in key:   # one line per task: e.g. popart/sigma/*
+        for task in run.task_names:
+          x, y = run.series(key.replace('*', task))
+          if len(x):
+            ax.plot(x, y, label=f'{label}: {task}' if len(runs) > 1 else task, lw=0.8)
+      else:
+        x, y = run.series(key)
+        ax.plot(x, y, label=label, lw=0.8)
+    if key.startswith('popart/'):   # games' scales differ 100x; mu may be negative
+      ax.set_yscale('symlog', linthresh=1.0)
     if key.startswith('dead/'):
       ax.set_ylim(0, 1)
     if key.startswith('kl'):   # collapses jump by 100x: a log scale keeps the rest readable

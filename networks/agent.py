@@ -61,8 +61,11 @@ class AgentNetwork(nn.Module):
     extra = self._core_extra_inputs(obs, t, b)
     if self.torso == 'attention':
       self._check_attention()
-      x, core_state = AttentionCore(self.lstm_size, **dict(self.torso_kwargs),
-                                    name='attention_core')(obs['frames'], first, extra, core_state)
+      centring_kwargs = {'num_centres': self.num_tasks} if self.centre_frames else {}
+      x, core_state = AttentionCore(self.lstm_size, **dict(self.torso_kwargs), **centring_kwargs,
+                                    name='attention_core')(
+                                        obs['frames'], first, extra, core_state,
+                                        task_id=obs.get('task_id'))
     else:
       keys = OBS_KEYS[self.torso] + tuple(self.extra_inputs)
       kwargs = dict(self.torso_kwargs)

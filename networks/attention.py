@@ -26,6 +26,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from networks import centring
 from networks.conv import Conv2D
 
 # The vision stack: the Nature CNN's first two layers, 84 -> 20 -> 9.
@@ -117,9 +118,10 @@ class AttentionCore(nn.Module):
   num_queries: int = 4
   query_hidden_size: int = 128
   num_frequencies: int = 4        # spatial basis: 4 * this channels
+  num_centres: int = 0            # > 0: frames centred on their task's mean frame (networks/centring.py)
 
   @nn.compact
-  def __call__(self, frames, first, extra, state):
+  def __call__(self, frames, first, extra, state, task_id=None):
     t, b = first.shape
     if frames.shape[-2:] != (self.frame_size, self.frame_size):
       raise ValueError(f'attention network built for {self.frame_size}x{self.frame_size} '
@@ -128,7 +130,12 @@ class AttentionCore(nn.Module):
       raise ValueError(f'key_size must be in (0, conv_lstm_channels = {self.conv_lstm_channels}), '
                        f'got {self.key_size}: the other channels are the values')
     x = frames.reshape((t * b,) + frames.shape[2:])
-    x = jnp.transpose(x, (0, 2, 3, 1)).astype(jnp.float32) / 255.0
+    if self.num_centres:
+      centres = centring.FrameCentre(self.num_centres, frames.shape[-2:], name=centring.NAME)()
+      x = centring.centred_frames(x, task_id.reshape(t * b), centres)
+    else:
+      x = x.astype(jnp.float32) / 255.0
+    x = jnp.transpose(x, (0, 2, 3, 1))
     for n, ((k, s), c) in enumerate(zip(_VISION_KERNELS, self.vision_channels)):
       x = nn.relu(Conv2D(c, (k, k), strides=(s, s), name=f'vision_conv{n}')(x))
     input_gates = Conv2D(4 * self.conv_lstm_channels, (3, 3), padding='SAME',

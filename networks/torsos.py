@@ -208,7 +208,7 @@ OBS_KEYS = {
 NETWORK_NAMES = tuple(sorted(OBS_KEYS))
 RECURRENT_NETWORKS = ('attention',)  # networks with a built-in core
 # Networks that can centre their frames (network.centre_frames; networks/centring.py).
-CENTRING_NETWORKS = ('resnet', 'shallow')
+CENTRING_NETWORKS = ('attention', 'resnet', 'shallow')
 # Networks that take network.extra_inputs (networks.nethack.EXTRA_INPUTS).
 EXTRA_INPUT_NETWORKS = ('nle_baseline', 'nle_fast')
 

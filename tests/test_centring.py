@@ -66,8 +66,10 @@ def test_params_without_a_centre_are_returned_as_they_are():
 T, B, A = 3, 8, 4
 
 
-def _network(num_tasks=2):
-  cfg = ml_collections.ConfigDict({'name': 'shallow', 'lstm_size': 0, 'torso_kwargs': {},
+def _network(num_tasks=2, name='shallow'):
+  recurrent = name == 'attention'
+  cfg = ml_collections.ConfigDict({'name': name, 'lstm_size': 16 if recurrent else 0,
+                                   'torso_kwargs': {'frame_size': 36} if recurrent else {},
                                    'core_extra_inputs': False, 'centre_frames': True})
   return agent_net.make_network(cfg, num_actions=A, num_values=1, num_tasks=num_tasks)
 
@@ -123,31 +125,39 @@ def test_four_devices_set_the_same_centres_as_one():
                one.params, four.params)
 
 
-def test_the_network_sees_centred_frames():
+@pytest.mark.parametrize('name,module', [('shallow', 'torso'), ('resnet', 'torso'),
+                                         ('attention', 'attention_core')])
+def test_the_network_sees_centred_frames(name, module):
   """A frame equal to its task's mean enters the convolutions as zeros: the
-  torso's output is then that of an all-zero input, for either task."""
-  network = _network()
+  network's output is then that of an all-zero input, for either task."""
+  network = _network(name=name)
   example = {'frames': np.zeros((4, 36, 36), np.uint8), 'task_id': np.zeros((), np.int32)}
   variables = agent_net.init_variables(network, jax.random.key(3), example)
   means = jnp.asarray(np.random.default_rng(0).integers(0, 256, (2, 36, 36)), jnp.float32)
   params = jax.tree.map(lambda x: x, variables['params'])
-  params['torso'][centring.NAME]['mean'] = means
+  assert params[module][centring.NAME]['mean'].shape == (2, 36, 36)
+  params[module][centring.NAME]['mean'] = means
   apply = agent_net.apply_fn(network)
   stats = variables['popart'][agent_net.VALUE_HEAD]
+  core = network.initial_state(2)
   obs = {'frames': jnp.broadcast_to(means.astype(jnp.uint8)[None, :, None], (1, 2, 4, 36, 36)),
          'task_id': jnp.asarray([[0, 1]], jnp.int32)}
-  logits, _, _ = apply(params, stats, obs, jnp.ones((1, 2), bool), ())
+  logits, _, _ = apply(params, stats, obs, jnp.ones((1, 2), bool), core)
   zeros = {'frames': jnp.zeros((1, 2, 4, 36, 36), jnp.uint8), 'task_id': jnp.zeros((1, 2), jnp.int32)}
-  params['torso'][centring.NAME]['mean'] = jnp.zeros_like(means)
-  ref, _, _ = apply(params, stats, zeros, jnp.ones((1, 2), bool), ())
+  params[module][centring.NAME]['mean'] = jnp.zeros_like(means)
+  ref, _, _ = apply(params, stats, zeros, jnp.ones((1, 2), bool), core)
   np.testing.assert_allclose(logits, ref, atol=1e-6)
+  other = {**obs, 'frames': obs['frames'] // 2}
+  moved, _, _ = apply(params, stats, other, jnp.ones((1, 2), bool), core)
+  assert not np.allclose(moved, ref, atol=1e-6)   # the input does reach the output
 
 
 def test_validation_names_the_field():
   c = common.base_config()
   c.tasks = (common.task('CartPole', 'CartPole-v1'),)
   c.network.centre_frames = True          # network 'mlp' reads states, not frames
-  with pytest.raises(ConfigError, match="network.centre_frames.*'mlp'.*resnet, shallow"):
+  with pytest.raises(ConfigError, match="network.centre_frames.*'mlp'.*attention, resnet, shallow.*"
+                                        "centre_frames=False"):
     validate(c)
   with c.ignore_type():
     c.network.centre_frames = 'yes'

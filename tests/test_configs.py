@@ -70,7 +70,7 @@ def test_recipe_vtrace_is_the_atari_default(config, arg, batch, minibatches):
   assert not c.actors.wait_for_learner
   assert c.total_env_steps == 3_000_000 * len(c.tasks)
   validate(c)
-  assert not _load('atari_single', 'game=Pong,net=attention').network.centre_frames
+  assert _load('atari_single', 'game=Pong,net=attention').network.centre_frames
 
 
 def test_recipe_impala_adam_is_moolibs_optimisation():
@@ -279,3 +279,18 @@ def test_cli_reports_one_line_without_traceback(args, expected):
   assert 'Traceback' not in proc.stderr
   errors = [l for l in proc.stderr.splitlines() if l.startswith('error:')]
   assert len(errors) == 1 and expected in errors[0], proc.stderr
+
+
+def test_multitask_rewards_and_steps_per_game_variants():
+  b = _load('atari_multitask', 'games=Pong+Carnival,rewards=none,steps=1500000')
+  assert (b.reward_mode, b.popart.enabled, b.total_env_steps) == ('none', False, 3_000_000)
+  assert b.config_name == 'atari_multitask_unclipped'
+  c = _load('atari_multitask', 'games=Pong+Carnival,steps=1500000')
+  assert (c.reward_mode, c.popart.enabled, c.total_env_steps) == ('clip', False, 3_000_000)
+  a = _load('atari_popart', 'games=Pong+Carnival,steps=1500000')
+  assert (a.reward_mode, a.popart.enabled, a.total_env_steps) == ('none', True, 3_000_000)
+  assert _load('atari_single', 'game=Carnival,steps=1500000').total_env_steps == 1_500_000
+  with pytest.raises(ValueError, match="unknown rewards='h'; choose one of clip, none"):
+    _load('atari_multitask', 'rewards=h')
+  with pytest.raises(ValueError, match='steps=-5'):
+    _load('atari_single', 'steps=-5')

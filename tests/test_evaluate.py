@@ -236,3 +236,12 @@ def test_nethack_evaluation_with_video(tmp_path):
   assert render.to_rgb(result.frames[0]).shape == render.render_tty(
       np.zeros((24, 80), np.uint8), np.zeros((24, 80), np.int8)).shape
   assert render.to_rgb(result.frames[0]).any()  # the first screen has text
+
+
+def test_summary_mean_and_standard_error_by_hand():
+  s = evaluation.summarise([1.0, 2.0, 6.0])
+  # mean 3; sample std sqrt(((4 + 1 + 9) / 2)) = sqrt(7); s.e. sqrt(7 / 3)
+  assert s['mean'] == 3.0 and abs(s['sem'] - np.sqrt(7.0 / 3.0)) < 1e-12
+  assert abs(s['std'] - np.sqrt(14.0 / 3.0)) < 1e-12 and (s['min'], s['max'], s['median']) == (1, 6, 2)
+  assert evaluation.summarise([5.0])['sem'] is None
+  assert evaluation.summarise([]) == {k: None for k in evaluation.STATS}

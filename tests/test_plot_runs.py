@@ -43,6 +43,10 @@ def test_plot_draws_any_metric_panels(tmp_path):
   plot_runs.plot([run], ['a'], str(out), 250,
                  panels=('entropy', 'policy/logit_std', 'kl_update', 'dead/conv1', 'sps'))
   assert out.stat().st_size > 1000
+  for i, r in enumerate(run.records):
+    r.update({'popart/mu/Pong': -0.5 + 0.1 * i, 'popart/sigma/Pong': 0.3 + 0.1 * i})
+  plot_runs.plot([run, run], ['a', 'b'], str(out), 250, panels=('popart/mu/*', 'popart/sigma/*'))
+  assert out.stat().st_size > 1000
 
 
 def test_references_are_ordered_ranges():
