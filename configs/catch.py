@@ -15,7 +15,7 @@ pixel pipeline.
 Variants: recipe=a2c|impala|vtrace|... (configs/common.py apply_recipe;
 default a2c), size=<frame height and width in pixels, >= 36; default 84>,
 pong (Catch with Pong's difficulties, envs/catch.pong_like: a grey
-background filling the frame, small blocks, a reward every 19 steps),
+background filling the frame, small blocks, a reward every 9 steps),
 smoke.
 
 With recipe=a2c the policy stays at random for ~1,250 updates (~100k agent

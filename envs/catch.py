@@ -16,8 +16,8 @@ pipeline, not at a slow game.
 
 `pong_like()` gives Catch with Pong's difficulties (configs/catch.py's
 `pong` variant): Pong's mean grey (106) as a background that fills the
-frame, Pong's white (236) for small blocks (a 20 x 10 grid: cells of about
-4 x 8 pixels at 84 x 84), and a reward only every 19 steps.
+frame, Pong's white (236) for small blocks (a 10 x 10 grid: cells of about
+8 x 8 pixels at 84 x 84), and a reward only every 9 steps.
 
 Follows envs/base.py's auto-reset convention.
 """
@@ -44,7 +44,7 @@ DEFAULT_KWARGS = {
 
 def pong_like(size: int = 84) -> Dict[str, int]:
   """Catch's kwargs with Pong's difficulties (the module docstring)."""
-  return {'rows': 20, 'columns': 10, 'img_height': size, 'img_width': size,
+  return {'rows': 10, 'columns': 10, 'img_height': size, 'img_width': size,
           'background': 106, 'foreground': 236}
 
 

@@ -155,10 +155,10 @@ def test_pong_like_catch_draws_small_white_blocks_on_pongs_grey():
   env = catch.CatchEnv(catch.ENV_ID, 3, task_id=0, env_kwargs=catch.pong_like(), seed=0)
   frames = env.reset().obs['frames'][:, -1]
   assert set(np.unique(frames)) == {106, 236}
-  # Two blocks of one 20 x 10 grid cell (4 or 5 rows x 8 or 9 columns of pixels) each.
-  assert ((frames == 236).sum(axis=(1, 2)) <= 2 * 5 * 9).all()
-  assert ((frames == 236).sum(axis=(1, 2)) >= 2 * 4 * 8).all()
-  assert len(_play_one_episode(env, np.ones(3, np.int64))) == 19  # a reward every 19 steps
+  # Two blocks of one 10 x 10 grid cell (8 or 9 pixels a side) each.
+  assert ((frames == 236).sum(axis=(1, 2)) <= 2 * 9 * 9).all()
+  assert ((frames == 236).sum(axis=(1, 2)) >= 2 * 8 * 8).all()
+  assert len(_play_one_episode(env, np.ones(3, np.int64))) == 9  # a reward every 9 steps
 
 
 @pytest.mark.parametrize('kwargs,match', [
@@ -253,16 +253,17 @@ def test_a2c_learns_catch_from_pixels(tmp_path):
 
 
 # Learning on Pong's difficulties (envs/catch.pong_like: Pong's grey filling
-# the frame, small white blocks, a reward every 19 steps), with the Atari
+# the frame, small white blocks, a reward every 9 steps), with the Atari
 # configs' default recipe, on 84 x 84 frames through the fused Nature CNN.
-# Measured on 2 cores (300k-step runs, docs/pong.md "The CI test"): from
-# random play (-0.92) recipe=vtrace's windows pass 0.8 between 120k and
-# 159k agent steps and stay at 0.96-1.0 from there; IMPALA's learner as it
-# was (recipe=impala_adam: one Adam step per batch, raw advantages,
-# uncentred frames) stays at -0.8 to -0.77 for all 300k, its policy blind
-# (log-probabilities' spread over states 0.000-0.001). The budget is about
-# 1.6x the slowest crossing.
+# Measured on 2 cores as this test runs (4 fake devices, seeds 0, 1, 2;
+# docs/pong.md, "The CI test"): from random play (about -0.8)
+# recipe=vtrace's windows first pass 0.5 at 67k-120k agent steps and 0.8 at
+# 143k-209k, and end at 0.8-1.0 after 300k. IMPALA's learner as it was
+# (recipe=impala_adam: one Adam step per batch, raw advantages, uncentred
+# frames) stays at -0.84 to -0.76 for 300k, its policy blind (spread over
+# states 0.005). The budget is about twice the slowest crossing of 0.5.
 PONG_LIKE_STEPS = 250_000
+PONG_LIKE_PASS = 0.5
 
 
 @pytest.mark.learning
@@ -274,4 +275,4 @@ def test_vtrace_learns_catch_on_pongs_grey(tmp_path):
   records = train_and_read(config, tmp_path)
   returns = [r['episode_return/Catch'] for r in records if r.get('episodes/Catch', 0) >= 50]
   assert returns and min(returns) < -0.5, returns   # it started at random play
-  assert max(returns) >= 0.8, returns
+  assert max(returns) >= PONG_LIKE_PASS, returns
