@@ -48,7 +48,12 @@ def atari_config(name: str, games, variant: dict, *, popart: bool,
     c.batch_size = 32
   else:
     c.total_env_steps = 50_000_000 * len(games)  # the seed: 300M steps for six games
-    c.actors.envs_per_actor = 2 * len(games)   # two envs of every game per actor
+    # Up to 16 envs per actor as for one game, an even number of each game
+    # (at least 2): as many envs feed a batch, so its unrolls are as varied,
+    # and the batch splits over 2 or 4 learner devices. (Two of each game
+    # per actor left two games 8 envs in all, and each batch 4 rounds of
+    # the same 8 games.) Two games: 16 per actor; three: 12; six: 12.
+    c.actors.envs_per_actor = len(games) * max(2, 16 // len(games) // 2 * 2)
     # IMPALA's batch of 32, rounded to whole actor blocks.
     c.batch_size = c.actors.envs_per_actor * max(1, round(32 / c.actors.envs_per_actor))
   common.apply_recipe(c, variant['recipe'])

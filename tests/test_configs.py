@@ -54,7 +54,7 @@ def test_recipes_impala_is_the_default_and_a2c_is_baselines_a2c():
 @pytest.mark.parametrize('config,arg,batch,minibatches', [
     ('atari_single', 'game=Pong', 32, 8),               # 2 actors x 16 envs
     ('atari_popart', '', 36, 9),                        # six games: 12 envs per actor, 3 blocks
-    ('atari_multitask', 'games=Pong+Carnival', 32, 8),  # two games: 4 envs per actor
+    ('atari_multitask', 'games=Pong+Carnival', 32, 8),  # two games: 16 envs per actor, 2 blocks
     ('atari_single', 'game=Pong,net=resnet', 32, 8)])
 def test_recipe_vtrace_is_the_atari_default(config, arg, batch, minibatches):
   """V-trace with minibatches of about 4 unrolls, normalised advantages and
