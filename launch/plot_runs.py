@@ -16,9 +16,19 @@ network's health; a key with * draws one line per task, e.g.
 step at which the smoothed return reached it (--thresholds: several).
 --references=pong draws the published implementations' steps to a Pong
 return of -15, 0 and +18 (PONG_REFERENCES) as ranges on the return panel.
+--per_task_steps puts agent steps per task on the x axis (a run's env steps
+over its number of tasks; --window and --max_steps count them too), so a
+multi-task run lines up with single-task runs at the same budget per game:
+
+  python launch/plot_runs.py runs/pc_popart runs/pc_unclipped runs/pc_clipped \
+      runs/pong_single runs/carnival_single --per_task_steps \
+      --uniform=Pong=-20.2,Carnival=770 --output=docs/popart_two_games.png
+
+--uniform=<task>=<return>,... draws each task's uniform-play score as a
+dashed line on its panel (--random does that for a single task).
 """
 
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from absl import app
 from absl import flags
@@ -59,7 +69,7 @@ def _define_flags():
   """The script's flags, defined only when it runs as a script: tests import
   this module beside other launch/ modules with flags of the same names."""
   global _OUTPUT, _LABELS, _WINDOW, _RANDOM, _THRESHOLD, _TITLE, _THRESHOLDS, _REFERENCES, _PANELS
-  global _MAX_STEPS
+  global _MAX_STEPS, _PER_TASK_STEPS, _UNIFORM
   _OUTPUT = flags.DEFINE_string('output', 'curves.png', 'PNG to write.')
   _LABELS = flags.DEFINE_list('labels', [], 'One label per run folder (default: folder names).')
   _WINDOW = flags.DEFINE_integer('window', 100_000, 'Env steps the smoothed return averages over.')
@@ -69,8 +79,34 @@ def _define_flags():
   _THRESHOLDS = flags.DEFINE_list('thresholds', [], 'Returns to report first crossings of.')
   _PANELS = flags.DEFINE_list('panels', ['entropy', 'sps'], 'Metrics drawn in panels of their own.')
   _MAX_STEPS = flags.DEFINE_integer('max_steps', 0, 'Draw only env steps up to this (0: all).')
+  _PER_TASK_STEPS = flags.DEFINE_bool(
+      'per_task_steps', False, "x axis: a run's agent steps per task (env steps / its tasks).")
+  _UNIFORM = flags.DEFINE_list('uniform', [], "Uniform play's score per task, as "
+                               '<task>=<return>: a dashed line on that task\'s panel.')
   _REFERENCES = flags.DEFINE_enum('references', None, list(REFERENCES),
                                   "Published steps to given returns to draw (one task only).")
+
+
+def per_task_steps(run):
+  """The run with env_steps divided by its number of tasks: the agent steps
+  each task got (the actors step every task's envs equally)."""
+  n = max(1, len(run.task_names))
+  return results.Run(run.name, [dict(r, env_steps=r['env_steps'] / n) for r in run.records],
+                     run.config)
+
+
+def parse_uniform(items: List[str]) -> Dict[str, float]:
+  """['Pong=-20.2', 'Carnival=770'] -> {'Pong': -20.2, 'Carnival': 770.0}."""
+  out = {}
+  for item in items:
+    task, sep, value = item.partition('=')
+    try:
+      out[task] = float(value)
+    except ValueError:
+      sep = ''
+    if not sep or not task:
+      raise ValueError(f'--uniform takes <task>=<return>, got {item!r}')
+  return out
 
 
 def smoothed_returns(run, task: str, window: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -115,7 +151,8 @@ def draw_references(ax, references, xmax: Optional[float] = None):
 
 def plot(runs, labels: List[str], output: str, window: int, random_score=None,
          threshold=None, title: str = '', references=None,
-         panels: Tuple[str, ...] = ('entropy', 'sps')):
+         panels: Tuple[str, ...] = ('entropy', 'sps'), uniform: Optional[Dict[str, float]] = None,
+         xlabel: str = 'agent steps'):
   import matplotlib
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt
@@ -137,13 +174,15 @@ def plot(runs, labels: List[str], output: str, window: int, random_score=None,
         ax.plot(x, y, label=label)
     if random_score is not None and len(tasks) == 1:
       ax.axhline(random_score, color='grey', ls='--', lw=1, label='random')
+    if uniform and task in uniform:
+      ax.axhline(uniform[task], color='grey', ls='--', lw=1, label='uniform play')
     if threshold is not None and len(tasks) == 1:
       ax.axhline(threshold, color='red', ls=':', lw=1, label=f'{threshold:g}')
     if references and len(tasks) == 1:
       xmax = max((run.records[-1]['env_steps'] for run in runs if run.records), default=None)
       draw_references(ax, references, 1.1 * xmax if xmax else None)
-    ax.set_title(f'{task}: return (games ending in the last {window // 1000}k steps)', fontsize=8)
-    ax.set_xlabel('agent steps')
+    ax.set_title(f'{task}: return (games ending in the last {window // 1000:g}k steps)', fontsize=8)
+    ax.set_xlabel(xlabel)
     if references and len(tasks) == 1:   # many entries: beside the panel, not over the curves
       ax.legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1.0))
     else:
@@ -173,7 +212,7 @@ def plot(runs, labels: List[str], output: str, window: int, random_score=None,
     if key.startswith('kl'):   # collapses jump by 100x: a log scale keeps the rest readable
       ax.set_yscale('log')
     ax.set_title(PANEL_TITLES.get(key, key.replace('dead/', 'share of units dead: ')), fontsize=8)
-    ax.set_xlabel('agent steps')
+    ax.set_xlabel(xlabel)
     ax.legend(fontsize=7)
   if title:
     fig.suptitle(title, fontsize=10)
@@ -187,6 +226,12 @@ def main(argv):
   if not workdirs:
     raise app.UsageError('give one or more run folders')
   runs = results.load_runs(workdirs)
+  try:
+    uniform = parse_uniform(_UNIFORM.value)
+  except ValueError as e:
+    raise app.UsageError(str(e))
+  if _PER_TASK_STEPS.value:
+    runs = [per_task_steps(run) for run in runs]
   if _MAX_STEPS.value:
     runs = [results.Run(run.name, [r for r in run.records if r['env_steps'] <= _MAX_STEPS.value],
                         run.config) for run in runs]
@@ -194,7 +239,8 @@ def main(argv):
   if len(labels) != len(runs):
     raise app.UsageError(f'{len(labels)} labels for {len(runs)} runs')
   tasks = plot(runs, labels, _OUTPUT.value, _WINDOW.value, _RANDOM.value, _THRESHOLD.value,
-               _TITLE.value, REFERENCES.get(_REFERENCES.value), tuple(_PANELS.value))
+               _TITLE.value, REFERENCES.get(_REFERENCES.value), tuple(_PANELS.value), uniform,
+               'agent steps per task' if _PER_TASK_STEPS.value else 'agent steps')
   thresholds = [float(t) for t in _THRESHOLDS.value]
   if _THRESHOLD.value is not None:
     thresholds.insert(0, _THRESHOLD.value)
@@ -202,7 +248,8 @@ def main(argv):
   for run, label in zip(runs, labels):
     minutes = run.records[-1].get('time', float('nan')) / 60 if run.records else float('nan')
     steps = run.records[-1]['env_steps'] if run.records else 0
-    print(f'{label}: {steps:,} env steps in {minutes:.0f} min')
+    unit = 'agent steps per task' if _PER_TASK_STEPS.value else 'env steps'
+    print(f'{label}: {steps:,.0f} {unit} in {minutes:.0f} min')
     for task in tasks:
       x, y = smoothed_returns(run, task, _WINDOW.value)
       if not len(x):

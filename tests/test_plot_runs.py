@@ -69,3 +69,31 @@ def test_a_resumed_runs_metrics_drop_the_stretch_it_did_not_continue(tmp_path):
   assert [r['env_steps'] for r in run.records] == [100, 200, 250, 350]
   assert [r['time'] for r in run.records] == [10.0, 20.0, 24.0, 29.0]
   assert [r.get('process_time') for r in run.records] == [None, None, 4.0, 9.0]
+
+
+def test_per_task_steps_put_a_multi_task_run_on_each_games_budget(tmp_path):
+  records = [{'env_steps': 200, 'episode_return/Pong': -21.0, 'episodes/Pong': 1,
+              'episode_return/Carnival': 700.0, 'episodes/Carnival': 2},
+             {'env_steps': 600, 'episode_return/Pong': -19.0, 'episodes/Pong': 1}]
+  run = results.Run('two', records, {'tasks': [{'name': 'Pong'}, {'name': 'Carnival'}]})
+  per_task = plot_runs.per_task_steps(run)
+  assert [r['env_steps'] for r in per_task.records] == [100, 300]
+  assert [r['env_steps'] for r in run.records] == [200, 600]   # the run itself is untouched
+  steps, values = plot_runs.smoothed_returns(per_task, 'Pong', window=150)
+  np.testing.assert_allclose(steps, [100, 300])
+  np.testing.assert_allclose(values, [-21.0, -19.0])
+  out = tmp_path / 'two.png'
+  tasks = plot_runs.plot([per_task, _run()], ['two', 'one'], str(out), 150,
+                         uniform={'Pong': -20.2, 'Carnival': 770.0}, xlabel='agent steps per task')
+  assert tasks == ['Carnival', 'Pong'] and out.stat().st_size > 1000
+
+
+def test_uniform_scores_parse_per_task_and_name_a_bad_item():
+  assert plot_runs.parse_uniform(['Pong=-20.2', 'Carnival=770']) == {'Pong': -20.2, 'Carnival': 770.0}
+  for bad in ('Pong', 'Pong=high', '=3'):
+    try:
+      plot_runs.parse_uniform([bad])
+    except ValueError as e:
+      assert bad in str(e) and '<task>=<return>' in str(e)
+    else:
+      raise AssertionError(bad)
