@@ -42,6 +42,8 @@ class Episode:
   episode_return: float    # sum of the env's rewards (as the env gives them, unclipped)
   episode_length: int      # agent steps, reset steps excluded
   stats: Optional[Dict[str, float]] = None  # the env's end-of-game stats (NetHack: score, depth, turns)
+  points: int = 0          # steps with a non-zero reward (Atari: points scored or lost)
+  abs_reward: float = 0.0  # sum of the rewards' magnitudes: abs_reward / points is a game's reward scale
 
 
 class StepBookkeeping:
@@ -61,6 +63,8 @@ class StepBookkeeping:
     self._prev_reward = np.zeros(n, np.float32)
     self._return = np.zeros(n, np.float64)
     self._length = np.zeros(n, np.int64)
+    self._points = np.zeros(n, np.int64)
+    self._abs_reward = np.zeros(n, np.float64)
     self._scale = np.float32(prev_reward_scale)
 
   def policy_inputs(self, task_id) -> Dict[str, np.ndarray]:
@@ -77,13 +81,19 @@ class StepBookkeeping:
     live = ~self.terminal  # not a reset step
     self._return += np.where(live, result.reward, 0.0)
     self._length += live
+    scored = live & (result.reward != 0)
+    self._points += scored
+    self._abs_reward += np.where(scored, np.abs(result.reward), 0.0)
     stats = getattr(result, 'episode_stats', None)
     ended = [(int(i), Episode(
         int(result.task_id[i]), float(self._return[i]), int(self._length[i]),
-        None if stats is None else {k: float(v[i]) for k, v in stats.items()}))
+        None if stats is None else {k: float(v[i]) for k, v in stats.items()},
+        int(self._points[i]), float(self._abs_reward[i])))
         for i in np.flatnonzero(result.game_ended & live)]
     self._return[result.game_ended] = 0.0
     self._length[result.game_ended] = 0
+    self._points[result.game_ended] = 0
+    self._abs_reward[result.game_ended] = 0.0
     self._prev_action = np.array(action, np.int32)
     self._prev_reward = result.reward * self._scale
     self.first, self.terminal = self.terminal, result.terminated | result.truncated

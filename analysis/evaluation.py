@@ -247,8 +247,10 @@ def summary(run: LoadedRun, results: Sequence[TaskEvaluation],
   for task_id, r in enumerate(results):
     returns = [e.episode_return for e in r.episodes]
     lengths = [e.episode_length for e in r.episodes]
+    points = [e.points for e in r.episodes]
     entry = {'episodes': len(r.episodes), 'complete': r.complete, 'env_steps': r.steps,
              'return': summarise(returns), 'length': summarise(lengths),
+             'points': summarise(points), 'reward_per_point': reward_per_point(r.episodes),
              'returns': returns, 'lengths': lengths}
     stat_names = sorted({k for e in r.episodes for k in (e.stats or {})})
     if stat_names:  # NetHack: in-game score, deepest level, turns
@@ -265,6 +267,14 @@ def summary(run: LoadedRun, results: Sequence[TaskEvaluation],
   return out
 
 
+def reward_per_point(episodes: Sequence[Episode]) -> Optional[float]:
+  """The mean magnitude of the non-zero rewards over all the episodes'
+  steps (a game's reward scale: 1 for Pong, tens for Carnival); None when
+  no step was rewarded."""
+  points = sum(e.points for e in episodes)
+  return sum(e.abs_reward for e in episodes) / points if points else None
+
+
 def _fmt(value) -> str:
   return '-' if value is None else f'{value:.4g}'
 
@@ -277,13 +287,14 @@ def format_table(record: Dict[str, Any]) -> str:
   lines = [f'{record["workdir"]} at env step {record["env_steps"]:,}: '
            + f'{s["episodes"]} episodes per task, {actions} actions']
   header = ['task', 'episodes', 'return mean', '+- s.e.', 'std', 'median', 'min', 'max',
-            'length mean', 'hns']
+            'length mean', 'points', 'reward/point', 'hns']
   rows = [header]
   for name, t in record['tasks'].items():
     ret = t['return']
     rows.append([name, f'{t["episodes"]}' + ('' if t['complete'] else ' (max_steps)'),
                  _fmt(ret['mean']), _fmt(ret.get('sem')), _fmt(ret['std']), _fmt(ret['median']),
                  _fmt(ret['min']), _fmt(ret['max']), _fmt(t['length']['mean']),
+                 _fmt(t.get('points', {}).get('mean')), _fmt(t.get('reward_per_point')),
                  _fmt(t.get('hns'))])
   widths = [max(len(row[j]) for row in rows) for j in range(len(header))]
   for row in rows:

@@ -1,6 +1,7 @@
 """Evaluation of trained runs: loading checkpoints, exactly N whole episodes per
 task, the JSON record, the CLI, videos, and the NetHack terminal renderer."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -245,3 +246,30 @@ def test_summary_mean_and_standard_error_by_hand():
   assert abs(s['std'] - np.sqrt(14.0 / 3.0)) < 1e-12 and (s['min'], s['max'], s['median']) == (1, 6, 2)
   assert evaluation.summarise([5.0])['sem'] is None
   assert evaluation.summarise([]) == {k: None for k in evaluation.STATS}
+
+
+class ScaledRewardEnv(FakeEnv):
+  """FakeEnv whose k-th step of an episode rewards `rewards[k - 1]` (0: no point)."""
+
+  def __init__(self, lengths, rewards):
+    super().__init__(lengths)
+    self.rewards = np.asarray(rewards, np.float32)
+
+  def step(self, actions):
+    result = super().step(actions)   # reward 1 on live steps, 0 on reset steps
+    return dataclasses.replace(result, reward=result.reward * self.rewards[self.t - 1])
+
+
+def test_points_and_reward_per_point_by_hand():
+  # Episodes of 4 steps rewarding 0, 20, -800, 0: two points of magnitudes 20 and 800.
+  env = ScaledRewardEnv([4, 4], [0.0, 20.0, -800.0, 0.0])
+
+  def policy(variables, obs, first, state, rng):
+    return np.zeros(len(first), np.int32), state, rng
+
+  episodes, complete, _, _ = evaluation.play_episodes(
+      env, policy, None, (), num_episodes=4, rng=None, obs_keys=('state',))
+  assert complete and len(episodes) == 4
+  assert all((e.episode_return, e.points, e.abs_reward) == (-780.0, 2, 820.0) for e in episodes)
+  assert evaluation.reward_per_point(episodes) == 410.0   # (4 x 820) / (4 x 2)
+  assert evaluation.reward_per_point([]) is None
