@@ -7,6 +7,7 @@ per-key series, and the small plots the notebooks draw.
 """
 
 import glob
+import gzip
 import json
 import math
 import os
@@ -72,10 +73,16 @@ def stitch_resumed(records: List[Dict]) -> List[Dict]:
 
 
 def load_run(workdir: str, name: Optional[str] = None) -> Run:
+  """A run folder's metrics.jsonl, or an archived run's metrics.jsonl.gz
+  (docs/data/ keeps the documented runs' metrics that way), and its config.json."""
   path = os.path.join(workdir, 'metrics.jsonl')
-  if not os.path.exists(path):
+  if os.path.exists(path):
+    opener = open
+  elif os.path.exists(path + '.gz'):
+    path, opener = path + '.gz', gzip.open
+  else:
     raise FileNotFoundError(f'{workdir} has no metrics.jsonl')
-  with open(path) as f:
+  with opener(path, 'rt') as f:
     records = stitch_resumed([json.loads(line) for line in f if line.strip()])
   config = None
   if os.path.exists(os.path.join(workdir, 'config.json')):

@@ -71,6 +71,23 @@ def test_a_resumed_runs_metrics_drop_the_stretch_it_did_not_continue(tmp_path):
   assert [r.get('process_time') for r in run.records] == [None, None, 4.0, 9.0]
 
 
+def test_an_archived_runs_gzipped_metrics_load_as_the_folder_would(tmp_path):
+  import gzip
+  lines = [{'env_steps': 100, 'episode_return/Pong': -21.0}, {'env_steps': 200, 'episode_return/Pong': -20.0}]
+  with gzip.open(tmp_path / 'metrics.jsonl.gz', 'wt') as f:
+    f.writelines(json.dumps(r) + '\n' for r in lines)
+  (tmp_path / 'config.json').write_text(json.dumps({'tasks': [{'name': 'Pong'}]}))
+  run = results.load_run(str(tmp_path))
+  assert run.records == lines and run.task_names == ['Pong']
+  (tmp_path / 'metrics.jsonl.gz').unlink()
+  try:
+    results.load_run(str(tmp_path))
+  except FileNotFoundError as e:
+    assert 'has no metrics.jsonl' in str(e)
+  else:
+    raise AssertionError('a folder without metrics loaded')
+
+
 def test_per_task_steps_put_a_multi_task_run_on_each_games_budget(tmp_path):
   records = [{'env_steps': 200, 'episode_return/Pong': -21.0, 'episodes/Pong': 1,
               'episode_return/Carnival': 700.0, 'episodes/Carnival': 2},
