@@ -1,0 +1,116 @@
+"""A markdown table of finished runs, one row per run and task: budget,
+wall time, speed, the latest evaluation (mean +- standard error), the
+training return at the end, and PopArt's final statistics.
+
+  python launch/run_table.py runs/pc_popart runs/pc_unclipped runs/pc_clipped \\
+      --labels='a. PopArt,b. unclipped,c. clipped' --uniform=runs/pc_popart/eval/3000000_uniform.json
+
+Columns: agent steps per task (the run's env steps over its tasks), wall
+time (training only: `time` of the last metrics row, resumed runs stitched),
+agent steps/s over the whole run (env steps / wall time), the evaluation of
+the newest evaluated step (`launch/evaluate.py`; eval/<step>.json, not the
+uniform one), the training return averaged over the games that ended in the
+last --window agent steps per task, and PopArt's mu and sigma at the end
+(`-` without PopArt). --uniform adds a row per task from a uniform-play
+evaluation. Reads metrics.jsonl or an archived metrics.jsonl.gz
+(launch/results.load_run) and the eval/ folder beside it.
+"""
+
+import glob
+import json
+import os
+import re
+from typing import Dict, List, Optional
+
+from absl import app
+from absl import flags
+
+from launch import plot_runs, results
+
+_LABELS = flags.DEFINE_list('labels', None, 'One label per run (default: folder names).')
+_UNIFORM = flags.DEFINE_string('uniform', None, 'A uniform-play evaluation JSON '
+                               '(eval/<step>_uniform.json) to add as rows.')
+_WINDOW = flags.DEFINE_integer('window', 100_000, 'Agent steps per task of the training '
+                               'return at the end.', lower_bound=1)
+
+HEADER = ('run', 'task', 'agent steps per task', 'wall time', 'agent steps/s',
+          'evaluation (+- s.e.)', 'training return, end', 'PopArt mu / sigma')
+
+
+def latest_evaluation(workdir: str) -> Optional[Dict]:
+  """The record of the highest evaluated step in <workdir>/eval (the policy's,
+  not uniform play's; of several evaluations of a step, the newest), or None."""
+  best = None
+  for path in glob.glob(os.path.join(workdir, 'eval', '*.json')):
+    m = re.fullmatch(r'(\d+)(?:\.(\d+))?\.json', os.path.basename(path))
+    if m:
+      key = (int(m.group(1)), int(m.group(2) or 1))
+      if best is None or key > best[0]:
+        best = (key, path)
+  if best is None:
+    return None
+  with open(best[1]) as f:
+    return json.load(f)
+
+
+def _num(value: float) -> str:
+  return f'{value:,.0f}' if abs(value) >= 100 else f'{value:.3g}'
+
+
+def score(entry: Dict) -> str:
+  """'mean +- s.e. (n)' of an evaluation's task entry."""
+  r = entry['return']
+  sem = '' if r.get('sem') is None else f' +- {_num(r["sem"])}'
+  return f'{_num(r["mean"])}{sem} ({entry["episodes"]})'
+
+
+def run_rows(workdir: str, label: str, window: int) -> List[List[str]]:
+  run = results.load_run(workdir, label)
+  per_task = plot_runs.per_task_steps(run)
+  tasks = run.task_names
+  last = run.records[-1]
+  steps, wall = last['env_steps'], last.get('time')
+  evaluation = latest_evaluation(workdir)
+  rows = []
+  for task in tasks:
+    x, y = plot_runs.smoothed_returns(per_task, task, window)
+    mu, sigma = run.series(f'popart/mu/{task}')[1], run.series(f'popart/sigma/{task}')[1]
+    entry = (evaluation or {}).get('tasks', {}).get(task)
+    rows.append([
+        label, task, f'{steps / max(1, len(tasks)) / 1e6:.2f}M',
+        '-' if wall is None else f'{wall / 60:.0f} min',
+        '-' if not wall else f'{steps / wall:,.0f}',
+        '-' if entry is None else score(entry) + f' at {evaluation["env_steps"] / 1e6:.2f}M',
+        _num(y[-1]) if len(y) else '-',
+        f'{_num(mu[-1])} / {_num(sigma[-1])}' if len(mu) else '-'])
+  return rows
+
+
+def uniform_rows(path: str) -> List[List[str]]:
+  with open(path) as f:
+    record = json.load(f)
+  return [['uniform play', task, '-', '-', '-', score(entry), '-', '-']
+          for task, entry in record['tasks'].items()]
+
+
+def markdown(rows: List[List[str]]) -> str:
+  lines = ['| ' + ' | '.join(HEADER) + ' |', '|' + ' --- |' * len(HEADER)]
+  lines += ['| ' + ' | '.join(row) + ' |' for row in rows]
+  return '\n'.join(lines)
+
+
+def main(argv):
+  workdirs = argv[1:]
+  if not workdirs:
+    raise app.UsageError('give one or more run folders')
+  labels = _LABELS.value or [os.path.basename(os.path.normpath(w)) for w in workdirs]
+  if len(labels) != len(workdirs):
+    raise app.UsageError(f'--labels has {len(labels)} labels for {len(workdirs)} runs')
+  rows = [row for w, label in zip(workdirs, labels) for row in run_rows(w, label, _WINDOW.value)]
+  if _UNIFORM.value:
+    rows += uniform_rows(_UNIFORM.value)
+  print(markdown(rows))
+
+
+if __name__ == '__main__':
+  app.run(main)
