@@ -15,6 +15,10 @@ from typing import Any, Dict, List, Tuple
 # tasks and their envs (observations and actions), the value outputs and the
 # optimiser state's structure.
 FROZEN = ('network', 'tasks', 'atari', 'popart.enabled', 'optimizer.name', 'optimizer.momentum')
+# Fields under FROZEN that may change all the same: how the network computes,
+# not what (the same parameters, the same function): a run trained on a CPU
+# resumes on a GPU.
+FREE = ('network.kernels',)
 
 
 def flatten(tree: Any, prefix: str = '') -> Dict[str, Any]:
@@ -28,7 +32,7 @@ def flatten(tree: Any, prefix: str = '') -> Dict[str, Any]:
 
 
 def is_frozen(field: str) -> bool:
-  return any(field == p or field.startswith(p + '.') for p in FROZEN)
+  return field not in FREE and any(field == p or field.startswith(p + '.') for p in FROZEN)
 
 
 def _differences(saved: Dict[str, Any], new: Dict[str, Any]) -> List[Tuple[str, Any, Any]]:

@@ -19,9 +19,10 @@ from envs import atari
 from envs import nethack
 from envs import registry
 from networks.init import INITS
+from networks.kernels import KERNELS
 from networks.nethack import EXTRA_INPUTS
-from networks.torsos import (CENTRING_NETWORKS, EXTRA_INPUT_NETWORKS, NETWORK_NAMES, OBS_KEYS,
-                             RECURRENT_NETWORKS, is_recurrent)
+from networks.torsos import (CENTRING_NETWORKS, CONV_NETWORKS, EXTRA_INPUT_NETWORKS,
+                             NETWORK_NAMES, OBS_KEYS, RECURRENT_NETWORKS, is_recurrent)
 
 WANDB_MODES = ('offline', 'online', 'disabled')
 LOSS_REDUCTIONS = ('sum', 'mean')
@@ -231,6 +232,16 @@ def _check_ppo(config) -> None:
                       "cannot take (its state runs along the unroll); use 'unrolls'")
 
 
+def _check_kernels(config) -> None:
+  """network.kernels: one of KERNELS, and 'cpu' or 'xla' only for networks with convolutions."""
+  value = config.network.get('kernels', 'auto')
+  _check_choice('network.kernels', value, KERNELS)
+  if value != 'auto' and config.network.name not in CONV_NETWORKS:
+    raise ConfigError('network.kernels', f'network {config.network.name!r} has no convolutions, '
+                      f'so {value!r} would change nothing; leave it \'auto\' (networks with '
+                      f'convolutions: {", ".join(CONV_NETWORKS)})')
+
+
 def _check_centring(config) -> None:
   """network.centre_frames: a bool, and only for torsos that read frames through convolutions."""
   value = config.network.get('centre_frames', False)
@@ -311,6 +322,7 @@ def validate(config) -> RunPlan:
   _check_choice('reward_mode', config.reward_mode, REWARD_MODES)
   _check_choice('network.name', config.network.name, NETWORK_NAMES)
   _check_centring(config)
+  _check_kernels(config)
   _check_choice('wandb.mode', config.wandb.mode, WANDB_MODES)
   if config.network.name in RECURRENT_NETWORKS and not config.network.lstm_size:
     raise ConfigError('network.lstm_size', f'{config.network.name!r} is recurrent and needs '

@@ -23,7 +23,7 @@ from networks import init as init_lib
 from networks.attention import AttentionCore
 from networks.core import ResettingLSTM
 from networks.heads import POPART_COLLECTION, PolicyHead, PopArtValueHead
-from networks.torsos import OBS_KEYS, TORSOS
+from networks.torsos import CONV_NETWORKS, OBS_KEYS, TORSOS
 
 VALUE_HEAD = 'value_head'  # name of the PopArt head in params and in the popart collection
 # Flax collection the torsos sow their per-unit activation maxima into
@@ -54,6 +54,9 @@ class AgentNetwork(nn.Module):
   # the torso then also reads obs['task_id'] and keeps num_tasks mean frames.
   centre_frames: bool = False
   num_tasks: int = 1
+  # Which implementation the conv layers run (networks/kernels.py): 'auto'
+  # chooses by the platform the program is lowered for.
+  kernels: str = 'auto'
 
   @nn.compact
   def __call__(self, obs, first, core_state):
@@ -63,7 +66,7 @@ class AgentNetwork(nn.Module):
       self._check_attention()
       centring_kwargs = {'num_centres': self.num_tasks} if self.centre_frames else {}
       x, core_state = AttentionCore(self.lstm_size, **dict(self.torso_kwargs), **centring_kwargs,
-                                    name='attention_core')(
+                                    kernels=self.kernels, name='attention_core')(
                                         obs['frames'], first, extra, core_state,
                                         task_id=obs.get('task_id'))
     else:
@@ -74,6 +77,8 @@ class AgentNetwork(nn.Module):
       if self.centre_frames:
         keys += ('task_id',)
         kwargs['num_centres'] = self.num_tasks
+      if self.torso in CONV_NETWORKS:
+        kwargs['kernels'] = self.kernels
       flat = {k: obs[k].reshape((t * b,) + obs[k].shape[2:]) for k in keys}
       x = TORSOS[self.torso](**kwargs, name='torso')(flat)
       x = x.reshape((t, b, -1))
@@ -127,7 +132,9 @@ def make_network(network_config, num_actions: int, num_values: int,
       extra_inputs=tuple(network_config.get('extra_inputs', ())),
       # Runs written before this field existed read False.
       centre_frames=bool(network_config.get('centre_frames', False)),
-      num_tasks=num_tasks)
+      num_tasks=num_tasks,
+      # Runs written before this field existed read 'auto'.
+      kernels=network_config.get('kernels', 'auto'))
   if network.torso == 'attention':
     network._check_attention()
   return network

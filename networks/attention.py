@@ -71,6 +71,7 @@ class _AttentionStep(nn.Module):
   num_queries: int
   query_hidden_size: int
   num_frequencies: int
+  kernels: str = 'auto'
 
   @nn.compact
   def __call__(self, carry, inputs):
@@ -80,7 +81,7 @@ class _AttentionStep(nn.Module):
 
     # ConvLSTM: the input half of the gates was computed outside the scan.
     gates = input_gates + Conv2D(4 * self.conv_lstm_channels, (3, 3), padding='SAME',
-                                 use_bias=False, name='conv_lstm_hidden')(vh)
+                                 use_bias=False, kernels=self.kernels, name='conv_lstm_hidden')(vh)
     i, f, g, o = jnp.split(gates, 4, axis=-1)
     vc = nn.sigmoid(f) * vc + nn.sigmoid(i) * jnp.tanh(g)
     vh = nn.sigmoid(o) * jnp.tanh(vc)
@@ -119,6 +120,7 @@ class AttentionCore(nn.Module):
   query_hidden_size: int = 128
   num_frequencies: int = 4        # spatial basis: 4 * this channels
   num_centres: int = 0            # > 0: frames centred on their task's mean frame (networks/centring.py)
+  kernels: str = 'auto'           # the conv layers' implementation (networks/kernels.py)
 
   @nn.compact
   def __call__(self, frames, first, extra, state, task_id=None):
@@ -137,16 +139,17 @@ class AttentionCore(nn.Module):
       x = x.astype(jnp.float32) / 255.0
     x = jnp.transpose(x, (0, 2, 3, 1))
     for n, ((k, s), c) in enumerate(zip(_VISION_KERNELS, self.vision_channels)):
-      x = nn.relu(Conv2D(c, (k, k), strides=(s, s), name=f'vision_conv{n}')(x))
+      x = nn.relu(Conv2D(c, (k, k), strides=(s, s), kernels=self.kernels,
+                         name=f'vision_conv{n}')(x))
     input_gates = Conv2D(4 * self.conv_lstm_channels, (3, 3), padding='SAME',
-                         name='conv_lstm_input')(x)
+                         kernels=self.kernels, name='conv_lstm_input')(x)
     input_gates = input_gates.reshape((t, b) + input_gates.shape[1:])
 
     scan = nn.scan(_AttentionStep, variable_broadcast='params',
                    split_rngs={'params': False}, in_axes=0, out_axes=0)
     state, (y, weights) = scan(
         self.lstm_size, self.conv_lstm_channels, self.key_size, self.num_queries,
-        self.query_hidden_size, self.num_frequencies, name='step')(
+        self.query_hidden_size, self.num_frequencies, self.kernels, name='step')(
             state, (input_gates, first, extra))
     self.sow('intermediates', 'attention_weights', weights)
     return y, state

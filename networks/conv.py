@@ -22,7 +22,9 @@ Here a convolution is an explicit im2col + one matmul, forward and backward:
 Parameters are exactly nn.Conv's: `kernel` [kh, kw, cin, cout], `bias`
 [cout], same initialisers, so checkpoints and kernel-inspection tools see an
 ordinary conv.  Any leading batch dims are allowed, as with nn.Conv.
-(measurements: docs/speed.md)
+`Conv2D(kernels=...)` runs this op only where networks/kernels.py says so
+(with 'auto', when lowered for CPU); elsewhere XLA's own convolution
+(`xla_conv2d`). (measurements: docs/speed.md)
 """
 
 import functools
@@ -32,6 +34,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax import lax
+
+from networks import kernels as kernels_lib
 
 # Patch-matrix bytes per chunk: a few MB, so that a chunk's patches stay in
 # the CPU's caches (measurements: docs/speed.md).
@@ -180,6 +184,12 @@ def _conv_bwd(strides, pads, res, dy):
 conv2d.defvjp(_conv_fwd, _conv_bwd)
 
 
+def xla_conv2d(x, kernel, bias, strides, pads):
+  """The same convolution as XLA's own op: what accelerators run."""
+  return lax.conv_general_dilated(x, kernel, strides, pads,
+                                  dimension_numbers=('NHWC', 'HWIO', 'NHWC')) + bias
+
+
 class Conv2D(nn.Module):
   """2-D convolution over the last three axes (H, W, C); see the module docstring."""
   features: int
@@ -191,6 +201,7 @@ class Conv2D(nn.Module):
   param_dtype: Any = jnp.float32
   kernel_init: Callable = nn.initializers.lecun_normal()
   bias_init: Callable = nn.initializers.zeros_init()
+  kernels: str = 'auto'   # networks/kernels.py: 'auto', 'cpu' (conv2d) or 'xla' (xla_conv2d)
 
   @nn.compact
   def __call__(self, x):
@@ -207,5 +218,7 @@ class Conv2D(nn.Module):
     x = x.reshape((-1,) + x.shape[-3:])
     if bias is None:
       bias = jnp.zeros((self.features,), x.dtype)
-    y = conv2d(x, kernel, bias, strides, _pads(self.padding, x.shape[1:3], kernel_size, strides))
+    pads = _pads(self.padding, x.shape[1:3], kernel_size, strides)
+    y = kernels_lib.select(self.kernels, lambda *a: conv2d(*a, strides, pads),
+                           lambda *a: xla_conv2d(*a, strides, pads), x, kernel, bias)
     return y.reshape(lead + y.shape[1:])

@@ -23,13 +23,18 @@ Here:
 The math is the plain network's; only the float summation order differs
 (tests/test_nethack_networks.py checks values and gradients). Calls that
 are not differentiated (the actors) run the table lookups and then XLA's
-convs on the whole batch, without chunks. (measurements and the
+convs on the whole batch, without chunks. `glyph_conv_stack(...,
+kernels=...)` runs this op only where networks/kernels.py says so (with
+'auto', when lowered for CPU); elsewhere the plain embedding lookup and
+XLA's own convolutions (`xla_glyph_conv_stack`). (measurements and the
 alternatives measured: docs/speed.md)
 """
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+
+from networks import kernels as kernels_lib
 
 # Cells (map positions) per chunk: 16 maps of 21x79 forward, two maps
 # backward, so that each chunk's patches stay in cache (measurements:
@@ -70,12 +75,22 @@ def _unchunk(a):
   return a.reshape((a.shape[0] * a.shape[1],) + a.shape[2:])
 
 
-def glyph_conv_stack(glyphs, embedding, kernels, biases):
+def glyph_conv_stack(glyphs, embedding, kernels, biases, impl: str = 'auto'):
   """glyphs int [N, H, W], embedding [G, E], kernels [3, 3, Cin, Cout] and
   biases [Cout], one per layer -> [N, H, W, C_last]:
   elu(conv(... elu(conv(embedding[glyphs], k0) + b0) ...) + bL), each conv
-  3x3, stride 1, zero padding 1. Glyphs must lie in [0, G)."""
-  return _glyph_conv_stack(glyphs.astype(jnp.int32), embedding, tuple(kernels), tuple(biases))
+  3x3, stride 1, zero padding 1. Glyphs must lie in [0, G). `impl`: a
+  networks/kernels.py choice ('auto', 'cpu': this module's op, 'xla')."""
+  return kernels_lib.select(impl, _glyph_conv_stack, xla_glyph_conv_stack,
+                            glyphs.astype(jnp.int32), embedding, tuple(kernels), tuple(biases))
+
+
+def xla_glyph_conv_stack(glyphs, embedding, kernels, biases):
+  """The same function as an embedding lookup and XLA's own convolutions."""
+  x = jnp.take(embedding, glyphs, axis=0)
+  for k, b in zip(kernels, biases):
+    x = jax.nn.elu(_conv3x3(x, k, b))
+  return x
 
 
 def _tap_tables(embedding, kernel):

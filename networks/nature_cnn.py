@@ -41,6 +41,8 @@ Parameters are the plain layers' (conv kernels [kh, kw, cin, cout], biases
 [cout]); the math is the plain network's, up to float summation order
 (tests/test_nature_cnn.py). Only [N, 4, 84, 84] uint8 frames take this
 path (`supported`); the torso falls back to `Conv2D` for anything else.
+`xla_convs` is the same function as three XLA convolutions: what the torso
+runs where networks/kernels.py does not choose the CPU ops (accelerators).
 (measurements, a profile and the alternatives measured: docs/speed.md)
 """
 
@@ -223,6 +225,23 @@ def nature_convs(frames, k1, b1, k2, b2, k3, b3, task_id=None, centres=None):
                   jnp.zeros((1, 84, 84), jnp.float32), k1, b1, k2, b2, k3, b3)
   return _convs(frames, task_id.astype(jnp.int32), True, jax.lax.stop_gradient(centres),
                 k1, b1, k2, b2, k3, b3)
+
+
+def xla_convs(frames, k1, b1, k2, b2, k3, b3, task_id=None, centres=None):
+  """`nature_convs`' function and outputs, as three XLA convolutions on
+  frames / 255 (centred as there), NHWC; the maxima carry no gradient."""
+  if centres is None:
+    x = frames.astype(jnp.float32) / 255.0
+  else:
+    stack = jax.lax.stop_gradient(centres)[task_id.astype(jnp.int32)][:, None]
+    x = (frames.astype(jnp.float32) - stack) / 255.0
+  x = jnp.transpose(x, (0, 2, 3, 1))
+  ys = []
+  for kernel, bias, stride in ((k1, b1, 4), (k2, b2, 2), (k3, b3, 1)):
+    x = _relu(lax.conv_general_dilated(x, kernel, (stride, stride), 'VALID',
+                                       dimension_numbers=('NHWC', 'HWIO', 'NHWC')) + bias)
+    ys.append(x)
+  return x, tuple(jax.lax.stop_gradient(y.max(0)) for y in ys)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))

@@ -119,7 +119,8 @@ class NLEBaselineTorso(nn.Module):
 
   reference=True computes the same function with nn.Embed and nn.Conv (the
   same parameter tree); the default runs the embedding and each conv stack
-  as one glyph_conv_stack op, faster on CPU (measurements: docs/speed.md).
+  as one glyph_conv_stack op, whose `kernels` (networks/kernels.py) picks
+  the CPU-tuned op or XLA's convolutions (measurements: docs/speed.md).
   """
   embedding_size: int = 32
   channels: tuple = (16, 16, 16, 16, 8)
@@ -129,6 +130,7 @@ class NLEBaselineTorso(nn.Module):
   hidden_size: int = 512
   reference: bool = False  # plain nn.Embed / nn.Conv: tests and benchmarks
   extra_inputs: tuple = ()  # EXTRA_INPUTS read beside glyphs and blstats, before fc0
+  kernels: str = 'auto'     # networks/kernels.py: 'auto', 'cpu' or 'xla'
 
   @nn.compact
   def __call__(self, obs):
@@ -147,7 +149,7 @@ class NLEBaselineTorso(nn.Module):
         sizes = (self.embedding_size,) + channels
         kernels, biases = zip(*[ConvParams(c, name=f'{name}_conv{i}')(sizes[i])
                                 for i, c in enumerate(channels)])
-        x = glyph_conv_stack(g, embed.embedding, kernels, biases)
+        x = glyph_conv_stack(g, embed.embedding, kernels, biases, impl=self.kernels)
       feats.append(x.reshape((x.shape[0], -1)))
     b = blstats_mlp(blstats, self.blstats_size)
     extra = extra_features(obs, tuple(self.extra_inputs), embed.embedding)
@@ -191,7 +193,8 @@ class NLEAttentionTorso(nn.Module):
   intermediates/torso/attention_weights, N = T * B in time-major order).
   reference=True: the same function with nn.Embed and nn.Conv throughout.
   The default runs the embedding and first conv as a glyph_conv_stack and
-  the later convs as Conv2D, faster on CPU (measurements: docs/speed.md).
+  the later convs as Conv2D, each choosing its implementation by `kernels`
+  (networks/kernels.py; measurements: docs/speed.md).
   """
   embedding_size: int = 32
   channels: tuple = (16, 32, 64)
@@ -200,6 +203,7 @@ class NLEAttentionTorso(nn.Module):
   blstats_size: int = 32
   hidden_size: int = 512
   reference: bool = False
+  kernels: str = 'auto'     # networks/kernels.py: 'auto', 'cpu' or 'xla'
 
   @nn.compact
   def __call__(self, obs):
@@ -210,13 +214,13 @@ class NLEAttentionTorso(nn.Module):
       x = nn.elu(nn.Conv(c0, (3, 3), padding=((1, 1), (1, 1)), name='stage0_conv')(embed(glyphs)))
     else:
       kernel, bias = ConvParams(c0, name='stage0_conv')(self.embedding_size)
-      x = glyph_conv_stack(glyphs, embed.embedding, (kernel,), (bias,))
-    conv = functools.partial(nn.Conv if self.reference else Conv2D, kernel_size=(3, 3),
-                             padding='SAME')
+      x = glyph_conv_stack(glyphs, embed.embedding, (kernel,), (bias,), impl=self.kernels)
+    conv = functools.partial(nn.Conv, kernel_size=(3, 3), padding='SAME') if self.reference else \
+        functools.partial(Conv2D, kernel_size=(3, 3), padding='SAME', kernels=self.kernels)
     for i, c in enumerate(self.channels):
       if i:
         x = conv(c, name=f'stage{i}_conv')(x)
-      x = max_pool_3x3_s2(x)
+      x = max_pool_3x3_s2(x, self.kernels)
       for j in range(self.num_blocks):
         y = conv(c, name=f'stage{i}_block{j}_conv0')(nn.relu(x))
         y = conv(c, name=f'stage{i}_block{j}_conv1')(nn.relu(y))

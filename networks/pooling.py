@@ -2,10 +2,21 @@
 
 import functools
 
+import flax.linen as nn
 import jax.numpy as jnp
 
+from networks import kernels as kernels_lib
 
-def max_pool_3x3_s2(x):
+
+def max_pool_3x3_s2(x, kernels: str = 'auto'):
+  """nn.max_pool(x, (3, 3), (2, 2), 'SAME') on NHWC: as `sliced_max_pool` where
+  networks/kernels.py chooses the CPU ops, else as nn.max_pool itself
+  (reduce_window, which accelerators run natively)."""
+  return kernels_lib.select(kernels, sliced_max_pool,
+                            lambda x: nn.max_pool(x, (3, 3), (2, 2), 'SAME'), x)
+
+
+def sliced_max_pool(x):
   """nn.max_pool(x, (3, 3), (2, 2), 'SAME') on NHWC, as maxima of strided slices.
 
   XLA:CPU's reduce_window backward (select_and_scatter) is very slow; maxima

@@ -1,13 +1,19 @@
 """Observation encoders ("torsos"), each reading the observation keys it needs.
 
+Every torso with convolutions takes `kernels` (networks/kernels.py): which
+implementation its conv layers run, decided by default for the platform the
+program is lowered for.
+
 Inputs arrive with one flat batch axis [N, ...]; outputs are [N, F].
 """
+
+import functools
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from networks import centring, nature_cnn
+from networks import centring, kernels as kernels_lib, nature_cnn
 from networks.conv import Conv2D
 from networks.nethack import (NLE_NUM_GLYPHS, NLEAttentionTorso, NLEBaselineTorso, NLEFastTorso,
                               blstats_mlp)
@@ -98,9 +104,14 @@ class NatureCNNTorso(nn.Module):
 
   `num_centres` > 0: frames are centred on their task's mean frame
   (networks/centring.py; obs['task_id'] picks the row).
+
+  `kernels` (networks/kernels.py): 'auto' runs the fused op when lowered
+  for CPU and `nature_cnn.xla_convs` (three XLA convolutions, the same
+  function) on accelerators; 'cpu' or 'xla' force one.
   """
   hidden_size: int = 512
   num_centres: int = 0
+  kernels: str = 'auto'
 
   @nn.compact
   def __call__(self, obs):
@@ -113,13 +124,13 @@ class NatureCNNTorso(nn.Module):
       k1, b1 = _ConvParams(32, (8, 8), name='conv1')(x)
       k2, b2 = _ConvParams(64, (4, 4), 32, name='conv2')()
       k3, b3 = _ConvParams(64, (3, 3), 64, name='conv3')()
-      x, maxima = nature_cnn.nature_convs(frames, k1, b1, k2, b2, k3, b3,
-                                          task_id=task_id, centres=centres)
+      x, maxima = kernels_lib.select(self.kernels, nature_cnn.nature_convs, nature_cnn.xla_convs,
+                                     frames, k1, b1, k2, b2, k3, b3, task_id, centres)
       for name, m in zip(('conv1', 'conv2', 'conv3'), maxima):
         sow_unit_max(self, name, unit_max=m)
     else:
       for name, features, k, s in (('conv1', 32, 8, 4), ('conv2', 64, 4, 2), ('conv3', 64, 3, 1)):
-        x = nn.relu(Conv2D(features, (k, k), strides=(s, s), name=name)(x))
+        x = nn.relu(Conv2D(features, (k, k), strides=(s, s), kernels=self.kernels, name=name)(x))
         sow_unit_max(self, name, x)
     x = x.reshape((x.shape[0], -1))
     x = nn.relu(nn.Dense(self.hidden_size, name='fc')(x))
@@ -132,22 +143,24 @@ class ResNetTorso(nn.Module):
 
   obs['frames'] uint8 [N, 4, 84, 84]. Per stage: conv 3x3, max-pool 3x3/2,
   then two residual blocks (relu, conv, relu, conv, + skip); 84 -> 42 -> 21 -> 11.
-  `num_centres` as NatureCNNTorso's.
+  `num_centres` and `kernels` as NatureCNNTorso's.
   """
   channels: tuple = (16, 32, 32)
   num_blocks: int = 2
   hidden_size: int = 256
   num_centres: int = 0
+  kernels: str = 'auto'
 
   @nn.compact
   def __call__(self, obs):
     x = _conv_input(obs['frames'], *_centres(self, obs))
+    conv = functools.partial(Conv2D, kernel_size=(3, 3), padding='SAME', kernels=self.kernels)
     for i, c in enumerate(self.channels):
-      x = Conv2D(c, (3, 3), padding='SAME', name=f'stage{i}_conv')(x)
-      x = max_pool_3x3_s2(x)
+      x = conv(c, name=f'stage{i}_conv')(x)
+      x = max_pool_3x3_s2(x, self.kernels)
       for j in range(self.num_blocks):
-        y = Conv2D(c, (3, 3), padding='SAME', name=f'stage{i}_block{j}_conv0')(nn.relu(x))
-        y = Conv2D(c, (3, 3), padding='SAME', name=f'stage{i}_block{j}_conv1')(nn.relu(y))
+        y = conv(c, name=f'stage{i}_block{j}_conv0')(nn.relu(x))
+        y = conv(c, name=f'stage{i}_block{j}_conv1')(nn.relu(y))
         x = x + y
     x = nn.relu(x)
     sow_unit_max(self, 'stages', x)
@@ -161,10 +174,12 @@ class NLESimpleTorso(nn.Module):
 
   obs['glyphs'] int [N, 21, 79], obs['blstats'] int [N, 27]. Kept small so the
   main job trains at a useful rate on a CPU: the second conv has stride 2.
+  `kernels` as NatureCNNTorso's.
   """
   embedding_size: int = 16
   channels: tuple = (16, 32)
   hidden_size: int = 256
+  kernels: str = 'auto'
 
   @nn.compact
   def __call__(self, obs):
@@ -172,7 +187,7 @@ class NLESimpleTorso(nn.Module):
     x = nn.Embed(NLE_NUM_GLYPHS, self.embedding_size, name='glyph_embed')(glyphs)
     for i, c in enumerate(self.channels):
       x = nn.elu(Conv2D(c, (3, 3), strides=(1, 1) if i == 0 else (2, 2), padding='SAME',
-                        name=f'conv{i + 1}')(x))
+                        kernels=self.kernels, name=f'conv{i + 1}')(x))
     x = x.reshape((x.shape[0], -1))
     x = nn.relu(nn.Dense(self.hidden_size, name='map_fc')(x))
     b = blstats_mlp(obs['blstats'], 32, names=('blstats_fc1', 'blstats_fc2'))
@@ -209,6 +224,9 @@ NETWORK_NAMES = tuple(sorted(OBS_KEYS))
 RECURRENT_NETWORKS = ('attention',)  # networks with a built-in core
 # Networks that can centre their frames (network.centre_frames; networks/centring.py).
 CENTRING_NETWORKS = ('attention', 'resnet', 'shallow')
+# Networks with convolutions: their layers run the implementation network.kernels chooses.
+CONV_NETWORKS = ('attention', 'nle_attention', 'nle_baseline', 'nle_fast', 'nle_simple',
+                 'resnet', 'shallow')
 # Networks that take network.extra_inputs (networks.nethack.EXTRA_INPUTS).
 EXTRA_INPUT_NETWORKS = ('nle_baseline', 'nle_fast')
 
