@@ -79,7 +79,10 @@ def build_update(apply_fn: Callable, optimizer, schedule,
       per_device_update, mesh=mesh,
       in_specs=(P(), _BATCH_SPECS), out_specs=(P(), P()),
       check_vma=False)
-  return jax.jit(sharded)
+  # Said explicitly, so that a program exported for other devices
+  # (jax.export) records it too: the new state and the metrics are
+  # replicated over the learner mesh.
+  return jax.jit(sharded, out_shardings=NamedSharding(mesh, P()))
 
 
 def _centred(params, batch: Unroll):
