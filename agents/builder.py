@@ -37,7 +37,8 @@ def build_agent(config, plan, num_actions: int, observation_spec: Dict[str, tupl
   `num_actions` actions and `observation_spec` (the env's keys, without
   prev_action / prev_reward). `with_update=False` skips the update (tools
   that only act or restore)."""
-  network = agent_net.make_network(config.network, num_actions, plan.num_values, plan.num_tasks)
+  network = agent_net.make_network(config.network, num_actions, plan.num_values, plan.num_tasks,
+                                   platform=plan.learner_devices[0].platform)
   variables = agent_net.init_variables(network, jax.random.key(config.seed),
                                        example_observation(observation_spec),
                                        init=config.network.init)

@@ -80,6 +80,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.network.name = 'mlp'        # 'mlp', 'shallow' (Nature CNN), 'resnet', 'attention', 'nle_simple', 'nle_baseline', 'nle_attention'
   c.network.centre_frames = False  # 'shallow', 'resnet', 'attention': each task's frames minus its running mean frame (networks/centring.py)
   c.network.lstm_size = 0       # LSTM core size; 0 = feed-forward
+  c.network.dtype = 'auto'      # the torso's compute dtype: 'auto' (float32 on CPU, bfloat16 on GPU/TPU), 'float32', 'bfloat16'; parameters, optimiser, PopArt and losses stay float32
   c.network.kernels = 'auto'    # conv layers: 'auto' (CPU-tuned ops when lowered for CPU, XLA convolutions on GPU/TPU), 'cpu', 'xla' (networks/kernels.py)
   c.network.core_extra_inputs = True  # the core also sees the one-hot last action and clipped last reward (IMPALA)
   c.network.torso_kwargs = ml_collections.ConfigDict()  # extra torso arguments

@@ -18,7 +18,7 @@ FROZEN = ('network', 'tasks', 'atari', 'popart.enabled', 'optimizer.name', 'opti
 # Fields under FROZEN that may change all the same: how the network computes,
 # not what (the same parameters, the same function): a run trained on a CPU
 # resumes on a GPU.
-FREE = ('network.kernels',)
+FREE = ('network.kernels', 'network.dtype')
 
 
 def flatten(tree: Any, prefix: str = '') -> Dict[str, Any]:

@@ -18,6 +18,7 @@ from configs import atari_common
 from envs import atari
 from envs import nethack
 from envs import registry
+from networks.agent import DTYPES
 from networks.init import INITS
 from networks.kernels import KERNELS
 from networks.nethack import EXTRA_INPUTS
@@ -323,6 +324,7 @@ def validate(config) -> RunPlan:
   _check_choice('network.name', config.network.name, NETWORK_NAMES)
   _check_centring(config)
   _check_kernels(config)
+  _check_choice('network.dtype', config.network.get('dtype', 'auto'), DTYPES)
   _check_choice('wandb.mode', config.wandb.mode, WANDB_MODES)
   if config.network.name in RECURRENT_NETWORKS and not config.network.lstm_size:
     raise ConfigError('network.lstm_size', f'{config.network.name!r} is recurrent and needs '

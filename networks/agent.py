@@ -36,6 +36,21 @@ HEALTH_COLLECTION = 'health'
 # clipped); both 0 at an episode start.
 CORE_EXTRA_INPUTS = {'prev_action': ((), np.int32), 'prev_reward': ((), np.float32)}
 
+# network.dtype: the dtype the torso computes in. Parameters, optimiser
+# state, PopArt statistics, the core, the heads and the losses stay float32.
+# 'auto' is float32 on a CPU (where bfloat16 is slower: docs/gpu.md) and
+# bfloat16 on GPUs and TPUs, decided by the learner devices' platform.
+DTYPES = ('auto', 'float32', 'bfloat16')
+
+
+def compute_dtype(name: str, platform: str):
+  """The jnp dtype of network.dtype `name` for a learner on `platform`."""
+  if name not in DTYPES:
+    raise ValueError(f'unknown network dtype {name!r}; choose one of {", ".join(DTYPES)}')
+  if name == 'auto':
+    name = 'float32' if platform == 'cpu' else 'bfloat16'
+  return jnp.dtype(name)
+
 
 class AgentNetwork(nn.Module):
   """Returns (logits [T, B, A], normalised values [T, B, K], core state)."""
@@ -57,6 +72,8 @@ class AgentNetwork(nn.Module):
   # Which implementation the conv layers run (networks/kernels.py): 'auto'
   # chooses by the platform the program is lowered for.
   kernels: str = 'auto'
+  # The torso's computation dtype (compute_dtype); its output is float32.
+  dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, obs, first, core_state):
@@ -66,7 +83,8 @@ class AgentNetwork(nn.Module):
       self._check_attention()
       centring_kwargs = {'num_centres': self.num_tasks} if self.centre_frames else {}
       x, core_state = AttentionCore(self.lstm_size, **dict(self.torso_kwargs), **centring_kwargs,
-                                    kernels=self.kernels, name='attention_core')(
+                                    kernels=self.kernels, dtype=self.dtype,
+                                    name='attention_core')(
                                         obs['frames'], first, extra, core_state,
                                         task_id=obs.get('task_id'))
     else:
@@ -79,6 +97,7 @@ class AgentNetwork(nn.Module):
         kwargs['num_centres'] = self.num_tasks
       if self.torso in CONV_NETWORKS:
         kwargs['kernels'] = self.kernels
+      kwargs['dtype'] = self.dtype
       flat = {k: obs[k].reshape((t * b,) + obs[k].shape[2:]) for k in keys}
       x = TORSOS[self.torso](**kwargs, name='torso')(flat)
       x = x.reshape((t, b, -1))
@@ -120,7 +139,9 @@ class AgentNetwork(nn.Module):
 
 
 def make_network(network_config, num_actions: int, num_values: int,
-                 num_tasks: int = 1) -> AgentNetwork:
+                 num_tasks: int = 1, platform: str = 'cpu') -> AgentNetwork:
+  """The network of a config's `network` group; `platform` (the learner
+  devices') resolves network.dtype 'auto'."""
   network = AgentNetwork(
       torso=network_config.name,
       torso_kwargs=tuple(sorted(dict(network_config.get('torso_kwargs', {})).items())),
@@ -133,8 +154,9 @@ def make_network(network_config, num_actions: int, num_values: int,
       # Runs written before this field existed read False.
       centre_frames=bool(network_config.get('centre_frames', False)),
       num_tasks=num_tasks,
-      # Runs written before this field existed read 'auto'.
-      kernels=network_config.get('kernels', 'auto'))
+      # Runs written before these fields existed read 'auto'.
+      kernels=network_config.get('kernels', 'auto'),
+      dtype=compute_dtype(network_config.get('dtype', 'auto'), platform))
   if network.torso == 'attention':
     network._check_attention()
   return network

@@ -21,6 +21,7 @@ does not store them.
 """
 
 import math
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -121,6 +122,7 @@ class AttentionCore(nn.Module):
   num_frequencies: int = 4        # spatial basis: 4 * this channels
   num_centres: int = 0            # > 0: frames centred on their task's mean frame (networks/centring.py)
   kernels: str = 'auto'           # the conv layers' implementation (networks/kernels.py)
+  dtype: Any = jnp.float32        # the vision stack's computation dtype (the recurrent parts: float32)
 
   @nn.compact
   def __call__(self, frames, first, extra, state, task_id=None):
@@ -137,12 +139,13 @@ class AttentionCore(nn.Module):
       x = centring.centred_frames(x, task_id.reshape(t * b), centres)
     else:
       x = x.astype(jnp.float32) / 255.0
-    x = jnp.transpose(x, (0, 2, 3, 1))
+    x = jnp.transpose(x, (0, 2, 3, 1)).astype(self.dtype)
     for n, ((k, s), c) in enumerate(zip(_VISION_KERNELS, self.vision_channels)):
-      x = nn.relu(Conv2D(c, (k, k), strides=(s, s), kernels=self.kernels,
+      x = nn.relu(Conv2D(c, (k, k), strides=(s, s), kernels=self.kernels, dtype=self.dtype,
                          name=f'vision_conv{n}')(x))
     input_gates = Conv2D(4 * self.conv_lstm_channels, (3, 3), padding='SAME',
-                         kernels=self.kernels, name='conv_lstm_input')(x)
+                         kernels=self.kernels, dtype=self.dtype,
+                         name='conv_lstm_input')(x).astype(jnp.float32)
     input_gates = input_gates.reshape((t, b) + input_gates.shape[1:])
 
     scan = nn.scan(_AttentionStep, variable_broadcast='params',

@@ -227,21 +227,23 @@ def nature_convs(frames, k1, b1, k2, b2, k3, b3, task_id=None, centres=None):
                 k1, b1, k2, b2, k3, b3)
 
 
-def xla_convs(frames, k1, b1, k2, b2, k3, b3, task_id=None, centres=None):
+def xla_convs(frames, k1, b1, k2, b2, k3, b3, task_id=None, centres=None, dtype=jnp.float32):
   """`nature_convs`' function and outputs, as three XLA convolutions on
-  frames / 255 (centred as there), NHWC; the maxima carry no gradient."""
+  frames / 255 (centred as there), NHWC, computed in `dtype`; the maxima
+  (float32) carry no gradient."""
   if centres is None:
     x = frames.astype(jnp.float32) / 255.0
   else:
     stack = jax.lax.stop_gradient(centres)[task_id.astype(jnp.int32)][:, None]
     x = (frames.astype(jnp.float32) - stack) / 255.0
-  x = jnp.transpose(x, (0, 2, 3, 1))
+  x = jnp.transpose(x, (0, 2, 3, 1)).astype(dtype)
   ys = []
   for kernel, bias, stride in ((k1, b1, 4), (k2, b2, 2), (k3, b3, 1)):
-    x = _relu(lax.conv_general_dilated(x, kernel, (stride, stride), 'VALID',
-                                       dimension_numbers=('NHWC', 'HWIO', 'NHWC')) + bias)
+    x = _relu(lax.conv_general_dilated(x, kernel.astype(dtype), (stride, stride), 'VALID',
+                                       dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+              + bias.astype(dtype))
     ys.append(x)
-  return x, tuple(jax.lax.stop_gradient(y.max(0)) for y in ys)
+  return x, tuple(jax.lax.stop_gradient(y.max(0)).astype(jnp.float32) for y in ys)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))

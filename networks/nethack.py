@@ -5,6 +5,7 @@ at FC 512; the LSTM 512 is AgentNetwork's core (network.lstm_size=512).
 """
 
 import functools
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -26,13 +27,14 @@ def normalise_blstats(blstats):
   return jnp.sign(x) * jnp.log1p(jnp.abs(x))
 
 
-def blstats_mlp(blstats, size: int = 32, names=('blstats_fc0', 'blstats_fc1')):
-  """normalise_blstats, then one ReLU Dense of `size` per name. Call it inside
-  a module's compact __call__: the Dense layers are that module's, under
-  `names`."""
-  x = normalise_blstats(blstats)
+def blstats_mlp(blstats, size: int = 32, names=('blstats_fc0', 'blstats_fc1'),
+                dtype=jnp.float32):
+  """normalise_blstats, then one ReLU Dense of `size` per name, computed in
+  `dtype`. Call it inside a module's compact __call__: the Dense layers are
+  that module's, under `names`."""
+  x = normalise_blstats(blstats).astype(dtype)
   for name in names:
-    x = nn.relu(nn.Dense(size, name=name)(x))
+    x = nn.relu(nn.Dense(size, dtype=dtype, name=name)(x))
   return x
 
 
@@ -59,7 +61,7 @@ EXTRA_INPUTS = ('message', 'under_hero')
 
 
 def message_mlp(message, length: int = 80, char_size: int = 16, channels=(32, 64),
-                kernel: int = 5):
+                kernel: int = 5, dtype=jnp.float32):
   """NLE's message line -> [N, channels[-1]]: a character CNN (as NLE's and
   Sample Factory's agents read text), small enough for a CPU learner.
 
@@ -71,13 +73,13 @@ def message_mlp(message, length: int = 80, char_size: int = 16, channels=(32, 64
   inside a module's compact __call__ (the layers are that module's).
   """
   chars = message[:, :length].astype(jnp.int32)
-  x = nn.Embed(256, char_size, name='message_embed')(chars)
+  x = nn.Embed(256, char_size, dtype=dtype, name='message_embed')(chars)
   for i, c in enumerate(channels):
-    x = nn.relu(nn.Conv(c, (kernel,), padding='SAME', name=f'message_conv{i}')(x))
+    x = nn.relu(nn.Conv(c, (kernel,), padding='SAME', dtype=dtype, name=f'message_conv{i}')(x))
   return jnp.max(x, axis=1)
 
 
-def extra_features(obs, extra_inputs, glyph_embedding):
+def extra_features(obs, extra_inputs, glyph_embedding, dtype=jnp.float32):
   """Features of the `extra_inputs` (EXTRA_INPUTS order), to concatenate
   before a torso's FC; `glyph_embedding` ([NLE_NUM_GLYPHS, E]) embeds
   under_hero as the map's glyphs are. Call inside a compact __call__."""
@@ -86,10 +88,15 @@ def extra_features(obs, extra_inputs, glyph_embedding):
     raise ValueError(f'unknown extra inputs {unknown}; known: {EXTRA_INPUTS}')
   feats = []
   if 'message' in extra_inputs:
-    feats.append(message_mlp(obs['message']))
+    feats.append(message_mlp(obs['message'], dtype=dtype))
   if 'under_hero' in extra_inputs:
-    feats.append(jnp.take(glyph_embedding, obs['under_hero'].astype(jnp.int32), axis=0))
+    feats.append(jnp.take(glyph_embedding, obs['under_hero'].astype(jnp.int32), axis=0).astype(dtype))
   return feats
+
+
+def _cast(tree, dtype):
+  """Every float leaf of `tree` in `dtype` (float32 leaves stay as they are when it is float32)."""
+  return jax.tree.map(lambda a: a.astype(dtype), tree)
 
 
 class ConvParams(nn.Module):
@@ -131,31 +138,34 @@ class NLEBaselineTorso(nn.Module):
   reference: bool = False  # plain nn.Embed / nn.Conv: tests and benchmarks
   extra_inputs: tuple = ()  # EXTRA_INPUTS read beside glyphs and blstats, before fc0
   kernels: str = 'auto'     # networks/kernels.py: 'auto', 'cpu' or 'xla'
+  dtype: Any = jnp.float32  # computation dtype (parameters stay float32); the output is float32
 
   @nn.compact
   def __call__(self, obs):
     glyphs = obs['glyphs'].astype(jnp.int32)
     blstats = obs['blstats']
     crop = crop_glyphs(glyphs, blstats[:, 0], blstats[:, 1], self.crop_size)
-    embed = nn.Embed(NLE_NUM_GLYPHS, self.embedding_size, name='glyph_embed')
+    embed = nn.Embed(NLE_NUM_GLYPHS, self.embedding_size, dtype=self.dtype, name='glyph_embed')
     feats = []
     map_channels = tuple(self.map_channels) or tuple(self.channels)
     for name, g, channels in (('map', glyphs, map_channels), ('crop', crop, tuple(self.channels))):
       if self.reference:
         x = embed(g)
         for i, c in enumerate(channels):
-          x = nn.elu(nn.Conv(c, (3, 3), padding=((1, 1), (1, 1)), name=f'{name}_conv{i}')(x))
+          x = nn.elu(nn.Conv(c, (3, 3), padding=((1, 1), (1, 1)), dtype=self.dtype,
+                             name=f'{name}_conv{i}')(x))
       else:
         sizes = (self.embedding_size,) + channels
         kernels, biases = zip(*[ConvParams(c, name=f'{name}_conv{i}')(sizes[i])
                                 for i, c in enumerate(channels)])
-        x = glyph_conv_stack(g, embed.embedding, kernels, biases, impl=self.kernels)
+        x = glyph_conv_stack(g, *_cast((embed.embedding, kernels, biases), self.dtype),
+                             impl=self.kernels)
       feats.append(x.reshape((x.shape[0], -1)))
-    b = blstats_mlp(blstats, self.blstats_size)
-    extra = extra_features(obs, tuple(self.extra_inputs), embed.embedding)
+    b = blstats_mlp(blstats, self.blstats_size, dtype=self.dtype)
+    extra = extra_features(obs, tuple(self.extra_inputs), embed.embedding, self.dtype)
     x = jnp.concatenate(feats + [b] + extra, axis=-1)
-    x = nn.relu(nn.Dense(self.hidden_size, name='fc0')(x))
-    return nn.relu(nn.Dense(self.hidden_size, name='fc1')(x))
+    x = nn.relu(nn.Dense(self.hidden_size, dtype=self.dtype, name='fc0')(x))
+    return nn.relu(nn.Dense(self.hidden_size, dtype=self.dtype, name='fc1')(x)).astype(jnp.float32)
 
 
 class NLEFastTorso(NLEBaselineTorso):
@@ -204,19 +214,23 @@ class NLEAttentionTorso(nn.Module):
   hidden_size: int = 512
   reference: bool = False
   kernels: str = 'auto'     # networks/kernels.py: 'auto', 'cpu' or 'xla'
+  dtype: Any = jnp.float32  # computation dtype (parameters stay float32); the output is float32
 
   @nn.compact
   def __call__(self, obs):
     glyphs = obs['glyphs'].astype(jnp.int32)
-    embed = nn.Embed(NLE_NUM_GLYPHS, self.embedding_size, name='glyph_embed')
+    embed = nn.Embed(NLE_NUM_GLYPHS, self.embedding_size, dtype=self.dtype, name='glyph_embed')
     c0 = self.channels[0]
     if self.reference:
-      x = nn.elu(nn.Conv(c0, (3, 3), padding=((1, 1), (1, 1)), name='stage0_conv')(embed(glyphs)))
+      x = nn.elu(nn.Conv(c0, (3, 3), padding=((1, 1), (1, 1)), dtype=self.dtype,
+                         name='stage0_conv')(embed(glyphs)))
     else:
       kernel, bias = ConvParams(c0, name='stage0_conv')(self.embedding_size)
-      x = glyph_conv_stack(glyphs, embed.embedding, (kernel,), (bias,), impl=self.kernels)
-    conv = functools.partial(nn.Conv, kernel_size=(3, 3), padding='SAME') if self.reference else \
-        functools.partial(Conv2D, kernel_size=(3, 3), padding='SAME', kernels=self.kernels)
+      x = glyph_conv_stack(glyphs, *_cast((embed.embedding, (kernel,), (bias,)), self.dtype),
+                           impl=self.kernels)
+    conv = functools.partial(nn.Conv, kernel_size=(3, 3), padding='SAME', dtype=self.dtype) \
+        if self.reference else functools.partial(Conv2D, kernel_size=(3, 3), padding='SAME',
+                                                 kernels=self.kernels, dtype=self.dtype)
     for i, c in enumerate(self.channels):
       if i:
         x = conv(c, name=f'stage{i}_conv')(x)
@@ -227,19 +241,20 @@ class NLEAttentionTorso(nn.Module):
         x = x + y
     n, h, w, c = x.shape
     pos = self.param('position_encoding', nn.initializers.normal(0.02), (h, w, c))
-    grid = (nn.relu(x) + pos).reshape(n, h * w, c)
+    grid = (nn.relu(x) + pos.astype(self.dtype)).reshape(n, h * w, c)
 
-    b = blstats_mlp(obs['blstats'], self.blstats_size)
+    b = blstats_mlp(obs['blstats'], self.blstats_size, dtype=self.dtype)
 
-    query = nn.Dense(self.key_size, name='query')(b)                     # [N, D]
+    dense = functools.partial(nn.Dense, dtype=self.dtype)
+    query = dense(self.key_size, name='query')(b)                     # [N, D]
     # No key bias: it adds the same query . bias to every position's logit.
-    keys = nn.Dense(self.key_size, use_bias=False, name='keys')(grid)    # [N, P, D]
-    values = nn.Dense(c, name='values')(grid)                            # [N, P, C]
+    keys = dense(self.key_size, use_bias=False, name='keys')(grid)    # [N, P, D]
+    values = dense(c, name='values')(grid)                            # [N, P, C]
     logits = jnp.einsum('nd,npd->np', query, keys) / jnp.sqrt(float(self.key_size))
     weights = jax.nn.softmax(logits, axis=-1)
     self.sow('intermediates', 'attention_weights', weights.reshape(n, h, w))
     readout = jnp.einsum('np,npc->nc', weights, values)
 
     x = jnp.concatenate([readout, b, grid.reshape(n, -1)], axis=-1)
-    x = nn.relu(nn.Dense(self.hidden_size, name='fc0')(x))
-    return nn.relu(nn.Dense(self.hidden_size, name='fc1')(x))
+    x = nn.relu(dense(self.hidden_size, name='fc0')(x))
+    return nn.relu(dense(self.hidden_size, name='fc1')(x)).astype(jnp.float32)

@@ -9,6 +9,8 @@ Inputs arrive with one flat batch axis [N, ...]; outputs are [N, F].
 
 import functools
 
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -32,6 +34,7 @@ def sow_unit_max(module: nn.Module, name: str, x=None, unit_max=None) -> None:
   if not module.is_mutable_collection('health'):
     return
   value = jax.lax.stop_gradient(jnp.max(x, axis=0) if unit_max is None else unit_max)
+  value = value.astype(jnp.float32)
   scope = module.scope
   old = scope.get_variable('health', name) if scope.has_variable('health', name) else ()
   scope.put_variable('health', name, old + (value,))
@@ -47,27 +50,28 @@ def _centres(module: nn.Module, obs):
   return obs['task_id'], centres
 
 
-def _conv_input(frames, task_id, centres):
+def _conv_input(frames, task_id, centres, dtype=jnp.float32):
   """uint8 frames [N, C, H, W] as a plain convolution's NHWC input: / 255,
-  centred when there are centres."""
+  centred when there are centres, in `dtype`."""
   if centres is None:
     x = frames.astype(jnp.float32) / 255.0
   else:
     x = centring.centred_frames(frames, task_id, centres)
-  return jnp.transpose(x, (0, 2, 3, 1))
+  return jnp.transpose(x, (0, 2, 3, 1)).astype(dtype)
 
 
 class MLPTorso(nn.Module):
   """For low-dimensional state vectors (classic control): obs['state'] [N, D]."""
   hidden_sizes: tuple = (64, 64)
+  dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, obs):
-    x = obs['state'].astype(jnp.float32)
+    x = obs['state'].astype(self.dtype)
     for i, size in enumerate(self.hidden_sizes):
-      x = nn.relu(nn.Dense(size)(x))
+      x = nn.relu(nn.Dense(size, dtype=self.dtype)(x))
       sow_unit_max(self, f'fc{i}', x)
-    return x
+    return x.astype(jnp.float32)
 
 
 class _ConvParams(nn.Module):
@@ -112,6 +116,7 @@ class NatureCNNTorso(nn.Module):
   hidden_size: int = 512
   num_centres: int = 0
   kernels: str = 'auto'
+  dtype: Any = jnp.float32   # the fused CPU op computes in float32 whatever this is
 
   @nn.compact
   def __call__(self, obs):
@@ -119,23 +124,34 @@ class NatureCNNTorso(nn.Module):
     task_id, centres = _centres(self, obs)
     # conv1's input as nn.Conv would get it. The fused op reads the uint8
     # frames itself, so under jit this value is unused and dropped.
-    x = _conv_input(frames, task_id, centres)
+    x = _conv_input(frames, task_id, centres, self.dtype)
     if nature_cnn.supported(frames):
       k1, b1 = _ConvParams(32, (8, 8), name='conv1')(x)
       k2, b2 = _ConvParams(64, (4, 4), 32, name='conv2')()
       k3, b3 = _ConvParams(64, (3, 3), 64, name='conv3')()
-      x, maxima = kernels_lib.select(self.kernels, nature_cnn.nature_convs, nature_cnn.xla_convs,
-                                     frames, k1, b1, k2, b2, k3, b3, task_id, centres)
+      dtype = self.dtype
+      x, maxima = kernels_lib.select(
+          self.kernels,
+          lambda *a: _in_dtype(nature_cnn.nature_convs(*a), dtype),
+          lambda *a: nature_cnn.xla_convs(*a, dtype=dtype),
+          frames, k1, b1, k2, b2, k3, b3, task_id, centres)
       for name, m in zip(('conv1', 'conv2', 'conv3'), maxima):
         sow_unit_max(self, name, unit_max=m)
     else:
       for name, features, k, s in (('conv1', 32, 8, 4), ('conv2', 64, 4, 2), ('conv3', 64, 3, 1)):
-        x = nn.relu(Conv2D(features, (k, k), strides=(s, s), kernels=self.kernels, name=name)(x))
+        x = nn.relu(Conv2D(features, (k, k), strides=(s, s), kernels=self.kernels,
+                           dtype=self.dtype, name=name)(x))
         sow_unit_max(self, name, x)
     x = x.reshape((x.shape[0], -1))
-    x = nn.relu(nn.Dense(self.hidden_size, name='fc')(x))
+    x = nn.relu(nn.Dense(self.hidden_size, dtype=self.dtype, name='fc')(x))
     sow_unit_max(self, 'fc', x)
-    return x
+    return x.astype(jnp.float32)
+
+
+def _in_dtype(outputs, dtype):
+  """The fused op's (conv3 output, maxima) with the output in `dtype`."""
+  y, maxima = outputs
+  return y.astype(dtype), maxima
 
 
 class ResNetTorso(nn.Module):
@@ -150,11 +166,13 @@ class ResNetTorso(nn.Module):
   hidden_size: int = 256
   num_centres: int = 0
   kernels: str = 'auto'
+  dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, obs):
-    x = _conv_input(obs['frames'], *_centres(self, obs))
-    conv = functools.partial(Conv2D, kernel_size=(3, 3), padding='SAME', kernels=self.kernels)
+    x = _conv_input(obs['frames'], *_centres(self, obs), self.dtype)
+    conv = functools.partial(Conv2D, kernel_size=(3, 3), padding='SAME', kernels=self.kernels,
+                             dtype=self.dtype)
     for i, c in enumerate(self.channels):
       x = conv(c, name=f'stage{i}_conv')(x)
       x = max_pool_3x3_s2(x, self.kernels)
@@ -164,9 +182,9 @@ class ResNetTorso(nn.Module):
         x = x + y
     x = nn.relu(x)
     sow_unit_max(self, 'stages', x)
-    x = nn.relu(nn.Dense(self.hidden_size, name='fc')(x.reshape((x.shape[0], -1))))
+    x = nn.relu(nn.Dense(self.hidden_size, dtype=self.dtype, name='fc')(x.reshape((x.shape[0], -1))))
     sow_unit_max(self, 'fc', x)
-    return x
+    return x.astype(jnp.float32)
 
 
 class NLESimpleTorso(nn.Module):
@@ -180,19 +198,20 @@ class NLESimpleTorso(nn.Module):
   channels: tuple = (16, 32)
   hidden_size: int = 256
   kernels: str = 'auto'
+  dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, obs):
     glyphs = obs['glyphs'].astype(jnp.int32)
-    x = nn.Embed(NLE_NUM_GLYPHS, self.embedding_size, name='glyph_embed')(glyphs)
+    x = nn.Embed(NLE_NUM_GLYPHS, self.embedding_size, dtype=self.dtype, name='glyph_embed')(glyphs)
     for i, c in enumerate(self.channels):
       x = nn.elu(Conv2D(c, (3, 3), strides=(1, 1) if i == 0 else (2, 2), padding='SAME',
-                        kernels=self.kernels, name=f'conv{i + 1}')(x))
+                        kernels=self.kernels, dtype=self.dtype, name=f'conv{i + 1}')(x))
     x = x.reshape((x.shape[0], -1))
-    x = nn.relu(nn.Dense(self.hidden_size, name='map_fc')(x))
-    b = blstats_mlp(obs['blstats'], 32, names=('blstats_fc1', 'blstats_fc2'))
+    x = nn.relu(nn.Dense(self.hidden_size, dtype=self.dtype, name='map_fc')(x))
+    b = blstats_mlp(obs['blstats'], 32, names=('blstats_fc1', 'blstats_fc2'), dtype=self.dtype)
     x = jnp.concatenate([x, b], axis=-1)
-    return nn.relu(nn.Dense(self.hidden_size, name='fc')(x))
+    return nn.relu(nn.Dense(self.hidden_size, dtype=self.dtype, name='fc')(x)).astype(jnp.float32)
 
 
 TORSOS = {
