@@ -1,17 +1,31 @@
-"""Throughput of a config: raw env stepping, actors with inference, full training.
+"""Throughput of a config: raw env stepping, actors with inference, the learner
+alone, full training; or a suite of configs as one table.
 
   python launch/benchmark.py --config=configs/atari_single.py:game=Pong
   python launch/benchmark.py --config=configs/nethack_popart.py --stages=raw,train --seconds=60
+  python launch/benchmark.py --suite=gpu                      # on a GPU (or TPU) machine
+  python launch/benchmark.py --suite=gpu --small --seconds=2  # the same at CI size, on a CPU
 
 Each stage uses the config's own envs, actor threads and batch sizes, and
-reports agent steps per second after a warm-up (compilation excluded):
-  raw     every actor's envs stepped by its own thread with random actions
-  actors  the real actor threads with policy inference, no learner
-  train   the full Sebulba loop (actors + learner)
+reports after a warm-up (compilation excluded):
+  raw      agent steps/s, every actor's envs stepped by its own thread with random actions
+  actors   agent steps/s, the real actor threads with policy inference, no learner
+  learner  learner updates/s (and the agent steps/s they consume) on one
+           synthetic batch kept on the learner devices: the learner's own
+           ceiling, whatever the actors do; also the compiled update's memory
+  train    agent steps/s, the full Sebulba loop (actors + learner)
 Also prints the peak resident memory of this process and of its children
 (NLE workers).
+
+--suite=gpu measures the learner and train stages of Pong (Nature CNN),
+Pong (IMPALA ResNet), the six-game PopArt config and the main job, each at
+network.dtype float32 and bfloat16, and prints one markdown table with the
+device, its kind and the CPU count (docs/gpu.md). --small shrinks every
+config to smoke size (configs/common.apply_smoke), so that the suite runs
+in minutes on a CPU: CI covers it that way (tests/test_benchmark.py).
 """
 
+import importlib
 import json
 import os
 import resource
@@ -23,14 +37,22 @@ from absl import app
 from absl import flags
 from absl import logging
 from ml_collections import config_flags
+import jax
 import numpy as np
 
+from agents import builder
+from agents import learner as learner_lib
+from agents.rollout import policy_observation_spec
 from agents.trainer import Trainer
 from configs.validation import validate
 from envs import registry
+from rl.types import Unroll
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file[:variant]')
-_STAGES = flags.DEFINE_list('stages', ['raw', 'actors', 'train'], 'Stages to measure.')
+_STAGES = flags.DEFINE_list('stages', ['raw', 'actors', 'train'],
+                            'Stages to measure (raw, actors, learner, train).')
+_SUITE = flags.DEFINE_enum('suite', None, ['gpu'], 'Measure a suite of configs instead of --config.')
+_SMALL = flags.DEFINE_bool('small', False, "--suite: every config at smoke size (CI's size).")
 _SECONDS = flags.DEFINE_float('seconds', 30.0, 'Measured seconds per stage.')
 _WARMUP = flags.DEFINE_float('warmup', 10.0, 'Seconds before measuring (compilation, fill).')
 _OUTPUT = flags.DEFINE_string('output', '', 'Optional JSON file for the results.')
@@ -82,6 +104,64 @@ def bench_actors(config, plan, seconds, warmup):
     trainer.close()
 
 
+def synthetic_batch(config, plan, num_actions: int, obs_spec, seed: int = 0) -> Unroll:
+  """A random learner batch [T + 1, B] shaped as the actors would send it:
+  frames and glyphs over their whole range, other integer observations
+  small, the tasks spread over the columns."""
+  t1, b = config.unroll_length + 1, config.batch_size
+  rng = np.random.default_rng(seed)
+  obs = {}
+  for key, (shape, dtype) in policy_observation_spec(obs_spec).items():
+    shape, dtype = (t1, b) + tuple(shape), np.dtype(dtype)
+    if key == 'task_id':
+      obs[key] = np.broadcast_to(np.arange(b) % plan.num_tasks, (t1, b)).astype(dtype)
+    elif key == 'prev_action':
+      obs[key] = rng.integers(0, num_actions, shape).astype(dtype)
+    elif key == 'glyphs':
+      obs[key] = rng.integers(0, 5976, shape).astype(dtype)   # nle MAX_GLYPH
+    elif np.issubdtype(dtype, np.integer):
+      high = 256 if dtype == np.uint8 else 10
+      obs[key] = rng.integers(0, high, shape).astype(dtype)
+    else:
+      obs[key] = rng.normal(size=shape).astype(dtype)
+  return Unroll(
+      obs=obs, first=rng.random((t1, b)) < 0.01,
+      action=rng.integers(0, num_actions, (t1, b)).astype(np.int32),
+      behaviour_logits=rng.normal(size=(t1, b, num_actions)).astype(np.float32),
+      reward=rng.normal(size=(t1, b)).astype(np.float32),
+      discount=np.full((t1, b), config.discount, np.float32),
+      task_id=obs['task_id'].copy(), core_state=())
+
+
+def bench_learner(config, plan, seconds, warmup):
+  """(learner updates/s, the compiled update's memory in MiB (arguments,
+  outputs and temporaries; None where the backend does not say))."""
+  group = plan.actor_env_groups[0][0]
+  num_actions, obs_spec = registry.env_spaces(group.env_id, group.env_kwargs,
+                                              plan.observation_keys)
+  agent = builder.build_agent(config, plan, num_actions, obs_spec)
+  batch = synthetic_batch(config, plan, num_actions, obs_spec)
+  batch = batch._replace(core_state=jax.tree.map(np.asarray, agent.network.initial_state(config.batch_size)))
+  batch = learner_lib.shard_batch(batch, agent.mesh)
+  compiled = agent.update.lower(agent.state, batch).compile()
+  memory = None
+  analysis = compiled.memory_analysis()
+  if analysis is not None:
+    memory = (analysis.argument_size_in_bytes + analysis.output_size_in_bytes
+              + analysis.temp_size_in_bytes) / 2**20
+  del warmup   # compiled above; one update warms the allocator
+  state, metrics = compiled(agent.state, batch)
+  jax.block_until_ready(metrics)
+  start, updates = time.perf_counter(), 0
+  while True:
+    state, metrics = compiled(state, batch)
+    jax.block_until_ready(metrics)
+    updates += 1
+    elapsed = time.perf_counter() - start
+    if elapsed >= seconds and updates >= 3:
+      return updates / elapsed, memory
+
+
 def bench_train(config, plan, seconds, warmup):
   with config.unlocked():
     config.total_env_steps = 10**12
@@ -102,22 +182,103 @@ def bench_train(config, plan, seconds, warmup):
   return (t1[1] - t0[1]) / (t1[0] - t0[0]), timings
 
 
-def main(argv):
-  del argv
-  logging.set_verbosity(logging.WARNING)
-  config = _CONFIG.value
+# --suite=gpu: (name, config module, variant).
+GPU_SUITE = (
+    ('Pong, Nature CNN', 'atari_single', 'game=Pong'),
+    ('Pong, IMPALA ResNet', 'atari_single', 'game=Pong,net=resnet'),
+    ('six games, PopArt', 'atari_popart', ''),
+    ('main job (NetHack)', 'nethack_popart', ''),
+)
+SUITE_DTYPES = ('float32', 'bfloat16')
+
+
+def _quiet(config):
   with config.unlocked():
     config.wandb.mode = 'disabled'
     config.log.progress = False
     config.workdir = tempfile.mkdtemp(prefix='benchmark-')  # no checkpoints left behind
+  return config
+
+
+def suite_config(module: str, variant: str, dtype: str, small: bool):
+  """A suite entry's config at `dtype`; `small`: at smoke size."""
+  variant = ','.join(v for v in (variant, 'smoke' if small else '') if v)
+  config = importlib.import_module(f'configs.{module}').get_config(variant or None)
+  with config.unlocked():
+    config.network.dtype = dtype
+  return _quiet(config)
+
+
+def device_line() -> str:
+  d = jax.devices()[0]
+  return (f'{jax.device_count()} x {d.platform} device ({d.device_kind}), '
+          f'{os.cpu_count()} CPU cores, JAX {jax.__version__}')
+
+
+def run_suite(small: bool, seconds: float, warmup: float, stages=('learner', 'train'),
+              out=print):
+  """Measures GPU_SUITE at each of SUITE_DTYPES; returns the rows (dicts) and prints a table."""
+  rows = []
+  for name, module, variant in GPU_SUITE:
+    for dtype in SUITE_DTYPES:
+      config = suite_config(module, variant, dtype, small)
+      plan = validate(config)
+      row = {'config': name, 'dtype': dtype, 'batch': f'{config.batch_size} x {config.unroll_length}'}
+      if 'learner' in stages:
+        ups, memory = bench_learner(config, plan, seconds, warmup)
+        row.update(learner_ups=ups, learner_sps=ups * config.batch_size * config.unroll_length,
+                   learner_mib=memory)
+      if 'train' in stages:
+        row['train_sps'] = bench_train(config, plan, seconds, warmup)[0]
+      rows.append(row)
+      out(f'{name}, {dtype}: ' + ', '.join(f'{k} {v:,.1f}' for k, v in row.items()
+                                            if isinstance(v, float)))
+  out(suite_table(rows))
+  return rows
+
+
+def suite_table(rows) -> str:
+  fmt = lambda v, spec: '-' if v is None else format(v, spec)
+  lines = [device_line(), '',
+           '| config | dtype | batch (B x T) | learner updates/s | learner agent steps/s '
+           '| learner memory (MiB) | agent steps/s (actors + learner) |',
+           '| --- | --- | --- | --- | --- | --- | --- |']
+  for r in rows:
+    lines.append(f'| {r["config"]} | {r["dtype"]} | {r["batch"]} | {fmt(r.get("learner_ups"), ",.2f")} '
+                 f'| {fmt(r.get("learner_sps"), ",.0f")} | {fmt(r.get("learner_mib"), ",.0f")} '
+                 f'| {fmt(r.get("train_sps"), ",.0f")} |')
+  return '\n'.join(lines)
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  if _SUITE.value:
+    if _CONFIG.value is not None:
+      raise app.UsageError('give --suite or --config, not both')
+    rows = run_suite(_SMALL.value, _SECONDS.value, _WARMUP.value)
+    if _OUTPUT.value:
+      with open(_OUTPUT.value, 'w') as f:
+        json.dump({'device': device_line(), 'small': _SMALL.value, 'rows': rows}, f, indent=1)
+    return
+  if _CONFIG.value is None:
+    raise app.UsageError('give --config (or --suite)')
+  config = _quiet(_CONFIG.value)
   plan = validate(config)
   results = {'config': config.config_name, 'num_actors': config.actors.num_actors,
              'envs_per_actor': config.actors.envs_per_actor, 'network': config.network.name,
              'batch_size': config.batch_size, 'unroll_length': config.unroll_length,
              'cpu_count': os.cpu_count()}
   for stage in _STAGES.value:
-    fn = {'raw': bench_raw, 'actors': bench_actors, 'train': bench_train}[stage]
+    fn = {'raw': bench_raw, 'actors': bench_actors, 'learner': bench_learner,
+          'train': bench_train}.get(stage)
+    if fn is None:
+      raise app.UsageError(f'unknown stage {stage!r}; choose from raw, actors, learner, train')
     out = fn(config, plan, _SECONDS.value, _WARMUP.value)
+    if stage == 'learner':
+      ups, results['learner_memory_mib'] = out
+      results['learner_updates_per_s'] = round(ups, 2)
+      out = ups * config.batch_size * config.unroll_length
     if stage == 'train':
       out, results['train_timings'] = out
     results[f'{stage}_sps'] = round(out, 1)
@@ -131,5 +292,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  flags.mark_flag_as_required('config')
   app.run(main)
