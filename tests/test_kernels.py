@@ -178,3 +178,29 @@ def test_kernels_may_change_on_resume():
   config.network.kernels = 'xla'
   frozen, allowed = resume.compare(saved, config)
   assert not frozen and [d[0] for d in allowed] == ['network.kernels']
+
+
+def test_a_checkpoint_trained_on_the_cpu_path_evaluates_and_resumes_on_the_xla_path(tmp_path):
+  import dataclasses
+  from analysis.run_loading import load_run
+  from launch.train import train
+  config = atari_single.get_config('game=Pong,smoke')   # the fused Nature CNN on CPU
+  config.workdir = str(tmp_path / 'run')
+  _, workdir = train(config)
+  run = load_run(workdir)
+  assert run.network.kernels == 'auto'
+  rng = np.random.default_rng(0)
+  obs = {'frames': rng.integers(0, 256, (1, 20, 4, 84, 84), dtype=np.uint8),
+         'prev_action': np.zeros((1, 20), np.int32), 'prev_reward': np.zeros((1, 20), np.float32),
+         'task_id': np.zeros((1, 20), np.int32)}
+  first = np.ones((1, 20), bool)
+  logits = {impl: dataclasses.replace(run.network, kernels=impl).apply(
+      run.variables, obs, first, ())[0] for impl in ('cpu', 'xla')}
+  _close(logits['cpu'], logits['xla'], 2e-5)
+  # Resumed with the other kernels (a field free to change): it trains on.
+  steps = config.total_env_steps
+  config.network.kernels = 'xla'
+  config.total_env_steps = 2 * steps
+  state, _ = train(config)
+  assert state is not None and load_run(workdir).env_steps >= 2 * steps
+  assert load_run(workdir).config.network.kernels == 'xla'
