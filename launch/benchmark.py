@@ -48,14 +48,21 @@ from configs.validation import validate
 from envs import registry
 from rl.types import Unroll
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file[:variant]')
-_STAGES = flags.DEFINE_list('stages', ['raw', 'actors', 'train'],
-                            'Stages to measure (raw, actors, learner, train).')
-_SUITE = flags.DEFINE_enum('suite', None, ['gpu'], 'Measure a suite of configs instead of --config.')
-_SMALL = flags.DEFINE_bool('small', False, "--suite: every config at smoke size (CI's size).")
-_SECONDS = flags.DEFINE_float('seconds', 30.0, 'Measured seconds per stage.')
-_WARMUP = flags.DEFINE_float('warmup', 10.0, 'Seconds before measuring (compilation, fill).')
-_OUTPUT = flags.DEFINE_string('output', '', 'Optional JSON file for the results.')
+_CONFIG = _STAGES = _SUITE = _SMALL = _SECONDS = _WARMUP = _OUTPUT = None
+
+
+def _define_flags():
+  """The script's flags, defined only when it runs as a script: tests import
+  this module beside other launch/ modules with flags of the same names."""
+  global _CONFIG, _STAGES, _SUITE, _SMALL, _SECONDS, _WARMUP, _OUTPUT
+  _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file[:variant]')
+  _STAGES = flags.DEFINE_list('stages', ['raw', 'actors', 'train'],
+                              'Stages to measure (raw, actors, learner, train).')
+  _SUITE = flags.DEFINE_enum('suite', None, ['gpu'], 'Measure a suite of configs instead of --config.')
+  _SMALL = flags.DEFINE_bool('small', False, "--suite: every config at smoke size (CI's size).")
+  _SECONDS = flags.DEFINE_float('seconds', 30.0, 'Measured seconds per stage.')
+  _WARMUP = flags.DEFINE_float('warmup', 10.0, 'Seconds before measuring (compilation, fill).')
+  _OUTPUT = flags.DEFINE_string('output', '', 'Optional JSON file for the results.')
 
 
 def bench_raw(config, plan, seconds, warmup):
@@ -292,4 +299,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  _define_flags()
   app.run(main)

@@ -27,11 +27,18 @@ from absl import flags
 
 from launch import plot_runs, results
 
-_LABELS = flags.DEFINE_list('labels', None, 'One label per run (default: folder names).')
-_UNIFORM = flags.DEFINE_string('uniform', None, 'A uniform-play evaluation JSON '
-                               '(eval/<step>_uniform.json) to add as rows.')
-_WINDOW = flags.DEFINE_integer('window', 100_000, 'Agent steps per task of the training '
-                               'return at the end.', lower_bound=1)
+_LABELS = _UNIFORM = _WINDOW = None
+
+
+def _define_flags():
+  """The script's flags, defined only when it runs as a script: tests import
+  this module beside other launch/ modules with flags of the same names."""
+  global _LABELS, _UNIFORM, _WINDOW
+  _LABELS = flags.DEFINE_list('labels', None, 'One label per run (default: folder names).')
+  _UNIFORM = flags.DEFINE_string('uniform', None, 'A uniform-play evaluation JSON '
+                                 '(eval/<step>_uniform.json) to add as rows.')
+  _WINDOW = flags.DEFINE_integer('window', 100_000, 'Agent steps per task of the training '
+                                 'return at the end.', lower_bound=1)
 
 HEADER = ('run', 'task', 'agent steps per task', 'wall time', 'agent steps/s',
           'evaluation (+- s.e.)', 'training return, end', 'PopArt mu / sigma')
@@ -54,7 +61,9 @@ def latest_evaluation(workdir: str) -> Optional[Dict]:
 
 
 def _num(value: float) -> str:
-  return f'{value:,.0f}' if abs(value) >= 100 else f'{value:.3g}'
+  if abs(value) >= 100:
+    return f'{value:,.0f}'
+  return f'{value:.1f}' if abs(value) >= 1 else f'{value:.2g}'
 
 
 def score(entry: Dict) -> str:
@@ -113,4 +122,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  _define_flags()
   app.run(main)
