@@ -223,11 +223,14 @@ def device_line() -> str:
 
 
 def run_suite(small: bool, seconds: float, warmup: float, stages=('learner', 'train'),
-              out=print):
-  """Measures GPU_SUITE at each of SUITE_DTYPES; returns the rows (dicts) and prints a table."""
+              out=print, entries=None):
+  """Measures GPU_SUITE at each of SUITE_DTYPES (or only the (name, dtype)
+  `entries`); returns the rows (dicts) and prints a table."""
   rows = []
   for name, module, variant in GPU_SUITE:
     for dtype in SUITE_DTYPES:
+      if entries is not None and (name, dtype) not in entries:
+        continue
       config = suite_config(module, variant, dtype, small)
       plan = validate(config)
       row = {'config': name, 'dtype': dtype, 'batch': f'{config.batch_size} x {config.unroll_length}'}

@@ -24,11 +24,14 @@ def test_synthetic_batch_is_shaped_as_the_actors_send_it():
 
 
 def test_gpu_suite_runs_at_ci_size_on_a_cpu():
+  # Every config at float32, and bfloat16 for two of them (each entry is a
+  # compilation; CI's time is kept for the rest).
+  entries = [(name, 'float32') for name, _, _ in benchmark.GPU_SUITE] + [
+      ('Pong, Nature CNN', 'bfloat16'), ('main job (NetHack)', 'bfloat16')]
   lines = []
   rows = benchmark.run_suite(small=True, seconds=0.1, warmup=0.0, stages=('learner',),
-                             out=lines.append)
-  assert [(r['config'], r['dtype']) for r in rows] == [
-      (name, dtype) for name, _, _ in benchmark.GPU_SUITE for dtype in benchmark.SUITE_DTYPES]
+                             out=lines.append, entries=entries)
+  assert sorted((r['config'], r['dtype']) for r in rows) == sorted(entries)
   assert all(r['learner_ups'] > 0 and r['learner_sps'] > 0 for r in rows)
   table = lines[-1].splitlines()
   assert 'cpu device' in table[0] and 'CPU cores' in table[0]
