@@ -11,7 +11,7 @@ agent steps/s over the whole run (env steps / wall time), the evaluation of
 the newest evaluated step (`launch/evaluate.py`; eval/<step>.json, not the
 uniform one), the training return averaged over the games that ended in the
 last --window agent steps per task, and PopArt's mu and sigma at the end
-(`-` without PopArt). --uniform adds a row per task from a uniform-play
+(`-` for a run whose config has PopArt off). --uniform adds a row per task from a uniform-play
 evaluation. Reads metrics.jsonl or an archived metrics.jsonl.gz
 (launch/results.load_run) and the eval/ folder beside it.
 """
@@ -80,6 +80,8 @@ def run_rows(workdir: str, label: str, window: int) -> List[List[str]]:
   last = run.records[-1]
   steps, wall = last['env_steps'], last.get('time')
   evaluation = latest_evaluation(workdir)
+  # Runs without PopArt log the unused statistics (mu 0, sigma 1): not shown.
+  popart = run.config.get('popart', {}).get('enabled', True)
   rows = []
   for task in tasks:
     x, y = plot_runs.smoothed_returns(per_task, task, window)
@@ -91,7 +93,7 @@ def run_rows(workdir: str, label: str, window: int) -> List[List[str]]:
         '-' if not wall else f'{steps / wall:,.0f}',
         '-' if entry is None else score(entry) + f' at {evaluation["env_steps"] / 1e6:.2f}M',
         _num(y[-1]) if len(y) else '-',
-        f'{_num(mu[-1])} / {_num(sigma[-1])}' if len(mu) else '-'])
+        f'{_num(mu[-1])} / {_num(sigma[-1])}' if popart and len(mu) else '-'])
   return rows
 
 

@@ -41,6 +41,10 @@ def test_rows_of_a_two_task_popart_run(tmp_path):
       ['uniform play', 'Pong', '-', '-', '-', '-20.2 +- 0.2 (30)', '-', '-']]
   table = run_table.markdown(rows).splitlines()
   assert table[0].startswith('| run | task |') and len(table) == 4
+  # A run with PopArt off logs the unused statistics; the table leaves them out.
+  _write(tmp_path / 'config.json', {'tasks': [{'name': 'Pong'}, {'name': 'Carnival'}],
+                                    'popart': {'enabled': False}})
+  assert [row[-1] for row in run_table.run_rows(str(tmp_path), 'c', window=50_000)] == ['-', '-']
 
 
 def test_a_run_without_evaluations_or_popart_has_dashes(tmp_path):
