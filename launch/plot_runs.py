@@ -168,10 +168,10 @@ def plot(runs, labels: List[str], output: str, window: int, random_score=None,
     axes[0] = [spanning] * cols
   for i, task in enumerate(tasks):
     ax = axes[i // cols][i % cols]
-    for run, label in zip(runs, labels):
+    for k, (run, label) in enumerate(zip(runs, labels)):
       x, y = smoothed_returns(run, task, window)
       if len(x):
-        ax.plot(x, y, label=label)
+        ax.plot(x, y, label=label, color=f'C{k}')   # a run's colour in every panel
     if random_score is not None and len(tasks) == 1:
       ax.axhline(random_score, color='grey', ls='--', lw=1, label='random')
     if uniform and task in uniform:
@@ -204,7 +204,7 @@ def plot(runs, labels: List[str], output: str, window: int, random_score=None,
             ax.plot(x, y, label=f'{label}: {task}' if len(runs) > 1 else task, lw=0.8)
       else:
         x, y = run.series(key)
-        ax.plot(x, y, label=label, lw=0.8)
+        ax.plot(x, y, label=label, lw=0.8, color=f'C{runs.index(run)}')
     if key.startswith('popart/'):   # games' scales differ 100x; mu may be negative
       ax.set_yscale('symlog', linthresh=1.0)
     if key.startswith('dead/'):
