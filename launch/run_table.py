@@ -9,7 +9,7 @@ Columns: agent steps per task (the run's env steps over its tasks), wall
 time (training only: `time` of the last metrics row, resumed runs stitched),
 agent steps/s over the whole run (env steps / wall time), the evaluation of
 the newest evaluated step (`launch/evaluate.py`; eval/<step>.json, not the
-uniform one), the training return averaged over the games that ended in the
+uniform one; its env step is named when it is not the run's last), the training return averaged over the games that ended in the
 last --window agent steps per task, and PopArt's mu and sigma at the end
 (`-` for a run whose config has PopArt off). --uniform adds a row per task from a uniform-play
 evaluation. Reads metrics.jsonl or an archived metrics.jsonl.gz
@@ -91,7 +91,9 @@ def run_rows(workdir: str, label: str, window: int) -> List[List[str]]:
         label, task, f'{steps / max(1, len(tasks)) / 1e6:.2f}M',
         '-' if wall is None else f'{wall / 60:.0f} min',
         '-' if not wall else f'{steps / wall:,.0f}',
-        '-' if entry is None else score(entry) + f' at {evaluation["env_steps"] / 1e6:.2f}M',
+        '-' if entry is None else score(entry) + (
+            '' if evaluation['env_steps'] >= steps else
+            f' at env step {evaluation["env_steps"]:,}'),
         _num(y[-1]) if len(y) else '-',
         f'{_num(mu[-1])} / {_num(sigma[-1])}' if popart and len(mu) else '-'])
   return rows

@@ -34,13 +34,18 @@ def test_rows_of_a_two_task_popart_run(tmp_path):
   assert rows == [
       # 200k env steps over 2 tasks; 120 s; 200k / 120 s; Pong's games ending in the last
       # 50k steps per task (one at -15); mu and sigma of the last row
-      ['a', 'Pong', '0.10M', '2 min', '1,667', '-14.0 +- 0.5 (30) at 0.20M', '-15.0', '-0.5 / 0.25'],
-      ['a', 'Carnival', '0.10M', '2 min', '1,667', '1,234 +- 56.0 (30) at 0.20M', '900', '150 / 120'],
+      ['a', 'Pong', '0.10M', '2 min', '1,667', '-14.0 +- 0.5 (30)', '-15.0', '-0.5 / 0.25'],
+      ['a', 'Carnival', '0.10M', '2 min', '1,667', '1,234 +- 56.0 (30)', '900', '150 / 120'],
   ]
   assert run_table.uniform_rows(str(tmp_path / 'eval' / '200000_uniform.json')) == [
       ['uniform play', 'Pong', '-', '-', '-', '-20.2 +- 0.2 (30)', '-', '-']]
   table = run_table.markdown(rows).splitlines()
   assert table[0].startswith('| run | task |') and len(table) == 4
+  # An evaluation before the end says where it was taken.
+  (tmp_path / 'eval' / '200000.json').unlink()
+  (tmp_path / 'eval' / '200000.2.json').unlink()
+  assert run_table.run_rows(str(tmp_path), 'a', window=50_000)[0][5] == \
+      '-21.0 +- 0.1 (30) at env step 100,000'
   # A run with PopArt off logs the unused statistics; the table leaves them out.
   _write(tmp_path / 'config.json', {'tasks': [{'name': 'Pong'}, {'name': 'Carnival'}],
                                     'popart': {'enabled': False}})
