@@ -233,8 +233,18 @@ def _check_ppo(config) -> None:
                       "cannot take (its state runs along the unroll); use 'unrolls'")
 
 
+# Torso arguments AgentNetwork fills from other network.* fields.
+TORSO_FIELDS = {'dtype': 'network.dtype', 'kernels': 'network.kernels',
+                'num_centres': 'network.centre_frames'}
+
+
 def _check_kernels(config) -> None:
-  """network.kernels: one of KERNELS, and 'cpu' or 'xla' only for networks with convolutions."""
+  """network.kernels: one of KERNELS, and 'cpu' or 'xla' only for networks with
+  convolutions; network.torso_kwargs must not set what network.* fields set."""
+  own = sorted(set(dict(config.network.get('torso_kwargs', {}))) & set(TORSO_FIELDS))
+  if own:
+    raise ConfigError('network.torso_kwargs', f'sets {own}, which come from '
+                      + ', '.join(f'{TORSO_FIELDS[k]}' for k in own) + '; set those instead')
   value = config.network.get('kernels', 'auto')
   _check_choice('network.kernels', value, KERNELS)
   if value != 'auto' and config.network.name not in CONV_NETWORKS:

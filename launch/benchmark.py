@@ -46,8 +46,10 @@ from agents.rollout import policy_observation_spec
 from agents.trainer import Trainer
 from configs.validation import validate
 from envs import registry
+from networks.nethack import NLE_NUM_GLYPHS
 from rl.types import Unroll
 
+# The flags, set by _define_flags() when this file runs as a script.
 _CONFIG = _STAGES = _SUITE = _SMALL = _SECONDS = _WARMUP = _OUTPUT = None
 
 
@@ -112,10 +114,11 @@ def bench_actors(config, plan, seconds, warmup):
 
 
 def synthetic_batch(config, plan, num_actions: int, obs_spec, seed: int = 0) -> Unroll:
-  """A random learner batch [T + 1, B] shaped as the actors would send it:
-  frames and glyphs over their whole range, other integer observations
-  small, the tasks spread over the columns."""
-  t1, b = config.unroll_length + 1, config.batch_size
+  """This process's random share of a learner batch [T + 1, B / processes],
+  shaped as the actors would send it: frames and glyphs over their whole
+  range, other integer observations small, the tasks spread over the
+  columns."""
+  t1, b = config.unroll_length + 1, config.batch_size // jax.process_count()
   rng = np.random.default_rng(seed)
   obs = {}
   for key, (shape, dtype) in policy_observation_spec(obs_spec).items():
@@ -125,7 +128,7 @@ def synthetic_batch(config, plan, num_actions: int, obs_spec, seed: int = 0) -> 
     elif key == 'prev_action':
       obs[key] = rng.integers(0, num_actions, shape).astype(dtype)
     elif key == 'glyphs':
-      obs[key] = rng.integers(0, 5976, shape).astype(dtype)   # nle MAX_GLYPH
+      obs[key] = rng.integers(0, NLE_NUM_GLYPHS, shape).astype(dtype)
     elif np.issubdtype(dtype, np.integer):
       high = 256 if dtype == np.uint8 else 10
       obs[key] = rng.integers(0, high, shape).astype(dtype)
@@ -142,13 +145,16 @@ def synthetic_batch(config, plan, num_actions: int, obs_spec, seed: int = 0) -> 
 
 def bench_learner(config, plan, seconds, warmup):
   """(learner updates/s, the compiled update's memory in MiB (arguments,
-  outputs and temporaries; None where the backend does not say))."""
+  outputs and temporaries; None where the backend does not say)). No
+  `warmup` is needed: the update is compiled, and one update run, before
+  the timing starts."""
   group = plan.actor_env_groups[0][0]
   num_actions, obs_spec = registry.env_spaces(group.env_id, group.env_kwargs,
                                               plan.observation_keys)
   agent = builder.build_agent(config, plan, num_actions, obs_spec)
   batch = synthetic_batch(config, plan, num_actions, obs_spec)
-  batch = batch._replace(core_state=jax.tree.map(np.asarray, agent.network.initial_state(config.batch_size)))
+  batch = batch._replace(core_state=jax.tree.map(
+      np.asarray, agent.network.initial_state(batch.action.shape[1])))
   batch = learner_lib.shard_batch(batch, agent.mesh)
   compiled = agent.update.lower(agent.state, batch).compile()
   memory = None
@@ -266,7 +272,12 @@ def main(argv):
   if _SUITE.value:
     if _CONFIG.value is not None:
       raise app.UsageError('give --suite or --config, not both')
-    rows = run_suite(_SMALL.value, _SECONDS.value, _WARMUP.value)
+    stages = ('learner', 'train')
+    if _STAGES.present:
+      stages = tuple(_STAGES.value)
+      if not set(stages) <= {'learner', 'train'}:
+        raise app.UsageError(f'--suite measures the stages learner and train, not {stages}')
+    rows = run_suite(_SMALL.value, _SECONDS.value, _WARMUP.value, stages)
     if _OUTPUT.value:
       with open(_OUTPUT.value, 'w') as f:
         json.dump({'device': device_line(), 'small': _SMALL.value, 'rows': rows}, f, indent=1)

@@ -24,7 +24,7 @@ The math is the plain network's; only the float summation order differs
 (tests/test_nethack_networks.py checks values and gradients). Calls that
 are not differentiated (the actors) run the table lookups and then XLA's
 convs on the whole batch, without chunks. `glyph_conv_stack(...,
-kernels=...)` runs this op only where networks/kernels.py says so (with
+impl=...)` runs this op only where networks/kernels.py says so (with
 'auto', when lowered for CPU); elsewhere the plain embedding lookup and
 XLA's own convolutions (`xla_glyph_conv_stack`). (measurements and the
 alternatives measured: docs/speed.md)
@@ -81,13 +81,18 @@ def glyph_conv_stack(glyphs, embedding, kernels, biases, impl: str = 'auto'):
   elu(conv(... elu(conv(embedding[glyphs], k0) + b0) ...) + bL), each conv
   3x3, stride 1, zero padding 1. Glyphs must lie in [0, G). `impl`: a
   networks/kernels.py choice ('auto', 'cpu': this module's op, 'xla')."""
-  return kernels_lib.select(impl, _glyph_conv_stack, xla_glyph_conv_stack,
+  cpu = lambda g, e, k, b: _glyph_conv_stack(g, e.astype(k[0].dtype), k, b)
+  return kernels_lib.select(impl, cpu, xla_glyph_conv_stack,
                             glyphs.astype(jnp.int32), embedding, tuple(kernels), tuple(biases))
 
 
 def xla_glyph_conv_stack(glyphs, embedding, kernels, biases):
-  """The same function as an embedding lookup and XLA's own convolutions."""
-  x = jnp.take(embedding, glyphs, axis=0)
+  """The same function as an embedding lookup and XLA's own convolutions.
+  The lookup reads `embedding` in its own dtype (the float32 parameters) and
+  casts after it, to the kernels' dtype: the lookup's gradient is a
+  scatter-add over every cell's glyph, mostly the same few glyphs, and in
+  bfloat16 that scatter made the main job's learner 11x slower on an H200."""
+  x = jnp.take(embedding, glyphs, axis=0).astype(kernels[0].dtype)
   for k, b in zip(kernels, biases):
     x = jax.nn.elu(_conv3x3(x, k, b))
   return x

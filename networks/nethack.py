@@ -73,7 +73,8 @@ def message_mlp(message, length: int = 80, char_size: int = 16, channels=(32, 64
   inside a module's compact __call__ (the layers are that module's).
   """
   chars = message[:, :length].astype(jnp.int32)
-  x = nn.Embed(256, char_size, dtype=dtype, name='message_embed')(chars)
+  # Looked up in float32, then cast: see conv_stack.xla_glyph_conv_stack.
+  x = nn.Embed(256, char_size, name='message_embed')(chars).astype(dtype)
   for i, c in enumerate(channels):
     x = nn.relu(nn.Conv(c, (kernel,), padding='SAME', dtype=dtype, name=f'message_conv{i}')(x))
   return jnp.max(x, axis=1)
@@ -95,7 +96,7 @@ def extra_features(obs, extra_inputs, glyph_embedding, dtype=jnp.float32):
 
 
 def _cast(tree, dtype):
-  """Every float leaf of `tree` in `dtype` (float32 leaves stay as they are when it is float32)."""
+  """Every leaf of `tree` (parameters) in the computation dtype `dtype`."""
   return jax.tree.map(lambda a: a.astype(dtype), tree)
 
 
@@ -145,12 +146,12 @@ class NLEBaselineTorso(nn.Module):
     glyphs = obs['glyphs'].astype(jnp.int32)
     blstats = obs['blstats']
     crop = crop_glyphs(glyphs, blstats[:, 0], blstats[:, 1], self.crop_size)
-    embed = nn.Embed(NLE_NUM_GLYPHS, self.embedding_size, dtype=self.dtype, name='glyph_embed')
+    embed = nn.Embed(NLE_NUM_GLYPHS, self.embedding_size, name='glyph_embed')  # float32 lookups
     feats = []
     map_channels = tuple(self.map_channels) or tuple(self.channels)
     for name, g, channels in (('map', glyphs, map_channels), ('crop', crop, tuple(self.channels))):
       if self.reference:
-        x = embed(g)
+        x = embed(g).astype(self.dtype)
         for i, c in enumerate(channels):
           x = nn.elu(nn.Conv(c, (3, 3), padding=((1, 1), (1, 1)), dtype=self.dtype,
                              name=f'{name}_conv{i}')(x))
@@ -158,7 +159,7 @@ class NLEBaselineTorso(nn.Module):
         sizes = (self.embedding_size,) + channels
         kernels, biases = zip(*[ConvParams(c, name=f'{name}_conv{i}')(sizes[i])
                                 for i, c in enumerate(channels)])
-        x = glyph_conv_stack(g, *_cast((embed.embedding, kernels, biases), self.dtype),
+        x = glyph_conv_stack(g, embed.embedding, *_cast((kernels, biases), self.dtype),
                              impl=self.kernels)
       feats.append(x.reshape((x.shape[0], -1)))
     b = blstats_mlp(blstats, self.blstats_size, dtype=self.dtype)
@@ -219,18 +220,20 @@ class NLEAttentionTorso(nn.Module):
   @nn.compact
   def __call__(self, obs):
     glyphs = obs['glyphs'].astype(jnp.int32)
-    embed = nn.Embed(NLE_NUM_GLYPHS, self.embedding_size, dtype=self.dtype, name='glyph_embed')
+    embed = nn.Embed(NLE_NUM_GLYPHS, self.embedding_size, name='glyph_embed')  # float32 lookups
     c0 = self.channels[0]
     if self.reference:
       x = nn.elu(nn.Conv(c0, (3, 3), padding=((1, 1), (1, 1)), dtype=self.dtype,
-                         name='stage0_conv')(embed(glyphs)))
+                         name='stage0_conv')(embed(glyphs).astype(self.dtype)))
     else:
       kernel, bias = ConvParams(c0, name='stage0_conv')(self.embedding_size)
-      x = glyph_conv_stack(glyphs, *_cast((embed.embedding, (kernel,), (bias,)), self.dtype),
+      x = glyph_conv_stack(glyphs, embed.embedding, *_cast(((kernel,), (bias,)), self.dtype),
                            impl=self.kernels)
-    conv = functools.partial(nn.Conv, kernel_size=(3, 3), padding='SAME', dtype=self.dtype) \
-        if self.reference else functools.partial(Conv2D, kernel_size=(3, 3), padding='SAME',
-                                                 kernels=self.kernels, dtype=self.dtype)
+    if self.reference:
+      conv = functools.partial(nn.Conv, kernel_size=(3, 3), padding='SAME', dtype=self.dtype)
+    else:
+      conv = functools.partial(Conv2D, kernel_size=(3, 3), padding='SAME', kernels=self.kernels,
+                               dtype=self.dtype)
     for i, c in enumerate(self.channels):
       if i:
         x = conv(c, name=f'stage{i}_conv')(x)
@@ -252,7 +255,7 @@ class NLEAttentionTorso(nn.Module):
     values = dense(c, name='values')(grid)                            # [N, P, C]
     logits = jnp.einsum('nd,npd->np', query, keys) / jnp.sqrt(float(self.key_size))
     weights = jax.nn.softmax(logits, axis=-1)
-    self.sow('intermediates', 'attention_weights', weights.reshape(n, h, w))
+    self.sow('intermediates', 'attention_weights', weights.reshape(n, h, w).astype(jnp.float32))
     readout = jnp.einsum('np,npc->nc', weights, values)
 
     x = jnp.concatenate([readout, b, grid.reshape(n, -1)], axis=-1)

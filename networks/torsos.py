@@ -2,13 +2,15 @@
 
 Every torso with convolutions takes `kernels` (networks/kernels.py): which
 implementation its conv layers run, decided by default for the platform the
-program is lowered for.
+program is lowered for. Every torso takes `dtype`, the dtype its layers
+compute in (network.dtype: float32, or bfloat16 on accelerators); its
+parameters stay float32 and its output is float32, so the core, the heads
+and the losses compute in float32 whatever it is.
 
 Inputs arrive with one flat batch axis [N, ...]; outputs are [N, F].
 """
 
 import functools
-
 from typing import Any
 
 import flax.linen as nn
@@ -203,7 +205,8 @@ class NLESimpleTorso(nn.Module):
   @nn.compact
   def __call__(self, obs):
     glyphs = obs['glyphs'].astype(jnp.int32)
-    x = nn.Embed(NLE_NUM_GLYPHS, self.embedding_size, dtype=self.dtype, name='glyph_embed')(glyphs)
+    # Looked up in float32, then cast: see conv_stack.xla_glyph_conv_stack.
+    x = nn.Embed(NLE_NUM_GLYPHS, self.embedding_size, name='glyph_embed')(glyphs).astype(self.dtype)
     for i, c in enumerate(self.channels):
       x = nn.elu(Conv2D(c, (3, 3), strides=(1, 1) if i == 0 else (2, 2), padding='SAME',
                         kernels=self.kernels, dtype=self.dtype, name=f'conv{i + 1}')(x))

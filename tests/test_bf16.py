@@ -5,7 +5,6 @@ still learn CartPole at two reward scales (PopArt) and Catch from pixels."""
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 
@@ -13,10 +12,9 @@ from analysis.run_loading import load_run
 from configs import catch as catch_config
 from configs import cartpole_popart
 from configs.validation import ConfigError, validate
+from network_examples import network, observations, variables
 from networks import agent as agent_net
 from training_runs import train_and_read
-
-from test_kernels import NETWORKS, NUM_ACTIONS, _obs, _variables
 
 
 def test_auto_is_float32_on_cpu_and_bfloat16_on_accelerators():
@@ -31,34 +29,42 @@ def test_auto_is_float32_on_cpu_and_bfloat16_on_accelerators():
     validate(config)
 
 
-@pytest.mark.parametrize('key', ['shallow_centred', 'resnet', 'nle_fast'])
-def test_bfloat16_torso_float32_outputs_and_parameters(key):
+@pytest.mark.parametrize('key,kernels', [('shallow_centred', 'xla'), ('resnet', 'cpu'),
+                                         ('resnet', 'xla'), ('nle_fast', 'cpu')])
+def test_bfloat16_torso_float32_outputs_and_parameters(key, kernels):
   rng = np.random.default_rng(0)
-  lstm_size, centre, torso_kwargs = NETWORKS[key]
-  obs = _obs(key, 2, 4, rng)
+  obs = observations(key, 2, 4, rng)
   first = np.ones((2, 4), bool)
   out = {}
   for dtype in ('float32', 'bfloat16'):
-    cfg = ml_collections.ConfigDict({
-        'name': key.replace('_centred', ''), 'lstm_size': lstm_size,
-        'torso_kwargs': torso_kwargs, 'core_extra_inputs': True, 'centre_frames': centre,
-        'kernels': 'xla', 'dtype': dtype})
-    net = agent_net.make_network(cfg, NUM_ACTIONS, num_values=2, num_tasks=2)
-    variables = _variables(net, obs, np.random.default_rng(1))
-    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(variables))
+    net = network(key, kernels, dtype)
+    tree = variables(net, obs, np.random.default_rng(1))
+    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(tree))
 
     def loss(params):
-      logits, values, _ = net.apply({**variables, 'params': params}, obs, first,
+      logits, values, _ = net.apply({**tree, 'params': params}, obs, first,
                                     net.initial_state(4))
       return jnp.sum(logits) + jnp.sum(values), (logits, values)
 
-    (_, (logits, values)), grads = jax.value_and_grad(loss, has_aux=True)(variables['params'])
+    (_, (logits, values)), grads = jax.value_and_grad(loss, has_aux=True)(tree['params'])
     assert logits.dtype == values.dtype == jnp.float32
     assert all(g.dtype == jnp.float32 for g in jax.tree.leaves(grads))
     out[dtype] = np.asarray(logits)
-  # bfloat16 keeps 8 bits of mantissa: the same function to about 1e-2.
+    # The torso computes in the dtype; what follows it, in float32.
+    intermediates = net.apply(tree, obs, first, net.initial_state(4), capture_intermediates=True,
+                              mutable=['intermediates'])[1]['intermediates']
+    torso = next(v for k, v in intermediates.items() if k in ('torso', 'attention_core'))
+    # Dense and conv layers' outputs (a layer returning its parameters, for a
+    # fused op, returns a tuple and is left out).
+    layer_outputs = [x for path, x in jax.tree_util.tree_leaves_with_path(torso)
+                     if any(n in jax.tree_util.keystr(path) for n in ('fc', 'conv'))
+                     and jax.tree_util.keystr(path).endswith("['__call__'][0]")]
+    assert layer_outputs and all(x.dtype == jnp.dtype(dtype) for x in layer_outputs), key
+    assert intermediates['policy_head']['__call__'][0].dtype == jnp.float32
+  # bfloat16 keeps 8 bits of mantissa: the same function to about 1e-2, but not exactly.
   scale = np.abs(out['float32']).max()
   np.testing.assert_allclose(out['bfloat16'], out['float32'], rtol=0, atol=3e-2 * scale)
+  assert not np.array_equal(out['bfloat16'], out['float32'])
 
 
 @pytest.mark.learning
