@@ -1,0 +1,87 @@
+"""A finished run's record, small enough to keep in git: its config.json,
+its metrics.jsonl gzipped (metrics.jsonl.gz) and its evaluations (eval/*.json),
+without checkpoints, wandb files or logs.
+
+  python launch/archive_run.py runs/six_popart docs/data/popart_atari/six_popart
+
+launch/plot_runs.py, launch/run_table.py and the analysis notebook read an
+archive as they read the run folder (launch/results.load_run reads
+metrics.jsonl.gz). The run folder's lock is held while it is copied, so a
+run still training is refused in one line; an existing archive is replaced
+only with --overwrite. The gzip header carries no time or name, so archiving
+the same run twice gives the same bytes.
+"""
+
+import glob
+import gzip
+import os
+import shutil
+import sys
+from typing import List
+
+from absl import app
+from absl import flags
+
+from launch import run_folder
+
+_OVERWRITE = None
+METRICS, CONFIG, EVAL = 'metrics.jsonl', 'config.json', 'eval'
+
+
+def _define_flags():
+  """The script's flags, defined only when it runs as a script."""
+  global _OVERWRITE
+  _OVERWRITE = flags.DEFINE_bool('overwrite', False, 'Replace an existing archive.')
+
+
+class ArchiveError(RuntimeError):
+  """A run that cannot be archived, said in one line."""
+
+
+def archive(workdir: str, dest: str, overwrite: bool = False) -> List[str]:
+  """Writes `workdir`'s record to `dest`; returns the paths written."""
+  for name in (METRICS, CONFIG):
+    if not os.path.isfile(os.path.join(workdir, name)):
+      raise ArchiveError(f'{workdir} has no {name}: not a run folder, or the run never started')
+  if os.path.exists(dest) and os.listdir(dest):
+    if not overwrite:
+      raise ArchiveError(f'{dest} exists and is not empty; give --overwrite to replace it')
+  try:
+    lock = run_folder.RunLock(workdir).acquire()
+  except run_folder.RunFolderError as e:
+    raise ArchiveError(str(e)) from None
+  try:
+    tmp = dest.rstrip('/') + '.partial'
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(os.path.join(tmp, EVAL))
+    with open(os.path.join(workdir, METRICS), 'rb') as src, \
+        open(os.path.join(tmp, METRICS + '.gz'), 'wb') as raw, \
+        gzip.GzipFile(filename='', mode='wb', fileobj=raw, mtime=0) as out:
+      shutil.copyfileobj(src, out)
+    shutil.copyfile(os.path.join(workdir, CONFIG), os.path.join(tmp, CONFIG))
+    for path in sorted(glob.glob(os.path.join(workdir, EVAL, '*.json'))):
+      shutil.copyfile(path, os.path.join(tmp, EVAL, os.path.basename(path)))
+    if not os.listdir(os.path.join(tmp, EVAL)):
+      os.rmdir(os.path.join(tmp, EVAL))
+    shutil.rmtree(dest, ignore_errors=True)
+    os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+    os.replace(tmp, dest)   # the archive appears whole or not at all
+  finally:
+    lock.release()
+  return sorted(os.path.relpath(p, dest) for p in glob.glob(os.path.join(dest, '**', '*'),
+                                                          recursive=True) if os.path.isfile(p))
+
+
+def main(argv):
+  if len(argv) != 3:
+    raise app.UsageError('give a run folder and the archive folder to write')
+  try:
+    written = archive(argv[1], argv[2], _OVERWRITE.value)
+  except ArchiveError as e:
+    sys.exit(f'archive_run: {e}')
+  print(f'{argv[2]}: ' + ', '.join(written))
+
+
+if __name__ == '__main__':
+  _define_flags()
+  app.run(main)

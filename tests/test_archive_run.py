@@ -1,0 +1,53 @@
+"""launch/archive_run.py: a run's record without its checkpoints, read back as the run."""
+
+import json
+import os
+
+import pytest
+
+from launch import archive_run, results, run_folder
+
+
+def _run(tmp_path):
+  run = tmp_path / 'run'
+  (run / 'eval').mkdir(parents=True)
+  (run / 'checkpoints' / '1000').mkdir(parents=True)
+  (run / 'checkpoints' / '1000' / 'params').write_bytes(b'\0' * 1000)
+  (run / 'wandb').mkdir()
+  rows = [{'env_steps': 500, 'time': 1.0, 'episode_return/Pong': -21.0},
+          {'env_steps': 1000, 'time': 2.0, 'episode_return/Pong': -20.0}]
+  (run / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
+  (run / 'config.json').write_text(json.dumps({'tasks': [{'name': 'Pong'}]}))
+  (run / 'eval' / '1000.json').write_text(json.dumps({'env_steps': 1000}))
+  return run
+
+
+def test_archive_holds_the_record_and_reads_back_as_the_run(tmp_path):
+  run = _run(tmp_path)
+  dest = tmp_path / 'docs' / 'data' / 'run'
+  written = archive_run.archive(str(run), str(dest))
+  assert written == ['config.json', 'eval/1000.json', 'metrics.jsonl.gz']
+  assert not (dest / 'checkpoints').exists() and not (dest / 'wandb').exists()
+  original, archived = results.load_run(str(run)), results.load_run(str(dest))
+  assert archived.records == original.records and archived.config == original.config
+  assert not (run / run_folder.LOCK_FILE).exists()   # the lock is released
+  first = (dest / 'metrics.jsonl.gz').read_bytes()
+  archive_run.archive(str(run), str(dest), overwrite=True)
+  assert (dest / 'metrics.jsonl.gz').read_bytes() == first   # no time in the gzip header
+
+
+def test_refusals_are_one_line_and_write_nothing(tmp_path):
+  run = _run(tmp_path)
+  dest = tmp_path / 'archive'
+  with pytest.raises(archive_run.ArchiveError, match='no metrics.jsonl'):
+    archive_run.archive(str(tmp_path / 'empty'), str(dest))
+  lock = run_folder.RunLock(str(run)).acquire()   # a trainer still at work
+  try:
+    with pytest.raises(archive_run.ArchiveError, match='in use'):
+      archive_run.archive(str(run), str(dest))
+  finally:
+    lock.release()
+  assert not dest.exists() and not os.path.exists(str(dest) + '.partial')
+  archive_run.archive(str(run), str(dest))
+  with pytest.raises(archive_run.ArchiveError, match='--overwrite'):
+    archive_run.archive(str(run), str(dest))
