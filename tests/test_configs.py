@@ -130,6 +130,19 @@ def test_variant_parsing():
     common.parse_variant('gmae=Pong', {'game': 'Pong'})
 
 
+@pytest.mark.parametrize('raw,value', [('on', True), ('TRUE', True), ('1', True), ('yes', True),
+                                       ('off', False), ('False', False), ('0', False), ('no', False)])
+def test_boolean_variant_words(raw, value):
+  assert common.parse_variant(f'smoke={raw}', {'smoke': not value}) == {'smoke': value}
+
+
+@pytest.mark.parametrize('raw', ['maybe', '', 'ture', '2'])
+def test_boolean_variant_that_is_not_a_boolean_is_refused(raw):
+  # Before, any word but 1/true/yes/on meant False: ':smoke=maybe' started the full run.
+  with pytest.raises(ValueError, match=f"'smoke' is a boolean.*not '{raw}'"):
+    common.parse_variant(f'smoke={raw}', {'smoke': False})
+
+
 def test_nethack_variants_choose_task_and_characters():
   c = _load('nethack_popart', 'task=Staircase,chars=val-dwa-law-fem+wiz-elf-cha-mal')
   assert [t['env_id'] for t in c.tasks] == ['NetHackStaircase-v0'] * 2
