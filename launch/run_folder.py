@@ -190,7 +190,9 @@ def set_aside_metrics(workdir: str, step: int) -> Tuple[int, Optional[str]]:
   """Moves metrics.jsonl rows logged past env step `step` (written after the
   restored checkpoint by a process that stopped without saving) to
   metrics.after-<step>.jsonl, appending if it exists; keeps the rest in
-  place. Returns (rows moved, side file or None)."""
+  place. A line that is not a record with a numeric env_steps (cut by a
+  kill, or edited by hand: `"x"`, null) is moved too. Returns (rows moved,
+  side file or None)."""
   path = os.path.join(workdir, METRICS_FILE)
   if not os.path.isfile(path):
     return 0, None
@@ -200,8 +202,11 @@ def set_aside_metrics(workdir: str, step: int) -> Tuple[int, Optional[str]]:
   for line in lines:
     try:
       record = json.loads(line)
-      env_steps = record.get('env_steps', 0) if isinstance(record, dict) else float('inf')
     except ValueError:  # a line cut by the kill: not a record
+      record = None
+    env_steps = record.get('env_steps', 0) if isinstance(record, dict) else None
+    if isinstance(env_steps, bool) or not isinstance(env_steps, (int, float)) \
+        or env_steps != env_steps:  # not a record, or its env_steps not a number (NaN too)
       moved.append(line if line.endswith('\n') else line + '\n')
       continue
     (moved if env_steps > step else keep).append(line)

@@ -84,6 +84,18 @@ def test_metrics_past_the_checkpoint_move_to_a_side_file(tmp_path):
   assert run_folder.set_aside_metrics(str(tmp_path), 20) == (0, None)  # nothing left past it
 
 
+def test_metrics_rows_without_a_numeric_env_steps_are_set_aside(tmp_path):
+  # Edited by hand or written by a foreign tool: before, the resume was a TypeError traceback.
+  good = [{'env_steps': 10}, {'env_steps': 20.0}]
+  bad = ['{"env_steps": "x"}', '{"env_steps": null}', '{"env_steps": true}', '{"env_steps": NaN}',
+         '[1, 2]', '"text"']
+  lines = [json.dumps(good[0]), *bad[:3], json.dumps(good[1]), *bad[3:]]
+  (tmp_path / 'metrics.jsonl').write_text('\n'.join(lines) + '\n')
+  moved, side = run_folder.set_aside_metrics(str(tmp_path), 20)
+  assert moved == len(bad) and _records(tmp_path / 'metrics.jsonl') == good
+  assert sorted((tmp_path / 'metrics.after-20.jsonl').read_text().splitlines()) == sorted(bad)
+
+
 def test_non_finite_config_numbers_are_rejected():
   for field, value in (('learning_rate', float('nan')), ('optimizer.max_grad_norm', float('inf')),
                        ('discount', -float('inf'))):
