@@ -190,8 +190,9 @@ def set_aside_metrics(workdir: str, step: int) -> Tuple[int, Optional[str]]:
   """Moves metrics.jsonl rows logged past env step `step` (written after the
   restored checkpoint by a process that stopped without saving) to
   metrics.after-<step>.jsonl, appending if it exists; keeps the rest in
-  place. A line that is not a record with a numeric env_steps (cut by a
-  kill, or edited by hand: `"x"`, null) is moved too. Returns (rows moved,
+  place. A line that is not a JSON object, or whose env_steps is not a
+  number (`"x"`, null, NaN: cut by a kill, or edited by hand), is moved
+  too; an object without env_steps counts as env step 0 and stays. Returns (rows moved,
   side file or None)."""
   path = os.path.join(workdir, METRICS_FILE)
   if not os.path.isfile(path):

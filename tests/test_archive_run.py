@@ -51,3 +51,16 @@ def test_refusals_are_one_line_and_write_nothing(tmp_path):
   archive_run.archive(str(run), str(dest))
   with pytest.raises(archive_run.ArchiveError, match='--overwrite'):
     archive_run.archive(str(run), str(dest))
+  (tmp_path / 'a_file').write_text('x')
+  with pytest.raises(archive_run.ArchiveError, match='is a file'):
+    archive_run.archive(str(run), str(tmp_path / 'a_file'))
+
+
+@pytest.mark.parametrize('where', ['run', 'run/eval', '.', 'run/../run/'])
+def test_overwrite_never_touches_the_run_folder(tmp_path, where):
+  # --overwrite replaces the archive folder: one that is, holds or lies in the run is refused.
+  run = _run(tmp_path)
+  before = sorted(str(p) for p in run.rglob('*'))
+  with pytest.raises(archive_run.ArchiveError, match='must lie outside the run folder'):
+    archive_run.archive(str(run), str(tmp_path / where), overwrite=True)
+  assert sorted(str(p) for p in run.rglob('*')) == before
