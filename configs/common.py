@@ -244,15 +244,14 @@ def _ppo(c) -> None:
   c.actors.wait_for_learner = True
 
 
-# The words a boolean variant accepts (any case), and what they mean.
-BOOL_WORDS = {'1': True, 'true': True, 'yes': True, 'on': True,
-              '0': False, 'false': False, 'no': False, 'off': False}
+# The words a boolean variant accepts (any case).
+TRUE_WORDS, FALSE_WORDS = ('1', 'true', 'yes', 'on'), ('0', 'false', 'no', 'off')
 
 
 def parse_variant(arg, defaults: dict) -> dict:
   """Parses 'key=value,flag,list=a+b' against `defaults` (name -> default value).
 
-  A bare key sets a bool to True, key=value sets it from BOOL_WORDS (any
+  A bare key sets a bool to True, key=value sets it from TRUE_WORDS / FALSE_WORDS (any
   other word, or none, is a ValueError); values are converted to the
   default's type; tuples are joined with '+'. Unknown keys raise ValueError
   naming the allowed ones.
@@ -273,12 +272,10 @@ def parse_variant(arg, defaults: dict) -> dict:
         raise ValueError(f'config variant {key!r} needs a value ({key}=...)')
       values[key] = True
     elif isinstance(default, bool):
-      if raw.lower() not in BOOL_WORDS:
-        raise ValueError(f'config variant {key!r} is a boolean: {key}=' + ' or '.join(
-            f'{{{",".join(words)}}}' for words in ((w for w, v in BOOL_WORDS.items() if v),
-                                                     (w for w, v in BOOL_WORDS.items() if not v)))
-                         + f' (or a bare {key}), not {raw!r}')
-      values[key] = BOOL_WORDS[raw.lower()]
+      if raw.lower() not in TRUE_WORDS + FALSE_WORDS:
+        raise ValueError(f'config variant {key!r} is a boolean: {key}={{{",".join(TRUE_WORDS)}}} '
+                         f'or {{{",".join(FALSE_WORDS)}}} (or a bare {key}), not {raw!r}')
+      values[key] = raw.lower() in TRUE_WORDS
     elif isinstance(default, tuple):
       values[key] = tuple(v for v in raw.split('+') if v)
     elif isinstance(default, int):
