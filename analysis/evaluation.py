@@ -12,10 +12,11 @@ no clipping). The policy sees what it saw in training: `prev_reward` is the
 reward after the task's reward scale, as the actor feeds it.
 
 Side effects are the envs only; writing results and videos is
-launch/evaluate.py's job.
+launch/evaluate.py's job (`result_path` names its files).
 """
 
 import dataclasses
+import os
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import jax
@@ -148,6 +149,13 @@ def play_episodes(env, policy: Callable, variables, initial_state, num_episodes:
   return episodes, True, steps, frames
 
 
+def env_seed(seed: int, task_id: int) -> int:
+  """The first env seed of a task's evaluation: seeds of their own, apart
+  from training's (evaluation plays new games), the same for every policy
+  evaluated with the same --seed (launch/evaluate_peer.py plays these games too)."""
+  return seed * 7_919 + 1_000 * task_id
+
+
 def make_task_env(run: LoadedRun, task_id: int, num_envs: int, seed: int, video: bool):
   """(env, frame_fn or None, video fps) for one task, rewards unscaled.
 
@@ -220,9 +228,7 @@ def evaluate_task(run: LoadedRun, task_id: int, num_episodes: int, greedy: bool 
   if num_episodes < 1:
     raise ValueError(f'num_episodes must be >= 1, got {num_episodes}')
   n = min(num_episodes, num_envs)
-  # Seeds of their own, apart from training's: evaluation plays new games.
-  env, frame_fn, fps = make_task_env(run, task_id, n, seed=seed * 7_919 + 1_000 * task_id,
-                                 video=video)
+  env, frame_fn, fps = make_task_env(run, task_id, n, seed=env_seed(seed, task_id), video=video)
   try:
     episodes, complete, steps, frames = play_episodes(
         env, make_policy(run.network, greedy, uniform), run.variables, run.network.initial_state(n),
@@ -267,6 +273,17 @@ def summary(run: LoadedRun, results: Sequence[TaskEvaluation],
   return out
 
 
+def result_path(eval_dir: str, stem: str, overwrite: bool = False) -> str:
+  """eval/<stem>.json, or the first free <stem>.<n>.json (n >= 2) when it
+  exists and `overwrite` is off: no evaluation replaces another unasked."""
+  path = os.path.join(eval_dir, f'{stem}.json')
+  n = 1
+  while not overwrite and os.path.exists(path):
+    n += 1
+    path = os.path.join(eval_dir, f'{stem}.{n}.json')
+  return path
+
+
 def reward_per_point(episodes: Sequence[Episode]) -> Optional[float]:
   """The mean magnitude of the non-zero rewards over all the episodes'
   steps (a game's reward scale: 1 for Pong, tens for Carnival); None when
@@ -284,7 +301,8 @@ def format_table(record: Dict[str, Any]) -> str:
   s = record['settings']
   actions = ('uniformly random' if s.get('uniform') else
              'greedy' if s['greedy'] else 'sampled')
-  lines = [f'{record["workdir"]} at env step {record["env_steps"]:,}: '
+  steps = record['env_steps']
+  lines = [f'{record["workdir"]} at env step {"(unknown)" if steps is None else f"{steps:,}"}: '
            + f'{s["episodes"]} episodes per task, {actions} actions']
   header = ['task', 'episodes', 'return mean', '+- s.e.', 'std', 'median', 'min', 'max',
             'length mean', 'points', 'reward/point', 'hns']

@@ -45,17 +45,6 @@ _OVERWRITE = flags.DEFINE_bool('overwrite', False, 'Replace eval/<step>.json if 
                                'instead of writing eval/<step>.<n>.json beside it.')
 
 
-def result_path(eval_dir: str, stem: str, overwrite: bool = False) -> str:
-  """eval/<stem>.json, or the first free <stem>.<n>.json (n >= 2) when it
-  exists and `overwrite` is off: no evaluation replaces another unasked."""
-  path = os.path.join(eval_dir, f'{stem}.json')
-  n = 1
-  while not overwrite and os.path.exists(path):
-    n += 1
-    path = os.path.join(eval_dir, f'{stem}.{n}.json')
-  return path
-
-
 def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
                    max_video_frames=2000, max_steps=None, num_envs=8, seed=0, out=print,
                    uniform=False, overwrite=False):
@@ -83,7 +72,8 @@ def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
               'max_steps': max_steps, 'num_envs': num_envs}
   record = evaluation.summary(run, results, settings)
   os.makedirs(eval_dir, exist_ok=True)
-  path = result_path(eval_dir, f'{run.env_steps}{"_uniform" if uniform else ""}', overwrite)
+  path = evaluation.result_path(eval_dir, f'{run.env_steps}{"_uniform" if uniform else ""}',
+                                overwrite)
   with open(path, 'w') as f:
     json.dump(record, f, indent=2)
   out(evaluation.format_table(record))
