@@ -33,6 +33,13 @@ ResNet whose 3x10 grid a blstats query attends over, FC 512 x2, LSTM 512).
 
 recipe= picks the optimisation (RECIPES below; docs/nethack.md): fast (the
 default), impala or nle.
+
+popart=false is the main job without PopArt, its ablation: the same agent,
+network and recipe, rewards still unclipped, and one value output shared by
+the characters, as plain multi-task IMPALA has (configs/atari_multitask.py);
+the per-character value outputs are part of what PopArt adds.
+
+  python launch/train.py --config=configs/nethack_popart.py:popart=false
 """
 
 from configs import common
@@ -111,7 +118,7 @@ def _tasks(chars, env_id):
 def get_config(arg=None):
   variant = common.parse_variant(arg, {'task': 'Score', 'chars': DEFAULT_CHARS,
                                        'net': 'nle_fast', 'recipe': 'fast', 'smoke': False,
-                                       'inputs': DEFAULT_INPUTS})
+                                       'inputs': DEFAULT_INPUTS, 'popart': True})
   if variant['task'] not in NLE_TASKS:
     raise ValueError(f'unknown NLE task {variant["task"]!r}; choose one of {", ".join(NLE_TASKS)}')
   if variant['net'] not in NETWORK_LSTM_SIZES:
@@ -122,7 +129,7 @@ def get_config(arg=None):
   c.config_name = 'nethack_popart'
   c.total_env_steps = 1_000_000_000
   c.reward_mode = 'none'        # PopArt handles the scale of in-game score deltas
-  c.popart.enabled = True
+  c.popart.enabled = variant['popart']
   c.network.name = variant['net']
   c.network.lstm_size = NETWORK_LSTM_SIZES[variant['net']]
   if variant['inputs'] and variant['net'] in torsos.EXTRA_INPUT_NETWORKS:

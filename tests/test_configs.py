@@ -168,6 +168,15 @@ def test_nethack_recipes():
     _load('nethack_popart', 'recipe=adam')
 
 
+def test_nethack_popart_off_is_the_same_agent_with_one_shared_value_output():
+  on, off = _load('nethack_popart'), _load('nethack_popart', 'popart=false')
+  assert on.popart.enabled and not off.popart.enabled
+  assert off.reward_mode == on.reward_mode == 'none'  # unclipped either way
+  assert validate(off).num_values == 1 and validate(on).num_values == 4
+  for field in ('learning_rate', 'entropy_cost', 'discount', 'tasks', 'network', 'batch_size'):
+    assert off[field] == on[field], field
+
+
 def test_reward_scales_override_is_a_tuple():
   c = _load('cartpole_popart')
   assert tuple(c.reward_scales) == (1.0, 1000.0)
