@@ -100,6 +100,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.log = ml_collections.ConfigDict()
   c.log.every_seconds = 10.0    # metrics.jsonl / wandb / progress-line cadence
   c.log.progress = True         # print a progress line at each log step
+  c.log.tensorboard = True      # TensorBoard event files in the run folder (tensorboard --logdir runs/)
 
   c.wandb = ml_collections.ConfigDict()
   c.wandb.mode = 'offline'      # 'offline' (no account needed), 'online' or 'disabled'

@@ -302,7 +302,8 @@ def validate(config) -> RunPlan:
                      'actors.num_actors', 'actors.envs_per_actor', 'actors.queue_size',
                      'actors.nle_workers', 'optimizer.max_grad_norm',
                      'optimizer.rmsprop_eps', 'popart.beta'])
-  for name in ('keep_intermediate', 'optimizer.eps_in_sqrt', 'actors.wait_for_learner'):
+  for name in ('keep_intermediate', 'optimizer.eps_in_sqrt', 'actors.wait_for_learner',
+               'log.progress', 'log.tensorboard'):
     value = _field(config, name)
     if not isinstance(value, bool):
       raise ConfigError(name, f'must be True or False, got {value!r}')

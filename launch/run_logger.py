@@ -1,12 +1,16 @@
-"""Where a run's results go: <workdir>/config.json, metrics.jsonl, wandb, terminal.
+"""Where a run's results go: <workdir>/config.json, metrics.jsonl, wandb,
+TensorBoard event files, terminal.
 
 Every metrics line is flushed as it is written, so nothing logged before a
 crash or Ctrl-C is lost. wandb keeps its files inside the workdir; its
-default mode is offline, so no account is needed. With several processes
-only process 0 (`primary`) writes; the others only print their messages.
+default mode is offline, so no account is needed. TensorBoard's event files
+(launch/tensorboard_writer.py; `log.tensorboard`, on by default) go in the
+workdir itself. With several processes only process 0 (`primary`) writes;
+the others only print their messages.
 
-A wandb failure (at start or later, e.g. its wandb-core process died) is a
-warning: wandb is dropped for the rest of the run, `wandb_failed.txt` in the
+A wandb or TensorBoard failure (at start or later, e.g. wandb-core died, a
+full disk under the event writer) is a warning: that writer is dropped for
+the rest of the run, `wandb_failed.txt` / `tensorboard_failed.txt` in the
 workdir says when and why, and metrics.jsonl goes on. A metrics.jsonl that
 cannot be written raises MetricsWriteError naming the file, which the
 trainer answers with a checkpoint and a one-line stop.
@@ -22,8 +26,10 @@ import uuid
 from typing import Dict, Optional, Sequence
 
 from launch.run_folder import RunFolderError
+from launch.tensorboard_writer import TensorBoardWriter
 
 WANDB_FAILED_FILE = 'wandb_failed.txt'
+TENSORBOARD_FAILED_FILE = 'tensorboard_failed.txt'
 
 
 class MetricsWriteError(OSError):
@@ -59,14 +65,17 @@ def _wandb_run_id(workdir: str) -> str:
 class RunLogger:
 
   def __init__(self, workdir: str, config, task_names: Sequence[str], primary: bool = True,
-               process_index: int = 0):
+               process_index: int = 0, resume_step: Optional[int] = None):
+    """`resume_step`: the env step of the checkpoint a resumed run starts
+    from (None: a new run); TensorBoard drops earlier points from there on."""
     self.workdir = workdir
     self._task_names = tuple(task_names)
     self._primary = primary
     self._prefix = '' if primary else f'[process {process_index}] '
-    self._metrics = self._wandb = None
+    self._metrics = self._wandb = self._tensorboard = None
     self.metrics_path = os.path.join(workdir, 'metrics.jsonl')
     self.wandb_failure: Optional[str] = None  # why wandb was dropped, if it was
+    self.tensorboard_failure: Optional[str] = None  # why TensorBoard was dropped, if it was
     if not primary:
       return
     try:
@@ -94,6 +103,11 @@ class RunLogger:
             name=os.path.basename(os.path.normpath(workdir)))
       except Exception as e:  # noqa: BLE001 -- wandb raises many kinds; none may stop the run
         self._wandb_failed(e, 'starting')
+    if config.log.tensorboard:
+      try:
+        self._tensorboard = TensorBoardWriter(workdir, config, resume_step=resume_step)
+      except Exception as e:  # noqa: BLE001 -- no writer may stop the run
+        self._tensorboard_failed(e, 'starting')
 
   def write(self, metrics: Dict) -> None:
     if not self._primary:
@@ -112,6 +126,11 @@ class RunLogger:
                         step=int(metrics['env_steps']))
       except Exception as e:  # noqa: BLE001 -- e.g. wandb-core died: metrics.jsonl goes on
         self._wandb_failed(e, f'logging env step {int(metrics["env_steps"]):,}')
+    if self._tensorboard is not None:
+      try:
+        self._tensorboard.write(metrics)
+      except Exception as e:  # noqa: BLE001 -- e.g. a full disk: metrics.jsonl goes on
+        self._tensorboard_failed(e, f'logging env step {int(metrics["env_steps"]):,}')
     if self._progress:
       self._print_progress(metrics)
 
@@ -139,20 +158,35 @@ class RunLogger:
             f'lag {m["policy_lag"]:.1f} | return {returns or "(no episode yet)"}')
     print(line, file=sys.stdout, flush=True)
 
-  def _wandb_failed(self, e: BaseException, doing: str) -> None:
-    """Drops wandb for the rest of the run, with one warning and a note in
-    the workdir; metrics.jsonl is unaffected."""
+  def _writer_failed(self, name: str, note_file: str, e: BaseException, doing: str) -> str:
+    """One warning and a note in the workdir for a writer dropped for the
+    rest of the run; returns the one-line reason."""
     first = next((line.strip() for line in str(e).splitlines() if line.strip()), '')
     reason = f'{type(e).__name__}: {first}'[:300]
-    self.wandb_failure = reason
-    self.message(f'warning: wandb failed while {doing} ({reason}); wandb is off for the rest '
-                 f'of this run, metrics go on in {self.metrics_path}')
+    self.message(f'warning: {name} failed while {doing} ({reason}); {name} is off for the '
+                 f'rest of this run, metrics go on in {self.metrics_path}')
     try:
-      with open(os.path.join(self.workdir, WANDB_FAILED_FILE), 'a') as f:
+      with open(os.path.join(self.workdir, note_file), 'a') as f:
         f.write(f'{datetime.datetime.now().isoformat(timespec="seconds")} while {doing}: '
                 f'{reason}\n')
     except OSError:
       pass
+    return reason
+
+  def _tensorboard_failed(self, e: BaseException, doing: str) -> None:
+    self.tensorboard_failure = self._writer_failed('TensorBoard', TENSORBOARD_FAILED_FILE, e,
+                                                   doing)
+    writer, self._tensorboard = self._tensorboard, None
+    if writer is not None:
+      try:
+        writer.close()
+      except Exception:  # noqa: BLE001 -- it already failed once
+        pass
+
+  def _wandb_failed(self, e: BaseException, doing: str) -> None:
+    """Drops wandb for the rest of the run, with one warning and a note in
+    the workdir; metrics.jsonl is unaffected."""
+    self.wandb_failure = self._writer_failed('wandb', WANDB_FAILED_FILE, e, doing)
     run, self._wandb = self._wandb, None
     if run is not None:
       try:
@@ -183,3 +217,10 @@ class RunLogger:
         run.finish()
       except Exception as e:  # noqa: BLE001
         self._wandb_failed(e, 'finishing')
+    writer, self._tensorboard = self._tensorboard, None
+    if writer is not None:
+      try:
+        writer.close()
+      except Exception as e:  # noqa: BLE001 -- e.g. its last flush hit a full disk
+        self.tensorboard_failure = self._writer_failed('TensorBoard', TENSORBOARD_FAILED_FILE,
+                                                       e, 'finishing')

@@ -139,7 +139,7 @@ def train(config, stop_requested: threading.Event = None):
       _say('stopped during start-up, before training; nothing to save')
       return None, workdir
     logger = RunLogger(workdir, config, plan.task_names, primary=multihost.is_primary(),
-                       process_index=jax.process_index())
+                       process_index=jax.process_index(), resume_step=resume_step)
     logger.message(f'run folder: {workdir}')
     for note in notes:
       logger.message(note)

@@ -1,0 +1,72 @@
+"""A run's metrics as TensorBoard event files, beside metrics.jsonl and wandb.
+
+`tensorboard --logdir runs/` then shows every run folder (and every PBT
+member's) as a run: the same scalars as metrics.jsonl at x = env_steps
+(`actions/<task>/<action>` frequencies as scalars too), the config as text,
+and its scalar hyperparameters in the HParams tab, ranked by
+`mean_episode_return`. Written with tensorboardX (no TensorFlow); the event
+files go in the run folder itself (`events.out.tfevents.*`).
+
+A resumed run passes `resume_step`, the env step of the checkpoint it resumed
+from: TensorBoard then drops the earlier files' points after that step (no
+checkpoint holds them; metrics.jsonl sets those rows aside alike), so a
+curve has no doubled stretch.
+
+Errors are the caller's to catch (launch/run_logger.py drops TensorBoard
+with one warning and goes on).
+"""
+
+import json
+import uuid
+from typing import Any, Dict, Optional
+
+from configs import resume
+
+FLUSH_SECONDS = 10        # events reach the disk at least this often
+RANKING_METRIC = 'mean_episode_return'  # the HParams tab's metric column
+
+
+def hyperparameters(config) -> Dict[str, Any]:
+  """The config's leaves as HParams values: numbers, strings and bools as
+  they are, lists and tuples as their JSON text (TensorBoard takes no
+  others); `workdir` left out (it names the run already)."""
+  flat = resume.flatten(json.loads(config.to_json_best_effort(sort_keys=True)))
+  out = {}
+  for field, value in flat.items():
+    if field == 'workdir' or value is None:
+      continue
+    out[field] = value if isinstance(value, (bool, int, float, str)) else json.dumps(value)
+  return out
+
+
+def scalars(metrics: Dict[str, Any]) -> Dict[str, float]:
+  """The numeric entries of a metrics row (bools and strings left out)."""
+  return {k: float(v) for k, v in metrics.items()
+          if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+class TensorBoardWriter:
+
+  def __init__(self, logdir: str, config, resume_step: Optional[int] = None):
+    from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
+    from tensorboardX.summary import hparams  # pylint: disable=import-outside-toplevel
+    # The file name has the time in seconds and the host; the suffix keeps a
+    # resume within the same second from overwriting the earlier file.
+    # TensorBoard drops the points at and after `purge_step`.
+    purge_step = None if resume_step is None else resume_step + 1
+    self._writer = SummaryWriter(logdir, purge_step=purge_step, flush_secs=FLUSH_SECONDS,
+                                 filename_suffix=f'.{uuid.uuid4().hex[:8]}')
+    step = resume_step or 0
+    self._writer.add_text('config', '```\n' + config.to_json_best_effort(indent=2, sort_keys=True)
+                          + '\n```', step)
+    for summary in hparams(hyperparameters(config), {RANKING_METRIC: 0.0}):
+      self._writer.file_writer.add_summary(summary, step)
+
+  def write(self, metrics: Dict[str, Any]) -> None:
+    step = int(metrics['env_steps'])
+    for tag, value in scalars(metrics).items():
+      if tag != 'env_steps':
+        self._writer.add_scalar(tag, value, step)
+
+  def close(self) -> None:
+    self._writer.close()
