@@ -28,6 +28,7 @@ multi-task run lines up with single-task runs at the same budget per game:
 dashed line on its panel (--random does that for a single task).
 """
 
+import sys
 from typing import Dict, List, Optional, Tuple
 
 from absl import app
@@ -225,7 +226,11 @@ def main(argv):
   workdirs = argv[1:]
   if not workdirs:
     raise app.UsageError('give one or more run folders')
-  runs = results.load_runs(workdirs)
+  try:
+    runs = results.load_runs(workdirs)
+  except (OSError, ValueError) as e:  # not a run folder, or not its metrics: one line
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
   try:
     uniform = parse_uniform(_UNIFORM.value)
   except ValueError as e:

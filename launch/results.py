@@ -83,7 +83,15 @@ def load_run(workdir: str, name: Optional[str] = None) -> Run:
   else:
     raise FileNotFoundError(f'{workdir} has no metrics.jsonl')
   with opener(path, 'rt') as f:
-    records = stitch_resumed([json.loads(line) for line in f if line.strip()])
+    rows = []
+    for number, line in enumerate(f, 1):
+      if line.strip():
+        try:
+          rows.append(json.loads(line))
+        except ValueError:
+          raise ValueError(f'{path} line {number} is not a JSON metrics row: '
+                           f'{line.strip()[:60]!r}') from None
+  records = stitch_resumed(rows)
   config = None
   if os.path.exists(os.path.join(workdir, 'config.json')):
     with open(os.path.join(workdir, 'config.json')) as f:

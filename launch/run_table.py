@@ -20,6 +20,7 @@ import glob
 import json
 import os
 import re
+import sys
 from typing import Dict, List, Optional
 
 from absl import app
@@ -75,6 +76,8 @@ def score(entry: Dict) -> str:
 
 def run_rows(workdir: str, label: str, window: int) -> List[List[str]]:
   run = results.load_run(workdir, label)
+  if not run.records:
+    raise ValueError(f'{workdir} has no metrics rows yet')
   per_task = plot_runs.per_task_steps(run)
   tasks = run.task_names
   last = run.records[-1]
@@ -119,7 +122,11 @@ def main(argv):
   labels = _LABELS.value or [os.path.basename(os.path.normpath(w)) for w in workdirs]
   if len(labels) != len(workdirs):
     raise app.UsageError(f'--labels has {len(labels)} labels for {len(workdirs)} runs')
-  rows = [row for w, label in zip(workdirs, labels) for row in run_rows(w, label, _WINDOW.value)]
+  try:
+    rows = [row for w, label in zip(workdirs, labels) for row in run_rows(w, label, _WINDOW.value)]
+  except (OSError, ValueError) as e:  # not a run folder, or not its metrics: one line
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
   if _UNIFORM.value:
     rows += uniform_rows(_UNIFORM.value)
   print(markdown(rows))

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from launch import run_table
 
 
@@ -58,3 +60,9 @@ def test_a_run_without_evaluations_or_popart_has_dashes(tmp_path):
   assert run_table.latest_evaluation(str(tmp_path)) is None
   assert run_table.run_rows(str(tmp_path), 'b', 100) == [
       ['b', 'CartPole', '0.00M', '0 min', '10', '-', '-', '-']]
+
+
+def test_a_run_without_metrics_rows_is_named(tmp_path):
+  (tmp_path / 'metrics.jsonl').write_text('')
+  with pytest.raises(ValueError, match='has no metrics rows yet'):
+    run_table.run_rows(str(tmp_path), 'r', 10)
