@@ -5,17 +5,26 @@
 device) without starting envs or threads, and restores a checkpoint into
 its learner state. Evaluation, saliency tools and notebooks all
 start here.
+
+Checkpoints are checked as a resume checks them (agents/checkpoint.py): the
+latest means the newest *intact* one (newer damaged ones are skipped, named
+in `LoadedRun.skipped`, and left where they are: loading only reads), and a
+checkpoint asked for by step that fails its check stops with one line. A
+trainer still writing the run deletes all but its last two checkpoints; one
+deleted while it loads is replaced by the newest intact one then, up to
+RESTORE_TRIES times.
 """
 
 import dataclasses
 import json
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import ml_collections
 
 from agents.builder import build_agent
-from agents.checkpoint import Checkpointer
+from agents import checkpoint
+from agents.checkpoint import CheckpointError, Checkpointer
 from configs import common, validation
 from envs import registry
 from networks import agent as agent_net
@@ -32,6 +41,9 @@ class LoadedRun:
   env_steps: int                      # the checkpoint's env step
   num_actions: int
   observation_spec: Dict[str, tuple]  # the env's keys (without prev_action / prev_reward)
+  skipped: Tuple[Tuple[int, str], ...] = ()  # (step, what is wrong): newer damaged checkpoints
+
+RESTORE_TRIES = 3  # a running trainer may rotate the chosen checkpoint away while it loads
 
 
 def _tuples(value):
@@ -86,7 +98,9 @@ def load_run(workdir: str, step: Optional[int] = None) -> LoadedRun:
 
   FileNotFoundError names what is missing: the folder, its config.json, any
   checkpoint, or the step asked for (listing the steps there are).
-  configs.validation.ConfigError if the saved config no longer validates.
+  configs.validation.ConfigError if the saved config no longer validates;
+  agents.checkpoint.CheckpointError (one line) if the checkpoint asked for,
+  or every one, is damaged.
   """
   config = load_config(workdir)
   checkpointer = Checkpointer(workdir, read_only=True)
@@ -112,10 +126,58 @@ def load_run(workdir: str, step: Optional[int] = None) -> LoadedRun:
                                               plan.observation_keys)
   agent = build_agent(config, plan, num_actions, obs_spec, with_update=False)
   network, like = agent.network, agent.state
-  restored = checkpointer.restore(like, env_steps=step)
   checkpointer.close()
+  restored, skipped = _restore(workdir, like, step)
   state = restored['state']
   return LoadedRun(
       workdir=workdir, config=config, plan=plan, network=network,
       variables={'params': state.params, 'popart': state.popart},
-      env_steps=restored['env_steps'], num_actions=num_actions, observation_spec=obs_spec)
+      env_steps=restored['env_steps'], num_actions=num_actions, observation_spec=obs_spec,
+      skipped=tuple(skipped))
+
+
+def _restore(workdir: str, like, step: Optional[int]):
+  """(restored checkpoint, [(step, what is wrong)] of the newer damaged ones
+  skipped) for `step`, or for the newest intact checkpoint when None. A
+  checkpoint that passes its check but does not restore (one written
+  without a manifest, then damaged) counts as damaged too."""
+  root = checkpoint.directory(workdir)
+  skipped: List[Tuple[int, str]] = []
+  rotated = 0
+  while True:
+    bad = {s for s, _ in skipped}
+    candidates = ([step] if step is not None else
+                  [s for s in reversed(checkpoint.steps_on_disk(workdir)) if s not in bad])
+    if not candidates:
+      if not skipped:  # every checkpoint deleted meanwhile
+        raise FileNotFoundError(f'no checkpoints in {root}')
+      raise CheckpointError(f'every checkpoint in {root} is damaged (the latest, at env step '
+                            f'{skipped[0][0]:,}: {skipped[0][1]})')
+    chosen = candidates[0]
+    step_dir = os.path.join(root, str(chosen))
+    problem = checkpoint.damage(step_dir)
+    if problem is None:
+      reader = Checkpointer(workdir, read_only=True)
+      try:
+        return reader.restore(like, env_steps=chosen), skipped
+      except (CheckpointError, FileNotFoundError) as e:
+        if step is not None and os.path.isdir(step_dir):
+          raise
+        problem = str(e)
+      finally:
+        reader.close()
+    if os.path.isdir(step_dir):  # damaged, not rotated away
+      if step is not None:
+        raise CheckpointError(f'the checkpoint at env step {step:,} in {root} is damaged '
+                              f'({problem})')
+      skipped.append((chosen, problem))
+      continue
+    if step is not None:  # rotated away; another step would not be the one asked for
+      raise FileNotFoundError(f'the checkpoint at env step {step} in {root} was deleted while '
+                              'it loaded (a trainer writing this run keeps its last '
+                              f'{checkpoint.KEEP_LAST}); available now: '
+                              f'{", ".join(map(str, checkpoint.steps_on_disk(workdir)))}')
+    rotated += 1
+    if rotated >= RESTORE_TRIES:
+      raise CheckpointError(f'the newest checkpoint in {root} was deleted while it loaded, '
+                            f'{RESTORE_TRIES} times (a trainer writing this run rotates them)')

@@ -21,6 +21,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from agents.checkpoint import CheckpointError
 from analysis import evaluation
 from analysis.run_loading import load_run
 from configs.validation import ConfigError
@@ -50,6 +51,8 @@ def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
                    uniform=False, overwrite=False):
   """Loads, evaluates every task, writes the JSON (and GIFs); returns the record."""
   run = load_run(workdir, step)
+  for bad_step, what in run.skipped:
+    out(f'skipped the checkpoint at env step {bad_step:,}: damaged ({what})')
   out(f'loaded {workdir} at env step {run.env_steps:,}; playing {episodes} episodes '
       f'of each of {run.plan.num_tasks} task(s)')
   eval_dir = os.path.join(workdir, 'eval')
@@ -90,7 +93,7 @@ def main(argv):
     run_evaluation(_WORKDIR.value, _STEP.value, _EPISODES.value, _GREEDY.value, _VIDEO.value,
                    _MAX_VIDEO_FRAMES.value, _MAX_STEPS.value, _NUM_ENVS.value, _SEED.value,
                    uniform=_UNIFORM.value, overwrite=_OVERWRITE.value)
-  except (FileNotFoundError, ConfigError) as e:
+  except (FileNotFoundError, ConfigError, CheckpointError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
 

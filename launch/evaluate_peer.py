@@ -26,6 +26,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from agents.checkpoint import CheckpointError
 from analysis import evaluation
 from analysis import peer_agent
 from analysis.run_loading import load_run
@@ -56,7 +57,7 @@ def main(argv):
     print(f'NLE agent from {_MODEL_TAR.value}; playing {_EPISODES.value} episodes')
     record = peer_agent.evaluate(run, peer, _MODEL_TAR.value, _TASK.value, _EPISODES.value,
                                  _GREEDY.value, _MAX_STEPS.value, _NUM_ENVS.value, _SEED.value)
-  except (FileNotFoundError, ConfigError, ImportError, ValueError) as e:
+  except (FileNotFoundError, ConfigError, CheckpointError, ImportError, ValueError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
   eval_dir = os.path.join(_WORKDIR.value, 'eval')

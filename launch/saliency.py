@@ -24,6 +24,7 @@ from absl import logging
 import numpy as np
 from PIL import Image
 
+from agents.checkpoint import CheckpointError
 from analysis import evaluation
 from analysis import saliency as sal
 from analysis.run_loading import load_run
@@ -99,7 +100,7 @@ def main(argv):
   warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
   try:
     _explain_to_files()
-  except (SaliencyError, FileNotFoundError, ConfigError) as e:
+  except (SaliencyError, FileNotFoundError, ConfigError, CheckpointError) as e:
     _exit(str(e))
 
 

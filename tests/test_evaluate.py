@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from analysis import evaluation
+from analysis import run_loading
 from analysis.run_loading import checkpoint_steps, load_config, load_run
 from configs import atari_single, cartpole, nethack_popart
 from envs import render
@@ -144,6 +145,67 @@ def test_load_errors_name_what_is_missing(tmp_path, cartpole_run):
   available = ', '.join(map(str, checkpoint_steps(cartpole_run)))
   with pytest.raises(FileNotFoundError, match=f'available: {available}$'):
     load_run(cartpole_run, step=12)
+
+
+def _copy_run(cartpole_run, tmp_path):
+  """A copy of the run to damage; (its folder, its checkpoints folder)."""
+  run = tmp_path / 'copy'
+  shutil.copytree(cartpole_run, run)
+  return str(run), run / 'checkpoints'
+
+
+def _truncate_a_data_file(step_dir):
+  data = sorted(p for p in step_dir.rglob('*') if p.is_file() and p.parent.name == 'd')
+  with open(data[0], 'r+b') as f:
+    f.truncate(max(0, data[0].stat().st_size // 2))
+
+
+def test_evaluation_takes_the_newest_intact_checkpoint_and_names_the_damaged(tmp_path,
+                                                                          cartpole_run):
+  # Before: a 153-line traceback; training's check was not used.
+  run, ckpts = _copy_run(cartpole_run, tmp_path)
+  _truncate_a_data_file(ckpts / '16')
+  out = _cli(f'--workdir={run}', '--episodes=2')
+  assert out.returncode == 0, out.stderr
+  assert 'skipped the checkpoint at env step 16: damaged (' in out.stdout
+  assert f'loaded {run} at env step 8' in out.stdout
+  assert (ckpts / '16').is_dir()  # evaluation only reads: nothing is moved
+  out = _cli(f'--workdir={run}', '--step=16')
+  assert out.returncode == 2 and 'Traceback' not in out.stderr
+  assert out.stderr.startswith(f'error: the checkpoint at env step 16 in {ckpts} is damaged (')
+  assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_checkpoint_without_manifest_that_does_not_restore_is_skipped(tmp_path, cartpole_run):
+  # Cut off before its manifest (verified.json) was written, then damaged.
+  run, ckpts = _copy_run(cartpole_run, tmp_path)
+  (ckpts / '16' / 'verified.json').unlink()
+  _truncate_a_data_file(ckpts / '16')
+  loaded = load_run(run)
+  assert loaded.env_steps == 8
+  assert [s for s, _ in loaded.skipped] == [16]
+  assert 'cannot restore the checkpoint at env step 16' in loaded.skipped[0][1]
+
+
+def test_a_checkpoint_rotated_away_while_it_loads_is_replaced(tmp_path, cartpole_run,
+                                                              monkeypatch):
+  # Before: 4 of 4 evaluations beside a rotating trainer ended in a traceback.
+  run, ckpts = _copy_run(cartpole_run, tmp_path)
+  restore = run_loading.Checkpointer.restore
+  calls = []
+
+  def rotating(self, like, env_steps=None):
+    calls.append(env_steps)
+    if len(calls) == 1:  # the trainer deletes it while it loads
+      shutil.rmtree(ckpts / str(env_steps))
+      raise FileNotFoundError(f'no checkpoint at env step {env_steps}')
+    return restore(self, like, env_steps=env_steps)
+
+  monkeypatch.setattr(run_loading.Checkpointer, 'restore', rotating)
+  assert load_run(run).env_steps == 8 and calls == [16, 8]
+  calls.clear()
+  with pytest.raises(FileNotFoundError, match='at env step 8 .* was deleted while it loaded'):
+    load_run(run, step=8)
 
 
 def test_runs_written_before_a_config_field_existed_still_load(tmp_path, cartpole_run):
