@@ -17,7 +17,7 @@ with one warning and goes on).
 """
 
 import json
-import uuid
+import time
 from typing import Any, Dict, Optional
 
 from configs import resume
@@ -50,12 +50,14 @@ class TensorBoardWriter:
   def __init__(self, logdir: str, config, resume_step: Optional[int] = None):
     from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
     from tensorboardX.summary import hparams  # pylint: disable=import-outside-toplevel
-    # The file name has the time in seconds and the host; the suffix keeps a
-    # resume within the same second from overwriting the earlier file.
+    # The file name has the time in seconds and the host; TensorBoard reads
+    # a folder's files in name order. The nanosecond suffix keeps a resume
+    # within the same second from overwriting the earlier file and sorts it
+    # after it.
     # TensorBoard drops the points at and after `purge_step`.
     purge_step = None if resume_step is None else resume_step + 1
     self._writer = SummaryWriter(logdir, purge_step=purge_step, flush_secs=FLUSH_SECONDS,
-                                 filename_suffix=f'.{uuid.uuid4().hex[:8]}')
+                                 filename_suffix=f'.{time.time_ns()}')
     step = resume_step or 0
     self._writer.add_text('config', '```\n' + config.to_json_best_effort(indent=2, sort_keys=True)
                           + '\n```', step)

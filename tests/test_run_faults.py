@@ -18,31 +18,15 @@ import pytest
 from agents import checkpoint
 from agents.checkpoint import Checkpointer
 from agents.trainer import NonFiniteError, Trainer
-from configs import cartpole
 from configs.validation import validate
 from faults import largest_data_file
 from launch import run_folder
 from launch.run_folder import RunFolderError
 from launch.train import RunStopped, train
+from training_runs import read_records as _records
+from training_runs import smoke_config as _smoke
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _records(path):
-  with open(path) as f:
-    return [json.loads(line) for line in f]
-
-
-def _smoke(workdir, updates=3, every_update=True):
-  config = cartpole.get_config('smoke')
-  config.workdir = str(workdir)
-  config.wandb.mode = 'disabled'
-  config.num_learner_devices = 1
-  per_update = config.unroll_length * config.batch_size
-  config.total_env_steps = updates * per_update
-  if every_update:
-    config.checkpoint_every_steps = per_update
-  return config, per_update
 
 
 def _command(workdir, *overrides):

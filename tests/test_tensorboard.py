@@ -5,7 +5,6 @@ failing writer that is one warning while metrics.jsonl goes on. The files are
 read back with TensorBoard's own reader."""
 
 import glob
-import json
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -14,28 +13,14 @@ from configs import cartpole
 from launch import run_logger
 from launch import tensorboard_writer
 from launch.train import train
-
-
-def _smoke(workdir, updates=3):
-  config = cartpole.get_config('smoke')
-  config.workdir = str(workdir)
-  config.wandb.mode = 'disabled'
-  config.num_learner_devices = 1
-  per_update = config.unroll_length * config.batch_size
-  config.total_env_steps = updates * per_update
-  config.checkpoint_every_steps = per_update
-  return config, per_update
+from training_runs import read_records as _records
+from training_runs import smoke_config as _smoke
 
 
 def _read(logdir):
   events = EventAccumulator(str(logdir), size_guidance={'scalars': 0, 'tensors': 0})
   events.Reload()
   return events
-
-
-def _records(path):
-  with open(path) as f:
-    return [json.loads(line) for line in f]
 
 
 def test_a_run_writes_its_metrics_config_and_hyperparameters(tmp_path):

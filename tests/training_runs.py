@@ -3,7 +3,29 @@
 import json
 import os
 
+from configs import cartpole
 from launch.train import train
+
+
+def read_records(path):
+  """A metrics.jsonl's rows."""
+  with open(path) as f:
+    return [json.loads(line) for line in f]
+
+
+def smoke_config(workdir, updates=3, every_update=True):
+  """(CartPole smoke config for `updates` learner updates in `workdir` on one
+  learner device, wandb off, a checkpoint every update unless told not to;
+  env steps per update)."""
+  config = cartpole.get_config('smoke')
+  config.workdir = str(workdir)
+  config.wandb.mode = 'disabled'
+  config.num_learner_devices = 1
+  per_update = config.unroll_length * config.batch_size
+  config.total_env_steps = updates * per_update
+  if every_update:
+    config.checkpoint_every_steps = per_update
+  return config, per_update
 
 
 def train_and_read(config, tmp_path, log_every_seconds=2.0):
