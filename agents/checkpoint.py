@@ -15,10 +15,18 @@ the files against that manifest, newest first; damaged checkpoints move to
 `<workdir>/checkpoints.damaged/` (kept, out of orbax's sight) and the run
 resumes from the newest intact one. Older checkpoints are deleted only
 after a newer one verified, so the last intact one is never deleted while a
-damaged one is kept. Checkpoints written before manifests existed are
+damaged one is kept.
+
+A checkpoint cut off between orbax's write and its manifest (a kill in
+those milliseconds) has no manifest either. `checkpoints/manifests.json`,
+written when a trainer first opens the folder, says from which env step on
+every checkpoint has one: a checkpoint from that step without a manifest is
+damaged ("no manifest: cut off before it was verified") and is set aside
+like any other. Older checkpoints, written before manifests existed, are
 checked for orbax's own metadata files only.
 """
 
+import errno
 import hashlib
 import json
 import os
@@ -36,6 +44,8 @@ from agents.learner import LearnerState
 SUBDIR = 'checkpoints'
 DAMAGED_SUBDIR = 'checkpoints.damaged'
 MANIFEST = 'verified.json'
+# In checkpoints/: {"from_step": N}, every checkpoint at env step >= N has a manifest.
+MANIFESTS_SINCE = 'manifests.json'
 # orbax's metadata, present in every finished checkpoint of ours (older ones
 # without a manifest are checked for it alone).
 REQUIRED = ('default/_METADATA',)
@@ -86,6 +96,10 @@ def damage(step_dir: str) -> Optional[str]:
   missing (checkpoints without a manifest)."""
   manifest_path = os.path.join(step_dir, MANIFEST)
   if not os.path.isfile(manifest_path):
+    since = manifests_from_step(os.path.dirname(os.path.abspath(step_dir)))
+    name = os.path.basename(os.path.normpath(step_dir))
+    if since is not None and name.isdigit() and int(name) >= since:
+      return f'no {MANIFEST}: cut off before it was verified'
     missing = [rel for rel in REQUIRED if not os.path.isfile(os.path.join(step_dir, rel))]
     return f'{missing[0]} is missing' if missing else None
   try:
@@ -101,6 +115,49 @@ def damage(step_dir: str) -> Optional[str]:
       return f'{rel} has {os.path.getsize(path):,} bytes, {size:,} when written'
     if _digest(path) != digest:
       return f'{rel} differs from what was written'
+  return None
+
+
+def manifests_from_step(checkpoint_dir: str) -> Optional[int]:
+  """The env step from which every checkpoint in `checkpoint_dir` has a
+  manifest (None: a folder written before manifests existed)."""
+  try:
+    with open(os.path.join(checkpoint_dir, MANIFESTS_SINCE)) as f:
+      return int(json.load(f)['from_step'])
+  except FileNotFoundError:
+    return None
+  except (OSError, ValueError, KeyError, TypeError):
+    return 0  # unreadable: hold every checkpoint to a manifest
+
+
+def _mark_manifests(checkpoint_dir: str) -> None:
+  """Writes MANIFESTS_SINCE once: checkpoints from after the newest one now
+  on disk will have manifests."""
+  path = os.path.join(checkpoint_dir, MANIFESTS_SINCE)
+  if os.path.exists(path):
+    return
+  steps = [int(n) for n in os.listdir(checkpoint_dir) if n.isdigit()]
+  tmp = path + '.tmp'
+  with open(tmp, 'w') as f:
+    json.dump({'from_step': max(steps) + 1 if steps else 0}, f)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def _no_space(e: BaseException) -> Optional[str]:
+  """'no space left on device' (or the quota's words) if `e` or an error it
+  came from is a full disk, else None."""
+  seen = set()
+  while e is not None and id(e) not in seen:
+    seen.add(id(e))
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+      return os.strerror(e.errno).lower()
+    text = str(e)
+    for words in ('No space left on device', 'Disk quota exceeded'):
+      if words in text:
+        return words.lower()
+    e = e.__cause__ or e.__context__
   return None
 
 
@@ -154,6 +211,8 @@ class Checkpointer:
             max_to_keep=None, create=not read_only, read_only=read_only,
             save_interval_steps=0 if read_only else 1,
             enable_async_checkpointing=False))
+    if primary and not read_only:
+      _mark_manifests(self.directory)
 
   @property
   def directory(self) -> str:
@@ -177,8 +236,18 @@ class Checkpointer:
     # with several processes orbax writes them and the replicated state once.
     item = {'state': state._asdict(), 'env_steps': np.asarray(env_steps, np.int64),
             'rng': np.asarray(jax.random.key_data(rng))}
-    self._manager.save(env_steps, args=ocp.args.StandardSave(item))
-    self._manager.wait_until_finished()
+    try:
+      self._manager.save(env_steps, args=ocp.args.StandardSave(item))
+      self._manager.wait_until_finished()
+    except Exception as e:  # noqa: BLE001 -- orbax wraps OS errors in several kinds
+      full = _no_space(e)
+      if not full:
+        raise
+      intact = [s for s in self.steps() if s != env_steps]
+      newest = (f'the newest intact checkpoint is at env step {intact[-1]:,} in {self.directory}'
+                if intact else 'no checkpoint was written before it')
+      raise CheckpointError(f'cannot write the checkpoint at env step {env_steps:,}: {full}; '
+                            f'{newest}. Free space and resume with the same command') from None
     # Process 0 verifies; every process acts on its verdict alike (orbax's
     # delete is collective).
     problem = self._verify_written(env_steps, item) if self._primary else None

@@ -12,6 +12,18 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+# A job started with & from a script has SIGINT (and SIGQUIT) ignored at
+# entry, and bash cannot trap a signal ignored at entry: `kill -INT` would do
+# nothing. Start over once with SIGINT and SIGTERM at their defaults, so that
+# the trap below forwards them.
+if [[ -z "${MULTIHOST_LOCAL_SIGNALS:-}" ]]; then
+  export MULTIHOST_LOCAL_SIGNALS=1
+  exec "${PYTHON:-python}" -c 'import os, signal, sys
+for s in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(s, signal.SIG_DFL)
+os.execvp("bash", ["bash", *sys.argv[1:]])' "launch/$(basename "$0")" "$@"
+fi
+
 if [[ $# -lt 2 || ! "$1" =~ ^[1-9][0-9]*$ ]]; then
   echo "usage: $0 NUM_PROCESSES --config=... [--config.workdir=...] [train.py flags]" >&2
   exit 2

@@ -32,9 +32,41 @@ class RunFolderError(RuntimeError):
   """The run folder cannot be used as asked; the message is one line."""
 
 
+# Room for the longest path a run writes inside its folder: orbax's temporary
+# checkpoint folders and data files (checkpoints/<step>.orbax-checkpoint-tmp-
+# <time>/default/ocdbt.process_0/d/<32 hex>), set-aside copies, TensorBoard's
+# event files: about 150 bytes; twice that to be safe.
+INNER_PATH_ROOM = 300
+
+
+def check_path_length(workdir: str) -> None:
+  """RunFolderError if the filesystem would refuse the paths a run writes in
+  `workdir`: a name in it longer than the filesystem's NAME_MAX, or the
+  whole path too long to leave INNER_PATH_ROOM under PATH_MAX. (Before:
+  a 4,000-character path was accepted, and the first checkpoint failed.)"""
+  path = os.path.abspath(workdir)
+  probe = path
+  while not os.path.exists(probe):
+    probe = os.path.dirname(probe)
+  try:
+    name_max, path_max = os.pathconf(probe, 'PC_NAME_MAX'), os.pathconf(probe, 'PC_PATH_MAX')
+  except (OSError, ValueError):
+    name_max, path_max = 255, 4096
+  for part in path.split(os.sep):
+    if len(part.encode()) > name_max:
+      raise RunFolderError(f'workdir {workdir[:60]}...: the name {part[:40]}... is '
+                           f'{len(part.encode()):,} bytes; this filesystem allows {name_max}. '
+                           'Choose a shorter --config.workdir')
+  if len(path.encode()) + INNER_PATH_ROOM > path_max:
+    raise RunFolderError(f'workdir {path[:60]}... is {len(path.encode()):,} bytes long; with the '
+                         f'{INNER_PATH_ROOM} a run needs for the files inside it, that passes this '
+                         f"filesystem's limit of {path_max:,}. Choose a shorter --config.workdir")
+
+
 def check_usable(workdir: str) -> None:
-  """Creates `workdir` if needed; RunFolderError if it is a file or cannot
-  be written."""
+  """Creates `workdir` if needed; RunFolderError if it is a file, cannot be
+  written, or its path is too long for the files a run writes in it."""
+  check_path_length(workdir)
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise RunFolderError(f'workdir {workdir} is a file, not a folder; choose another '
                          '--config.workdir')

@@ -125,7 +125,7 @@ def train(config, stop_requested: threading.Event = None):
       # Every process writes to and resumes from process 0's run folder.
       config.workdir = multihost.allgather_json(resolve_workdir(config))[0]
     workdir = config.workdir
-    lock, resume_step, notes = _open_run_folder(config)
+    lock, resume_step, notes, allowed = _open_run_folder(config)
   except BaseException:
     _restore_handlers(previous_handlers)
     raise
@@ -138,13 +138,24 @@ def train(config, stop_requested: threading.Event = None):
     if _stop_agreed(stop_requested):
       _say('stopped during start-up, before training; nothing to save')
       return None, workdir
+    _say(f'run folder: {workdir}')
+    for note in notes:
+      _say(note)
+    multihost.on_peer_stop(lambda: (trainer and trainer.close(), logger and logger.close()))
+    # The trainer restores the checkpoint; only then is anything written
+    # (config.json, metrics, rows and configs set aside): a resume that
+    # cannot restore leaves the folder as it was.
+    trainer = Trainer(config, plan, stop_requested)
+    if multihost.is_primary():
+      for note in _adopt_run_folder(workdir, resume_step, allowed, config.total_env_steps):
+        _say(note)
+    if resume_step is not None:
+      note = _schedule_note(allowed, trainer.version, trainer.schedule,
+                            plan.env_steps_per_update)
+      if note:
+        _say(note)
     logger = RunLogger(workdir, config, plan.task_names, primary=multihost.is_primary(),
                        process_index=jax.process_index(), resume_step=resume_step)
-    logger.message(f'run folder: {workdir}')
-    for note in notes:
-      logger.message(note)
-    multihost.on_peer_stop(lambda: (trainer and trainer.close(), logger.close()))
-    trainer = Trainer(config, plan, stop_requested)
     if multi:
       logger.message(f'process {jax.process_index()} of {jax.process_count()}: '
                      f'{len(plan.learner_devices)} learner devices in all')
@@ -236,15 +247,16 @@ def _interrupted_line(trainer, workdir: str) -> str:
 
 def _open_run_folder(config):
   """Readies the run folder for training; returns (lock or None, the env
-  step to resume from or None, lines to print).
+  step to resume from or None, lines to print, the allowed config changes).
 
   Process 0 checks the folder is usable, takes its lock, checks a resume
   against the saved config (nothing but the lock is written before that
   passes), finds the newest intact checkpoint and sets damaged newer ones
-  aside, moves metrics rows logged past that checkpoint to a side file, and
-  keeps the previous config.json when allowed fields changed. Its verdict
-  reaches every process: a RunFolderError stops all of them alike."""
+  aside. Its verdict reaches every process: a RunFolderError stops all of
+  them alike. What a resume changes besides (metrics rows, the previous
+  config) waits for the restore: `_adopt_run_folder`."""
   workdir, lock, notes, problem, step = config.workdir, None, [], None, None
+  allowed = []
   if multihost.is_primary():
     try:
       run_folder.check_usable(workdir)
@@ -267,15 +279,6 @@ def _open_run_folder(config):
                      f'{moved}')
       if damaged:
         notes.append(f'resuming from the newest intact checkpoint, at env step {step:,}')
-      if step is None or step < config.total_env_steps:
-        moved_rows, side = run_folder.set_aside_metrics(workdir, step or 0)
-        if moved_rows:
-          notes.append(f'{moved_rows} metrics rows logged after env step {step or 0:,} (no '
-                       f'checkpoint holds them) moved to {side}')
-        if allowed and step is not None:
-          kept = run_folder.keep_previous_config(workdir, step)
-          notes.append(f'resuming with changed {resume.describe(allowed)} (the config before '
-                       f'is kept in {kept})')
     except (run_folder.RunFolderError, OSError, ValueError) as e:
       if lock is not None:
         lock.release()
@@ -286,7 +289,47 @@ def _open_run_folder(config):
     problem, step = multihost.allgather_json([problem, step])[0]
   if problem is not None:
     raise run_folder.RunFolderError(problem)
-  return lock, step, notes
+  return lock, step, notes, allowed
+
+
+def _adopt_run_folder(workdir: str, step, allowed, total_env_steps: int):
+  """Process 0, once the checkpoint at `step` (None: a new run) restored:
+  moves metrics rows logged past it to a side file and keeps the previous
+  config.json when allowed fields changed; returns lines to print."""
+  notes = []
+  if step is not None and step >= total_env_steps:
+    return notes
+  try:
+    moved_rows, side = run_folder.set_aside_metrics(workdir, step or 0)
+    if moved_rows:
+      notes.append(f'{moved_rows} metrics rows logged after env step {step or 0:,} (no '
+                   f'checkpoint holds them) moved to {side}')
+    if allowed and step is not None:
+      kept = run_folder.keep_previous_config(workdir, step)
+      notes.append(f'resuming with changed {resume.describe(allowed)} (the config before '
+                   f'is kept in {kept})')
+  except (OSError, ValueError) as e:
+    raise run_folder.RunFolderError(
+        f'cannot prepare {workdir} for training: {type(e).__name__}: {e}') from None
+  return notes
+
+
+def _schedule_note(allowed, update: int, schedule, env_steps_per_update: int) -> str:
+  """On a resume that changed total_env_steps: the line saying where the
+  learning rate goes ('' otherwise). The rate anneals linearly to 0 over
+  the run's total, so a new total moves it at the same learner update. The
+  run follows the new total (a finished run's old schedule is at 0, and
+  training on needs a rate), and says so: the rate before and after."""
+  changed = {field: (old, new) for field, old, new in allowed}
+  if 'total_env_steps' not in changed:
+    return ''
+  old_total, new_total = changed['total_env_steps']
+  old_rate = float(changed.get('learning_rate', (schedule(0),))[0])
+  old_updates = max(1, -(-int(old_total) // env_steps_per_update))
+  before = old_rate * max(0.0, 1.0 - update / old_updates)
+  return (f'total_env_steps: saved {old_total:,}, now {new_total:,}; the learning rate anneals '
+          f'linearly to 0 over the new total: at learner update {update:,}, where this run '
+          f'resumes, it is {float(schedule(update)):.3g} (the saved total had {before:.3g})')
 
 
 def _validate_everywhere(config):

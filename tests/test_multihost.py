@@ -201,6 +201,29 @@ def test_sigterm_to_one_process_stops_both_at_one_update(tmp_path):
   assert max(checkpoints) == last['env_steps']
 
 
+def test_sigint_to_the_script_started_in_the_background_stops_both(tmp_path):
+  # `launch/multihost_local.sh 2 ... &` from a script starts with SIGINT ignored,
+  # which bash cannot trap: before, `kill -INT` did nothing and the run went on.
+  workdir = tmp_path / 'run'
+  proc = subprocess.Popen(
+      ['bash', 'launch/multihost_local.sh', '2', *SMOKE, f'--config.workdir={workdir}',
+       '--config.total_env_steps=1000000', '--config.log.every_seconds=0.5'],
+      cwd=ROOT, env={**_env(), 'PYTHON': sys.executable}, stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True, start_new_session=True,
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+  try:
+    _wait_for_metrics(workdir / 'metrics.jsonl')
+    proc.send_signal(signal.SIGINT)
+    out = proc.communicate(timeout=120)[0]
+  finally:
+    if proc.poll() is None:
+      os.killpg(proc.pid, signal.SIGKILL)
+  assert proc.returncode == 0, out
+  last = _metrics(workdir)[-1]
+  assert last['env_steps'] < 1000000
+  assert out.count(f'interrupted at env step {last["env_steps"]:,}') == 2, out
+
+
 def test_uneven_device_counts_stop_every_process_at_start(tmp_path):
   procs = _start(['launch/train.py', *SMOKE, f'--config.workdir={tmp_path / "run"}'],
                  tmp_path, devices=(2, 1))

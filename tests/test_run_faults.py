@@ -89,6 +89,85 @@ def test_every_checkpoint_damaged_stops_before_writing(tmp_path):
   assert (tmp_path / 'run' / 'metrics.jsonl').read_text() == before
 
 
+def test_a_checkpoint_cut_off_before_its_manifest_is_set_aside_on_resume(tmp_path, capsys):
+  # Before: trusted unchecked; damaged too, the resume ended in "cannot restore" (exit 2)
+  # instead of going back to the intact checkpoint before it.
+  config, per_update = _smoke(tmp_path / 'run', updates=2)
+  config.keep_intermediate = True
+  train(config)
+  last = tmp_path / 'run' / checkpoint.SUBDIR / str(2 * per_update)
+  os.remove(last / checkpoint.MANIFEST)
+  with open(largest_data_file(last), 'r+b') as f:
+    f.truncate(10)
+  capsys.readouterr()
+  config, _ = _smoke(tmp_path / 'run', updates=3)
+  config.keep_intermediate = True
+  state, _ = train(config)
+  err = capsys.readouterr().err
+  assert (f'the checkpoint at env step {2 * per_update:,} is damaged (no verified.json: cut off '
+          'before it was verified)') in err
+  assert f'resuming from the newest intact checkpoint, at env step {per_update:,}' in err
+  assert int(state.step) == 3
+
+
+def test_a_resume_that_cannot_restore_writes_nothing(tmp_path):
+  # Before: config.json (deleted) was rewritten with lstm_size 64 before the restore
+  # failed, and the original command was then refused ("saved 64, now 0").
+  config, per_update = _smoke(tmp_path / 'run', updates=1)
+  train(config)
+  run = tmp_path / 'run'
+  os.remove(run / 'config.json')
+  before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+  config, _ = _smoke(run, updates=2)
+  config.network.lstm_size = 64
+  with pytest.raises(checkpoint.CheckpointError, match='cannot restore the checkpoint at env step'):
+    train(config)
+  assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+  config, _ = _smoke(run, updates=2)  # the original command goes on
+  state, _ = train(config)
+  assert int(state.step) == 2
+  assert json.loads((run / 'config.json').read_text())['network']['lstm_size'] == 0
+
+
+def test_a_full_disk_stops_in_one_line_naming_the_newest_intact_checkpoint(tmp_path,
+                                                                          monkeypatch):
+  # Before: a 56-line orbax traceback ending "No space left on device".
+  import errno
+  import orbax.checkpoint as ocp
+  config, per_update = _smoke(tmp_path / 'run', updates=3)
+  real_save = ocp.CheckpointManager.save
+
+  def save(self, step, *args, **kwargs):
+    if step >= 2 * per_update:
+      raise ValueError('writing failed') from OSError(errno.ENOSPC, 'No space left on device')
+    return real_save(self, step, *args, **kwargs)
+
+  monkeypatch.setattr(ocp.CheckpointManager, 'save', save)
+  with pytest.raises(checkpoint.CheckpointError) as e:
+    train(config)
+  root = tmp_path / 'run' / checkpoint.SUBDIR
+  assert str(e.value) == (
+      f'cannot write the checkpoint at env step {2 * per_update:,}: no space left on device; '
+      f'the newest intact checkpoint is at env step {per_update:,} in {root}. Free space and '
+      'resume with the same command')
+  monkeypatch.setattr(ocp.CheckpointManager, 'save', real_save)
+  state, _ = train(config)  # space freed: the same command goes on from there
+  assert int(state.step) == 3
+
+
+def test_a_workdir_path_too_long_for_the_filesystem_is_refused_at_start(tmp_path):
+  # Before: a ~4,000-character path trained two updates, then the first save failed.
+  deep = tmp_path.joinpath(*['d' * 200] * 20)
+  config, _ = _smoke(deep, updates=1)
+  with pytest.raises(RunFolderError, match=r"bytes long; with the 300 a run needs for the files "
+                     r"inside it, that passes this filesystem's limit of 4,096"):
+    train(config)
+  assert not os.path.exists(tmp_path / ('d' * 200))
+  config, _ = _smoke(tmp_path / ('n' * 300), updates=1)
+  with pytest.raises(RunFolderError, match='is 300 bytes; this filesystem allows 255'):
+    train(config)
+
+
 def test_a_changed_network_on_resume_stops_before_anything_is_written(tmp_path):
   config, _ = _smoke(tmp_path / 'run', updates=1)
   train(config)
@@ -118,6 +197,25 @@ def test_allowed_changes_resume_and_keep_the_previous_config(tmp_path, capsys):
   kept = json.loads((tmp_path / 'run' / f'config.{per_update}.json').read_text())
   assert kept['learning_rate'] == 0.003
   assert json.loads((tmp_path / 'run' / 'config.json').read_text())['learning_rate'] == 1e-4
+
+
+def test_a_longer_resume_says_where_the_learning_rate_goes(tmp_path, capsys):
+  # Before: the rate jumped (at the same learner update, from the old schedule's
+  # value to the new total's) without a word.
+  config, per_update = _smoke(tmp_path / 'run', updates=2)
+  train(config)
+  rate = config.learning_rate
+  capsys.readouterr()
+  config, _ = _smoke(tmp_path / 'run', updates=4)
+  train(config)
+  err = capsys.readouterr().err
+  assert (f'total_env_steps: saved {2 * per_update:,}, now {4 * per_update:,}; the learning rate '
+          'anneals linearly to 0 over the new total: at learner update 2, where this run '
+          f'resumes, it is {rate / 2:.3g} (the saved total had 0)') in err
+  resumed = _records(tmp_path / 'run' / 'metrics.jsonl')[-2:]
+  assert [r['learner_steps'] for r in resumed] == [3, 4]
+  np.testing.assert_allclose([r['learning_rate'] for r in resumed],
+                             [rate * (1 - k / 4) for k in (2, 3)], rtol=1e-5)
 
 
 def test_resuming_a_finished_run_says_so(tmp_path, capsys):

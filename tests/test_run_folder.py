@@ -117,6 +117,27 @@ def _tiny_state(value=0.0):
                       opt_state={'nu': np.ones(5, np.float32)}, step=np.asarray(1, np.int32))
 
 
+def test_a_checkpoint_without_its_manifest_is_damaged_unless_written_before_manifests(tmp_path):
+  ckpt = Checkpointer(str(tmp_path), keep_intermediate=True)
+  for step in (10, 20):
+    assert ckpt.save(step, _tiny_state(step), jax.random.key(0))
+  ckpt.close()
+  root = tmp_path / checkpoint.SUBDIR
+  assert json.loads((root / checkpoint.MANIFESTS_SINCE).read_text()) == {'from_step': 0}
+  os.remove(root / '20' / checkpoint.MANIFEST)  # a kill between orbax's write and the manifest
+  assert checkpoint.find_intact(str(tmp_path)) == (
+      10, [(20, 'no verified.json: cut off before it was verified')])
+  # A folder written before manifests existed: its checkpoints have none and are
+  # checked for orbax's metadata alone; a trainer opening it marks only later ones.
+  os.remove(root / checkpoint.MANIFESTS_SINCE)
+  os.remove(root / '10' / checkpoint.MANIFEST)
+  assert checkpoint.find_intact(str(tmp_path)) == (20, [])
+  Checkpointer(str(tmp_path)).close()
+  assert json.loads((root / checkpoint.MANIFESTS_SINCE).read_text()) == {'from_step': 21}
+  assert checkpoint.find_intact(str(tmp_path)) == (20, [])
+  Checkpointer(str(tmp_path), read_only=True).close()  # an evaluation marks nothing
+
+
 def test_checkpoints_are_verified_and_damage_is_found(tmp_path):
   ckpt = Checkpointer(str(tmp_path), keep_intermediate=True)
   for step in (10, 20, 30):
