@@ -231,7 +231,12 @@ class Checkpointer:
     fails verification is set aside and named in `problems` (the earlier
     ones stay); the next save tries again."""
     if env_steps in self._manager.all_steps():
-      return False
+      if not self._primary or damage(os.path.join(self.directory, str(env_steps))) is None:
+        return False
+      # Written but cut off before its manifest (a second signal during the
+      # final save, say): set aside and written again.
+      set_aside(self._workdir, env_steps)
+      self._manager.reload()
     # Host values (env steps, the key's data) are the same on every process;
     # with several processes orbax writes them and the replicated state once.
     item = {'state': state._asdict(), 'env_steps': np.asarray(env_steps, np.int64),

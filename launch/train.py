@@ -441,6 +441,10 @@ def main(argv):
             file=sys.stderr)
       return
     train(config, _STOP)
+    # The run's last line is out: a signal now would only break the exit
+    # (a KeyboardInterrupt traceback from an atexit callback).
+    for sig in (signal.SIGINT, signal.SIGTERM):
+      signal.signal(sig, signal.SIG_IGN)
     if multihost.is_multiprocess():
       # Each process says goodbye and process 0 leaves last, without JAX's
       # shutdown at interpreter exit: that aborted process 1 ("FATAL:

@@ -138,6 +138,23 @@ def test_a_checkpoint_without_its_manifest_is_damaged_unless_written_before_mani
   Checkpointer(str(tmp_path), read_only=True).close()  # an evaluation marks nothing
 
 
+def test_saving_again_a_checkpoint_cut_off_before_its_manifest_rewrites_it(tmp_path):
+  # A second signal during the final save left it without verified.json, and the
+  # retry took the step as saved.
+  ckpt = Checkpointer(str(tmp_path))
+  assert ckpt.save(10, _tiny_state(1.0), jax.random.key(0))
+  root = tmp_path / checkpoint.SUBDIR
+  os.remove(root / '10' / checkpoint.MANIFEST)
+  assert ckpt.save(10, _tiny_state(2.0), jax.random.key(0))
+  assert (root / '10' / checkpoint.MANIFEST).exists()
+  assert (tmp_path / checkpoint.DAMAGED_SUBDIR / '10').is_dir()
+  assert checkpoint.find_intact(str(tmp_path)) == (10, [])
+  assert not ckpt.save(10, _tiny_state(3.0), jax.random.key(0))  # verified: once per step
+  restored = ckpt.restore(_tiny_state(), 10)
+  assert float(restored['state'].params['w'][0, 0]) == 2.0
+  ckpt.close()
+
+
 def test_checkpoints_are_verified_and_damage_is_found(tmp_path):
   ckpt = Checkpointer(str(tmp_path), keep_intermediate=True)
   for step in (10, 20, 30):
