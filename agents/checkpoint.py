@@ -204,6 +204,7 @@ class Checkpointer:
     self._keep_intermediate = keep_intermediate
     self._primary = primary  # writes the manifests and deletes old checkpoints
     self.problems: List[str] = []  # checkpoints that failed verification when written
+    self._verified: set = set()     # steps this process wrote (or found intact) and verified
     # Rotation is ours (after verification), not orbax's max_to_keep.
     self._manager = ocp.CheckpointManager(
         directory(workdir),
@@ -212,7 +213,11 @@ class Checkpointer:
             save_interval_steps=0 if read_only else 1,
             enable_async_checkpointing=False))
     if primary and not read_only:
-      _mark_manifests(self.directory)
+      try:
+        _mark_manifests(self.directory)
+      except OSError as e:
+        raise CheckpointError(f'cannot write {os.path.join(self.directory, MANIFESTS_SINCE)}: '
+                              f'{e.strerror or e}') from None
 
   @property
   def directory(self) -> str:
@@ -230,12 +235,22 @@ class Checkpointer:
     written now, False when that step is saved already. A checkpoint that
     fails verification is set aside and named in `problems` (the earlier
     ones stay); the next save tries again."""
+    if env_steps in self._verified:
+      return False
+    self._manager.reload()  # orbax's list may lag a save cut off by a signal
     if env_steps in self._manager.all_steps():
-      if not self._primary or damage(os.path.join(self.directory, str(env_steps))) is None:
+      # Written before (by an earlier run, or cut off before its manifest by a
+      # second signal during the final save): kept if intact, else set aside
+      # and written again. Process 0 decides; every process acts alike.
+      step_dir = os.path.join(self.directory, str(env_steps))
+      problem = damage(step_dir) if self._primary else None
+      problem = multihost.allgather_json(problem)[0]
+      if problem is None:
+        self._verified.add(env_steps)
         return False
-      # Written but cut off before its manifest (a second signal during the
-      # final save, say): set aside and written again.
-      set_aside(self._workdir, env_steps)
+      if self._primary:
+        set_aside(self._workdir, env_steps)
+      multihost.allgather_json(None)  # moved before anyone reloads
       self._manager.reload()
     # Host values (env steps, the key's data) are the same on every process;
     # with several processes orbax writes them and the replicated state once.
@@ -245,17 +260,15 @@ class Checkpointer:
       self._manager.save(env_steps, args=ocp.args.StandardSave(item))
       self._manager.wait_until_finished()
     except Exception as e:  # noqa: BLE001 -- orbax wraps OS errors in several kinds
-      full = _no_space(e)
-      if not full:
-        raise
-      intact = [s for s in self.steps() if s != env_steps]
-      newest = (f'the newest intact checkpoint is at env step {intact[-1]:,} in {self.directory}'
-                if intact else 'no checkpoint was written before it')
-      raise CheckpointError(f'cannot write the checkpoint at env step {env_steps:,}: {full}; '
-                            f'{newest}. Free space and resume with the same command') from None
+      self._raise_if_disk_full(env_steps, e)
+      raise
     # Process 0 verifies; every process acts on its verdict alike (orbax's
     # delete is collective).
-    problem = self._verify_written(env_steps, item) if self._primary else None
+    try:
+      problem = self._verify_written(env_steps, item) if self._primary else None
+    except Exception as e:  # noqa: BLE001 -- only a full disk escapes _verify_written
+      self._raise_if_disk_full(env_steps, e)
+      raise
     problem = multihost.allgather_json(problem)[0]
     if problem is not None:
       moved = set_aside(self._workdir, env_steps) if self._primary else 'checkpoints.damaged'
@@ -265,8 +278,22 @@ class Checkpointer:
                            f'({problem}); moved to {moved}')
       logging.warning('%s', self.problems[-1])
       return True
+    self._verified.add(env_steps)
     self._rotate()
     return True
+
+  def _raise_if_disk_full(self, env_steps: int, e: BaseException) -> None:
+    """The one-line CheckpointError naming the newest intact checkpoint, if
+    `e` comes from a full disk; returns otherwise."""
+    full = _no_space(e)
+    if not full:
+      return
+    intact = [s for s in self.steps() if s != env_steps and (
+        s in self._verified or damage(os.path.join(self.directory, str(s))) is None)]
+    newest = (f'the newest intact checkpoint is at env step {intact[-1]:,} in {self.directory}'
+              if intact else 'no checkpoint was written before it')
+    raise CheckpointError(f'cannot write the checkpoint at env step {env_steps:,}: {full}; '
+                          f'{newest}. Free space and resume with the same command') from None
 
   def _verify_written(self, env_steps: int, item) -> Optional[str]:
     step_dir = os.path.join(self.directory, str(env_steps))
@@ -278,6 +305,8 @@ class Checkpointer:
         return "its metadata does not list the state's arrays"
       write_manifest(step_dir)
     except Exception as e:  # noqa: BLE001 -- any failure to read it back is damage
+      if _no_space(e):  # not damage: the disk is full (save() says so in one line)
+        raise
       return f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}'
     return damage(step_dir)
 

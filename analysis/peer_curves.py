@@ -36,7 +36,7 @@ class Curve(NamedTuple):
   steps: np.ndarray    # agent steps at the row
   seconds: np.ndarray  # wall-clock seconds since the run's first log line
   returns: np.ndarray  # mean return of the games in the row
-  games: np.ndarray    # how many games the row averages (1 where not logged)
+  games: np.ndarray    # how many games the row averages (NLE's agent: 1 per row, not logged)
 
 
 def log_times(lines: Sequence[str]):
@@ -50,9 +50,17 @@ def log_times(lines: Sequence[str]):
       points.append((when, int(m.group(2))))
   if not points:
     raise ValueError("no 'Steps N @' lines: not the output of python -m nle.agent.agent")
+  for (_, before), (when, after) in zip(points, points[1:]):
+    if after < before:
+      raise ValueError(f'the agent\'s steps go back from {before:,} to {after:,} at {when}: '
+                       'logs of several runs? Give the output of one')
   t0 = points[0][0]
-  return (np.array([s for _, s in points], np.float64),
-          np.array([(t - t0).total_seconds() for t, _ in points], np.float64))
+  steps = np.array([s for _, s in points], np.float64)
+  seconds = np.array([(t - t0).total_seconds() for t, _ in points], np.float64)
+  # A line repeats the last step while the learner waits: the step was
+  # reached at its first line.
+  first = np.concatenate([[True], steps[1:] != steps[:-1]])
+  return steps[first], seconds[first]
 
 
 def peer_curve(logs_tsv: str, log_path: str) -> Curve:
@@ -66,6 +74,8 @@ def peer_curve(logs_tsv: str, log_path: str) -> Curve:
     header[0] = header[0].lstrip('# ').strip()
     step_col, return_col = header.index('Step'), header.index('mean_episode_return')
     for row in reader:
+      if len(row) <= max(step_col, return_col):  # cut off: the agent still writing, or killed
+        continue
       value = float(row[return_col])
       if math.isfinite(value):
         steps.append(float(row[step_col]))
@@ -78,11 +88,19 @@ def peer_curve(logs_tsv: str, log_path: str) -> Curve:
 
 def our_curve(records: Sequence[dict], task: str) -> Curve:
   """Our run's curve for one task from its metrics.jsonl rows."""
-  rows = [r for r in records if r.get(f'episodes/{task}')]
-  if not rows:
+  # `time` restarts at 0 in each process of a resumed run: made to keep going.
+  times, offset, last = [], 0.0, 0.0
+  for r in records:
+    if r['time'] + offset < last:
+      offset = last - r['time']
+    last = r['time'] + offset
+    times.append(last)
+  keep = [i for i, r in enumerate(records) if r.get(f'episodes/{task}')]
+  if not keep:
     raise ValueError(f'no finished games of task {task!r} in the metrics')
+  rows = [records[i] for i in keep]
   return Curve(np.array([r['env_steps'] for r in rows], np.float64),
-               np.array([r['time'] for r in rows], np.float64),
+               np.array([times[i] for i in keep], np.float64),
                np.array([r[f'episode_return/{task}'] for r in rows], np.float64),
                np.array([r[f'episodes/{task}'] for r in rows], np.float64))
 

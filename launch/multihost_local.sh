@@ -21,7 +21,7 @@ if [[ -z "${MULTIHOST_LOCAL_SIGNALS:-}" ]]; then
   exec "${PYTHON:-python}" -c 'import os, signal, sys
 for s in (signal.SIGINT, signal.SIGTERM):
     signal.signal(s, signal.SIG_DFL)
-os.execvp("bash", ["bash", *sys.argv[1:]])' "launch/$(basename "$0")" "$@"
+os.execv(sys.argv[1], sys.argv[1:])' "$BASH" "launch/$(basename "$0")" "$@"
 fi
 
 if [[ $# -lt 2 || ! "$1" =~ ^[1-9][0-9]*$ ]]; then
@@ -38,7 +38,15 @@ for arg in "$@"; do
 done
 [[ -n "$workdir" ]] && mkdir -p "$workdir"
 
+# Ctrl-C or SIGTERM to this script reaches every process once: train.py
+# stops them all at one update with a final checkpoint. The processes get
+# process groups of their own (set -m while they start), so that a Ctrl-C
+# in a terminal, sent to the whole foreground group, does not reach them a
+# second time beside the forwarded SIGTERM (a second signal stops without a
+# final checkpoint).
 pids=()
+trap 'kill -TERM "${pids[@]}" 2>/dev/null' INT TERM
+set -m
 for ((i = 0; i < n; i++)); do
   log="/dev/null"
   [[ -n "$workdir" ]] && log="$workdir/process_$i.log"
@@ -48,10 +56,7 @@ for ((i = 0; i < n; i++)); do
     > >(tee -a "$log" | sed -u "s/^/[p$i] /") 2>&1 &
   pids+=("$!")
 done
-
-# Ctrl-C or SIGTERM to this script reaches every process: train.py stops
-# them all at one update with a final checkpoint.
-trap 'kill -TERM "${pids[@]}" 2>/dev/null' INT TERM
+set +m
 
 status=0
 for i in "${!pids[@]}"; do

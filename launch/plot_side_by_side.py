@@ -100,6 +100,8 @@ def main(argv):
   _plot(curves, labels, 'steps', _BIN_STEPS.value, end_steps, f'{_OUTPUT.value}_steps.png', title)
   _plot(curves, labels, 'seconds', _BIN_SECONDS.value, end_seconds, f'{_OUTPUT.value}_time.png',
         f'{task}: training returns, {_BIN_SECONDS.value:g}-second bins')
+  print(f"Training return per {_BIN_STEPS.value:,}-step bin, mean +- s.e. (games; for "
+        f"{peer_label}: logged rows, each the games that ended in one learner step, about one)")
   print(f'| agent steps | {ours_label} | {peer_label} |')
   print('| --- | --- | --- |')
   ours_bins = {b.lo: b for b in peer_curves.binned(ours, _BIN_STEPS.value, 'steps', steps)}

@@ -53,12 +53,12 @@ def check_path_length(workdir: str) -> None:
   except (OSError, ValueError):
     name_max, path_max = 255, 4096
   for part in path.split(os.sep):
-    if len(part.encode()) > name_max:
+    if len(os.fsencode(part)) > name_max:
       raise RunFolderError(f'workdir {workdir[:60]}...: the name {part[:40]}... is '
-                           f'{len(part.encode()):,} bytes; this filesystem allows {name_max}. '
+                           f'{len(os.fsencode(part)):,} bytes; this filesystem allows {name_max}. '
                            'Choose a shorter --config.workdir')
-  if len(path.encode()) + INNER_PATH_ROOM > path_max:
-    raise RunFolderError(f'workdir {path[:60]}... is {len(path.encode()):,} bytes long; with the '
+  if len(os.fsencode(path)) + INNER_PATH_ROOM > path_max:
+    raise RunFolderError(f'workdir {path[:60]}... is {len(os.fsencode(path)):,} bytes long; with the '
                          f'{INNER_PATH_ROOM} a run needs for the files inside it, that passes this '
                          f"filesystem's limit of {path_max:,}. Choose a shorter --config.workdir")
 

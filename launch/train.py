@@ -196,13 +196,17 @@ def train(config, stop_requested: threading.Event = None):
       multihost.announce_failure(f'{type(e).__name__}: {e}')
     raise
   finally:
-    _restore_handlers(previous_handlers)
-    if trainer is not None:
-      trainer.close()
-    if logger is not None:
-      logger.close()
-    if lock is not None:
-      lock.release()
+    try:  # a second signal during the cleanup must not skip the rest of it
+      for sig in previous_handlers:
+        signal.signal(sig, signal.SIG_IGN)
+      if trainer is not None:
+        trainer.close()
+      if logger is not None:
+        logger.close()
+      if lock is not None:
+        lock.release()
+    finally:
+      _restore_handlers(previous_handlers)
   return state, config.workdir
 
 
@@ -325,7 +329,12 @@ def _schedule_note(allowed, update: int, schedule, env_steps_per_update: int) ->
     return ''
   old_total, new_total = changed['total_env_steps']
   old_rate = float(changed.get('learning_rate', (schedule(0),))[0])
-  old_updates = max(1, -(-int(old_total) // env_steps_per_update))
+  # Env steps per update as saved (batch_size and unroll_length may change too).
+  per_update = env_steps_per_update
+  for field in ('batch_size', 'unroll_length'):
+    if field in changed and changed[field][1]:
+      per_update = per_update * int(changed[field][0]) // int(changed[field][1])
+  old_updates = max(1, -(-int(old_total) // max(per_update, 1)))
   before = old_rate * max(0.0, 1.0 - update / old_updates)
   return (f'total_env_steps: saved {old_total:,}, now {new_total:,}; the learning rate anneals '
           f'linearly to 0 over the new total: at learner update {update:,}, where this run '
@@ -446,12 +455,11 @@ def main(argv):
     for sig in (signal.SIGINT, signal.SIGTERM):
       signal.signal(sig, signal.SIG_IGN)
     if multihost.is_multiprocess():
-      # Each process says goodbye and process 0 leaves last, without JAX's
-      # shutdown at interpreter exit: that aborted process 1 ("FATAL:
-      # exception not rethrown", status 134) in about 1 run of 10.
-      multihost.leave(0)
+      multihost.finish(0)  # not JAX's exit-time shutdown: it aborted process 1 now and then
   except (validation.ConfigError, run_folder.RunFolderError, checkpoint.CheckpointError) as e:
     print(f'error: {e}', file=sys.stderr)
+    if multihost.is_multiprocess():
+      multihost.leave(2)  # peers may be stopping: no shutdown barrier with them
     sys.exit(2)
   except Exception as e:  # noqa: BLE001 -- every failure ends in one line (and tells peers)
     _fail(e)

@@ -96,9 +96,15 @@ def _script(workdir, total_env_steps):
   try:
     out = proc.communicate(timeout=300)[0]
   except subprocess.TimeoutExpired:
-    os.killpg(proc.pid, signal.SIGKILL)  # the script and both training processes
+    _kill_script(proc, workdir)
     raise
   return proc.returncode, out
+
+
+def _kill_script(proc, workdir):
+  """The script and its training processes (in process groups of their own)."""
+  os.killpg(proc.pid, signal.SIGKILL)
+  subprocess.run(['pkill', '-KILL', '-f', f'--config.workdir={workdir}'], check=False)
 
 
 def _metrics(workdir):
@@ -217,7 +223,7 @@ def test_sigint_to_the_script_started_in_the_background_stops_both(tmp_path):
     out = proc.communicate(timeout=120)[0]
   finally:
     if proc.poll() is None:
-      os.killpg(proc.pid, signal.SIGKILL)
+      _kill_script(proc, workdir)
   assert proc.returncode == 0, out
   last = _metrics(workdir)[-1]
   assert last['env_steps'] < 1000000

@@ -44,15 +44,35 @@ def test_the_peer_curve_keeps_rows_with_games_at_interpolated_times(tmp_path):
   curve = _peer(tmp_path)
   np.testing.assert_array_equal(curve.steps, [500, 2000, 3000])
   np.testing.assert_array_equal(curve.returns, [10, 20, 40])
-  # Steps 0 at 0 s, 1000 at 10 s (the repeat at 15 s is ignored), 3000 at 30 s:
-  # 500 -> 5 s, 2000 -> between (1000, 15 s) and (3000, 30 s) -> 22.5 s.
-  np.testing.assert_allclose(curve.seconds, [5.0, 22.5, 30.0])
+  # Steps 0 at 0 s, 1000 at 10 s (its repeat at 15 s is dropped), 3000 at 30 s:
+  # 500 -> 5 s, 2000 -> between (1000, 10 s) and (3000, 30 s) -> 20 s.
+  np.testing.assert_allclose(curve.seconds, [5.0, 20.0, 30.0])
   np.testing.assert_array_equal(curve.games, [1, 1, 1])
 
 
-def test_a_log_without_step_lines_is_refused(tmp_path):
+def test_a_log_without_step_lines_or_with_two_runs_is_refused(tmp_path):
   with pytest.raises(ValueError, match="no 'Steps N @' lines"):
     peer_curves.log_times(['hello', 'world'])
+  lines = STDOUT.splitlines()
+  with pytest.raises(ValueError, match='steps go back from 3,000 to 0'):
+    peer_curves.log_times(lines + lines)
+
+
+def test_a_cut_off_last_row_is_skipped(tmp_path):
+  (tmp_path / 'latest').mkdir()
+  (tmp_path / 'latest' / 'logs.tsv').write_text(LOGS_TSV + '3640\t1.0')
+  (tmp_path / 'nle.log').write_text(STDOUT)
+  curve = peer_curves.peer_curve(str(tmp_path / 'latest' / 'logs.tsv'), str(tmp_path / 'nle.log'))
+  assert list(curve.steps) == [500, 2000, 3000]
+
+
+def test_our_time_keeps_going_across_a_resume():
+  records = [{'env_steps': 10, 'time': 5.0, 'episodes/t': 1, 'episode_return/t': 1.0},
+             {'env_steps': 20, 'time': 9.0},
+             {'env_steps': 30, 'time': 2.0, 'episodes/t': 2, 'episode_return/t': 3.0}]
+  curve = peer_curves.our_curve(records, 't')
+  np.testing.assert_array_equal(curve.seconds, [5.0, 9.0])  # resumed: 2 s after 9 s -> 9 s
+  np.testing.assert_array_equal(curve.games, [1, 2])
 
 
 def test_the_weighted_mean_and_its_standard_error_by_hand():

@@ -145,6 +145,8 @@ def test_saving_again_a_checkpoint_cut_off_before_its_manifest_rewrites_it(tmp_p
   assert ckpt.save(10, _tiny_state(1.0), jax.random.key(0))
   root = tmp_path / checkpoint.SUBDIR
   os.remove(root / '10' / checkpoint.MANIFEST)
+  ckpt.close()
+  ckpt = Checkpointer(str(tmp_path))  # as the save after the interrupted one finds it
   assert ckpt.save(10, _tiny_state(2.0), jax.random.key(0))
   assert (root / '10' / checkpoint.MANIFEST).exists()
   assert (tmp_path / checkpoint.DAMAGED_SUBDIR / '10').is_dir()
