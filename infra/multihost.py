@@ -268,6 +268,7 @@ def leave(code: int) -> None:
       while time.monotonic() < deadline:
         byes = {_process_of(k) for k, _ in client.key_value_dir_get(f'{_KEY}/bye/')}
         if set(range(jax.process_count())) <= byes | gone:
+          time.sleep(0.5)  # each leaves right after its goodbye: let it be gone first
           break
         time.sleep(0.2)
   except Exception:
@@ -278,20 +279,21 @@ def leave(code: int) -> None:
 def finish(code: int = 0) -> None:
   """Ends a process of a multi-process run that finished (every process
   calls it), without JAX's exit-time shutdown, which aborted process 1 about
-  once in ten runs ("FATAL: exception not rethrown"). Each process says
-  goodbye; the others then wait (bounded) for process 0's, which comes after
-  its cleanup (closing the logger, wandb), so that none of them is gone, and
-  silent, while process 0 still works. Process 0 leaves last, as in `leave`."""
+  once in ten runs ("FATAL: exception not rethrown"). Process 0 hosts the
+  coordination service, and a process still connected when it goes is
+  aborted by JAX; so the others wait (bounded) for process 0's "done", which
+  comes after its cleanup (closing the logger, wandb), then say goodbye and
+  leave at once, and process 0 leaves once it has every goodbye (`leave`)."""
   try:
     client, me = _client(), jax.process_index()
-    client.key_value_set(f'{_KEY}/bye/{me}', '1', allow_overwrite=True)
-    if me != 0:
+    if me == 0:
+      client.key_value_set(f'{_KEY}/done/0', '1', allow_overwrite=True)
+    else:
       deadline = time.monotonic() + BYE_SECONDS
       while time.monotonic() < deadline:
-        byes = {_process_of(k) for k, _ in client.key_value_dir_get(f'{_KEY}/bye/')}
-        if 0 in byes:
+        if client.key_value_dir_get(f'{_KEY}/done/'):
           break
-        time.sleep(0.2)
+        time.sleep(0.1)
   except Exception:  # process 0 gone already: nothing to wait for
     pass
   leave(code)
