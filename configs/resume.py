@@ -70,3 +70,26 @@ def _short(value: Any, limit: int = 120) -> str:
 def describe(diffs: List[Tuple]) -> str:
   """'a.b: saved X, now Y; c: ...' on one line."""
   return '; '.join(f'{field}: saved {_short(old)}, now {_short(new)}' for field, old, new in diffs)
+
+
+def schedule_note(allowed, update: int, schedule, env_steps_per_update: int) -> str:
+  """On a resume that changed total_env_steps: the line saying where the
+  learning rate goes ('' otherwise). The rate anneals linearly to 0 over
+  the run's total, so a new total moves it at the same learner update. The
+  run follows the new total (a finished run's old schedule is at 0, and
+  training on needs a rate), and says so: the rate before and after."""
+  changed = {field: (old, new) for field, old, new in allowed}
+  if 'total_env_steps' not in changed:
+    return ''
+  old_total, new_total = changed['total_env_steps']
+  old_rate = float(changed.get('learning_rate', (schedule(0),))[0])
+  # Env steps per update as saved (batch_size and unroll_length may change too).
+  per_update = env_steps_per_update
+  for field in ('batch_size', 'unroll_length'):
+    if field in changed and changed[field][1]:
+      per_update = per_update * int(changed[field][0]) // int(changed[field][1])
+  old_updates = max(1, -(-int(old_total) // max(per_update, 1)))
+  before = old_rate * max(0.0, 1.0 - update / old_updates)
+  return (f'total_env_steps: saved {old_total:,}, now {new_total:,}; the learning rate anneals '
+          f'linearly to 0 over the new total: at learner update {update:,}, where this run '
+          f'resumes, it is {float(schedule(update)):.3g} (the saved total had {before:.3g})')

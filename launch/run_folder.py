@@ -58,8 +58,8 @@ def check_path_length(workdir: str) -> None:
                            f'{len(os.fsencode(part)):,} bytes; this filesystem allows {name_max}. '
                            'Choose a shorter --config.workdir')
   if len(os.fsencode(path)) + INNER_PATH_ROOM > path_max:
-    raise RunFolderError(f'workdir {path[:60]}... is {len(os.fsencode(path)):,} bytes long; with the '
-                         f'{INNER_PATH_ROOM} a run needs for the files inside it, that passes this '
+    raise RunFolderError(f'workdir {path[:60]}... is {len(os.fsencode(path)):,} bytes long; '
+                         f'with the {INNER_PATH_ROOM} a run needs for the files inside it, that passes this '
                          f"filesystem's limit of {path_max:,}. Choose a shorter --config.workdir")
 
 
@@ -257,3 +257,24 @@ def set_aside_metrics(workdir: str, step: int) -> Tuple[int, Optional[str]]:
     os.fsync(f.fileno())
   os.replace(tmp, path)
   return len(moved), side
+
+
+def adopt(workdir: str, step: Optional[int], allowed: List[Tuple]) -> List[str]:
+  """Process 0, once the checkpoint at `step` (None: a new run) restored (a
+  resume writes nothing before that): moves metrics rows logged past it to
+  a side file and keeps the previous config.json when allowed fields
+  changed; returns lines to print."""
+  notes = []
+  try:
+    moved_rows, side = set_aside_metrics(workdir, step or 0)
+    if moved_rows:
+      notes.append(f'{moved_rows} metrics rows logged after env step {step or 0:,} (no '
+                   f'checkpoint holds them) moved to {side}')
+    if allowed and step is not None:
+      kept = keep_previous_config(workdir, step)
+      notes.append(f'resuming with changed {resume.describe(allowed)} (the config before '
+                   f'is kept in {kept})')
+  except (OSError, ValueError) as e:
+    raise RunFolderError(
+        f'cannot prepare {workdir} for training: {type(e).__name__}: {e}') from None
+  return notes

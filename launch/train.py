@@ -147,13 +147,12 @@ def train(config, stop_requested: threading.Event = None):
     # cannot restore leaves the folder as it was.
     trainer = Trainer(config, plan, stop_requested)
     if multihost.is_primary():
-      for note in _adopt_run_folder(workdir, resume_step, allowed, config.total_env_steps):
+      for note in run_folder.adopt(workdir, resume_step, allowed):
         _say(note)
-    if resume_step is not None:
-      note = _schedule_note(allowed, trainer.version, trainer.schedule,
-                            plan.env_steps_per_update)
-      if note:
-        _say(note)
+    note = resume.schedule_note(allowed, trainer.version, trainer.schedule,
+                                plan.env_steps_per_update)
+    if note:
+      _say(note)
     logger = RunLogger(workdir, config, plan.task_names, primary=multihost.is_primary(),
                        process_index=jax.process_index(), resume_step=resume_step)
     if multi:
@@ -258,7 +257,7 @@ def _open_run_folder(config):
   passes), finds the newest intact checkpoint and sets damaged newer ones
   aside. Its verdict reaches every process: a RunFolderError stops all of
   them alike. What a resume changes besides (metrics rows, the previous
-  config) waits for the restore: `_adopt_run_folder`."""
+  config) waits for the restore: `run_folder.adopt`."""
   workdir, lock, notes, problem, step = config.workdir, None, [], None, None
   allowed = []
   if multihost.is_primary():
@@ -294,51 +293,6 @@ def _open_run_folder(config):
   if problem is not None:
     raise run_folder.RunFolderError(problem)
   return lock, step, notes, allowed
-
-
-def _adopt_run_folder(workdir: str, step, allowed, total_env_steps: int):
-  """Process 0, once the checkpoint at `step` (None: a new run) restored:
-  moves metrics rows logged past it to a side file and keeps the previous
-  config.json when allowed fields changed; returns lines to print."""
-  notes = []
-  if step is not None and step >= total_env_steps:
-    return notes
-  try:
-    moved_rows, side = run_folder.set_aside_metrics(workdir, step or 0)
-    if moved_rows:
-      notes.append(f'{moved_rows} metrics rows logged after env step {step or 0:,} (no '
-                   f'checkpoint holds them) moved to {side}')
-    if allowed and step is not None:
-      kept = run_folder.keep_previous_config(workdir, step)
-      notes.append(f'resuming with changed {resume.describe(allowed)} (the config before '
-                   f'is kept in {kept})')
-  except (OSError, ValueError) as e:
-    raise run_folder.RunFolderError(
-        f'cannot prepare {workdir} for training: {type(e).__name__}: {e}') from None
-  return notes
-
-
-def _schedule_note(allowed, update: int, schedule, env_steps_per_update: int) -> str:
-  """On a resume that changed total_env_steps: the line saying where the
-  learning rate goes ('' otherwise). The rate anneals linearly to 0 over
-  the run's total, so a new total moves it at the same learner update. The
-  run follows the new total (a finished run's old schedule is at 0, and
-  training on needs a rate), and says so: the rate before and after."""
-  changed = {field: (old, new) for field, old, new in allowed}
-  if 'total_env_steps' not in changed:
-    return ''
-  old_total, new_total = changed['total_env_steps']
-  old_rate = float(changed.get('learning_rate', (schedule(0),))[0])
-  # Env steps per update as saved (batch_size and unroll_length may change too).
-  per_update = env_steps_per_update
-  for field in ('batch_size', 'unroll_length'):
-    if field in changed and changed[field][1]:
-      per_update = per_update * int(changed[field][0]) // int(changed[field][1])
-  old_updates = max(1, -(-int(old_total) // max(per_update, 1)))
-  before = old_rate * max(0.0, 1.0 - update / old_updates)
-  return (f'total_env_steps: saved {old_total:,}, now {new_total:,}; the learning rate anneals '
-          f'linearly to 0 over the new total: at learner update {update:,}, where this run '
-          f'resumes, it is {float(schedule(update)):.3g} (the saved total had {before:.3g})')
 
 
 def _validate_everywhere(config):

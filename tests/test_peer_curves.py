@@ -102,7 +102,8 @@ def test_the_command_writes_both_figures_and_the_summary(tmp_path):
   run = tmp_path / 'run'
   run.mkdir()
   rows = [{'env_steps': s, 'time': s / 100, 'episodes/mon-hum-neu-mal': 2,
-           'episode_return/mon-hum-neu-mal': r} for s, r in ((800, 5.0), (1600, 15.0), (3200, 25.0))]
+           'episode_return/mon-hum-neu-mal': r}
+          for s, r in ((800, 5.0), (1600, 15.0), (3200, 25.0))]
   (run / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
   out = subprocess.run(
       [sys.executable, 'launch/plot_side_by_side.py', f'--run={run}', f'--peer_dir={tmp_path}',

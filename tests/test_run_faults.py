@@ -56,17 +56,24 @@ def _metric_rows(path):
 
 # ------------------------------------------------ faults in real runs (in-process)
 
-def test_a_damaged_latest_checkpoint_resumes_from_the_newest_intact_one(tmp_path, capsys):
-  config, per_update = _smoke(tmp_path / 'run', updates=3)
+def _keeping_all(workdir, updates):
+  """The smoke config keeping every checkpoint; (config, env steps per update)."""
+  config, per_update = _smoke(workdir, updates=updates)
   config.keep_intermediate = True
-  train(config)
-  root = tmp_path / 'run' / checkpoint.SUBDIR
-  with open(largest_data_file(root / str(3 * per_update)), 'r+b') as f:
+  return config, per_update
+
+
+def _truncate_data(step_dir):
+  with open(largest_data_file(step_dir), 'r+b') as f:
     f.truncate(10)
+
+
+def test_a_damaged_latest_checkpoint_resumes_from_the_newest_intact_one(tmp_path, capsys):
+  config, per_update = _keeping_all(tmp_path / 'run', updates=3)
+  train(config)
+  _truncate_data(tmp_path / 'run' / checkpoint.SUBDIR / str(3 * per_update))
   capsys.readouterr()
-  config, _ = _smoke(tmp_path / 'run', updates=5)
-  config.keep_intermediate = True
-  state, _ = train(config)
+  state, _ = train(_keeping_all(tmp_path / 'run', updates=5)[0])
   err = capsys.readouterr().err
   assert f'the checkpoint at env step {3 * per_update:,} is damaged' in err
   assert f'resuming from the newest intact checkpoint, at env step {2 * per_update:,}' in err
@@ -92,17 +99,13 @@ def test_every_checkpoint_damaged_stops_before_writing(tmp_path):
 def test_a_checkpoint_cut_off_before_its_manifest_is_set_aside_on_resume(tmp_path, capsys):
   # Before: trusted unchecked; damaged too, the resume ended in "cannot restore" (exit 2)
   # instead of going back to the intact checkpoint before it.
-  config, per_update = _smoke(tmp_path / 'run', updates=2)
-  config.keep_intermediate = True
+  config, per_update = _keeping_all(tmp_path / 'run', updates=2)
   train(config)
   last = tmp_path / 'run' / checkpoint.SUBDIR / str(2 * per_update)
   os.remove(last / checkpoint.MANIFEST)
-  with open(largest_data_file(last), 'r+b') as f:
-    f.truncate(10)
+  _truncate_data(last)
   capsys.readouterr()
-  config, _ = _smoke(tmp_path / 'run', updates=3)
-  config.keep_intermediate = True
-  state, _ = train(config)
+  state, _ = train(_keeping_all(tmp_path / 'run', updates=3)[0])
   err = capsys.readouterr().err
   assert (f'the checkpoint at env step {2 * per_update:,} is damaged (no verified.json: cut off '
           'before it was verified)') in err
