@@ -5,8 +5,11 @@ multi-process checkpointing: they are collective), into one folder all of
 them can read.
 
 A checkpoint holds the learner state (params, PopArt statistics, optimiser
-state with its schedule count, learner step), the env-step counter and the
-RNG key the actors are seeded from. `<workdir>/checkpoints/<env_steps>/`.
+state with its schedule count and its injected hyperparameters, learner
+step), the env-step counter and the RNG key the actors are seeded from.
+`<workdir>/checkpoints/<env_steps>/`. Checkpoints written before the
+optimiser state held its hyperparameters restore too: their optimiser
+state becomes the inner state, with the hyperparameters of the config.
 
 Each checkpoint is verified when it is written: its files are read back
 into `<step>/verified.json` (size and SHA-256 of every file) and its
@@ -196,6 +199,26 @@ def find_intact(workdir: str) -> Tuple[Optional[int], List[Tuple[int, str]]]:
   return None, damaged
 
 
+def _without_injected_hyperparameters(like: LearnerState) -> LearnerState:
+  """`like` with the optimiser state as checkpoints written before
+  optax.inject_hyperparams saved it: the inner optimiser's state alone."""
+  return like._replace(opt_state=like.opt_state.inner_state)
+
+
+def _with_injected_hyperparameters(state: LearnerState, like: LearnerState) -> LearnerState:
+  """An old checkpoint's state with the optimiser state rewrapped: its inner
+  state as restored, the hyperparameters `like`'s (the config's: what
+  that run trained with), the injection's count the learner steps times
+  the optimiser steps per update (the schedule's own count)."""
+  counts = [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(state.opt_state)
+            if path and getattr(path[-1], 'name', None) == 'count']
+  count = counts[0] if counts else like.opt_state.count
+  opt_state = like.opt_state._replace(
+      count=jax.device_put(np.asarray(count, np.int32), like.opt_state.count.sharding),
+      inner_state=state.opt_state)
+  return state._replace(opt_state=opt_state)
+
+
 class Checkpointer:
 
   def __init__(self, workdir: str, keep_intermediate: bool = False, read_only: bool = False,
@@ -324,7 +347,9 @@ class Checkpointer:
     if step is None:
       raise FileNotFoundError(f'no checkpoint in {self._manager.directory}')
     self._check_step(step)
-    abstract = {'state': jax.tree.map(ocp.utils.to_shape_dtype_struct, like._asdict()),
+    legacy = _without_injected_hyperparameters(like) if self._is_legacy(step, like) else None
+    target = like if legacy is None else legacy
+    abstract = {'state': jax.tree.map(ocp.utils.to_shape_dtype_struct, target._asdict()),
                 'env_steps': np.asarray(0, np.int64),
                 'rng': jax.random.key_data(jax.random.key(0))}
     try:
@@ -334,8 +359,25 @@ class Checkpointer:
       raise CheckpointError(
           f'cannot restore the checkpoint at env step {step:,} in {self.directory} into this '
           f"run's learner state ({type(e).__name__}: {first[:300]})") from e
-    return {'state': LearnerState(**item['state']), 'env_steps': int(item['env_steps']),
+    state = LearnerState(**item['state'])
+    if legacy is not None:
+      state = _with_injected_hyperparameters(state, like)
+    return {'state': state, 'env_steps': int(item['env_steps']),
             'rng': jax.random.wrap_key_data(np.asarray(item['rng']))}
+
+  def _is_legacy(self, step: int, like: LearnerState) -> bool:
+    """Whether the checkpoint at `step` was written before the optimiser
+    state held its hyperparameters (optax.inject_hyperparams), while `like`
+    holds them."""
+    if not hasattr(like.opt_state, 'hyperparams'):
+      return False
+    try:
+      metadata = self._manager.item_metadata(step)
+      opt_state = metadata['state']['opt_state']
+    except Exception:  # noqa: BLE001 -- unreadable metadata: the restore says what is wrong
+      return False
+    return not (isinstance(opt_state, dict) and 'hyperparams' in opt_state) and not hasattr(
+        opt_state, 'hyperparams')
 
   def restore_raw(self, env_steps: int) -> Dict[str, Any]:
     """A checkpoint as saved, as nested dicts of arrays, with no target

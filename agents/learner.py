@@ -60,12 +60,16 @@ def build_update(apply_fn: Callable, optimizer, schedule,
   `apply_fn(params, popart_stats, obs, first, core_state)` runs the network
   (with networks.agent.apply_fn(..., with_health=True) the metrics include
   the network's health, rl/health.py); `value_head` names the value
-  head's entry in params and the popart collection. `loss_cfg.name` picks
+  head's entry in params and the popart collection. The learning rate,
+  clip threshold, epsilon and entropy cost are read from the optimiser
+  state's injected hyperparameters (rl/optimizers.py) at every update, so
+  setting them mid-run needs no recompilation. `loss_cfg.name` picks
   the IMPALA update (epochs x minibatches of whole unrolls, 1 x 1 by
   default) or PPO's (epochs x minibatches steps); `seed` and the learner
   step seed their shuffles.
-  `max_grad_norm` (the optimiser's clip) only feeds the 'grad_clipped'
-  metric: 1 when the clip binds on a step, else 0.
+  `max_grad_norm` (the optimiser's clip, when the optimiser state does not
+  hold one) only feeds the 'grad_clipped' metric: 1 when the clip binds on
+  a step, else 0.
   """
   if loss_cfg.name == 'ppo':
     per_device_update = _ppo_update(apply_fn, optimizer, schedule, loss_cfg, value_head,
@@ -94,9 +98,15 @@ def _centred(params, batch: Unroll):
   return centring.update(params, batch.obs['frames'], batch.task_id, AXIS)
 
 
-def _step_metrics(grad_norm, max_grad_norm):
-  return {'grad_norm': grad_norm,
-          'grad_clipped': (grad_norm > max_grad_norm).astype(jnp.float32)}
+def _step_metrics(grad_norm, max_grad_norm, opt_state):
+  clip = _hyper(opt_state, 'max_grad_norm', max_grad_norm)
+  return {'grad_norm': grad_norm, 'grad_clipped': (grad_norm > clip).astype(jnp.float32)}
+
+
+def _hyper(opt_state, key: str, default=None):
+  """An injected hyperparameter of the optimiser state (rl/optimizers.py),
+  or `default` for an optimiser without it."""
+  return getattr(opt_state, 'hyperparams', {}).get(key, default)
 
 
 def _impala_update(apply_fn, optimizer, schedule, loss_cfg, value_head, max_grad_norm, seed):
@@ -110,7 +120,8 @@ def _impala_update(apply_fn, optimizer, schedule, loss_cfg, value_head, max_grad
 
   def sgd_step(carry, minibatch):
     params, opt_state, stats = carry
-    grads, out = jax.grad(loss_fn, has_aux=True)(params, stats, minibatch)
+    grads, out = jax.grad(loss_fn, has_aux=True)(params, stats, minibatch,
+                                                 _hyper(opt_state, 'entropy_cost'))
     # The loss sums over the global (mini)batch, so its gradient is the sum
     # of the per-device gradients (the device mean times the device count).
     grads = jax.lax.psum(grads, AXIS)
@@ -124,9 +135,10 @@ def _impala_update(apply_fn, optimizer, schedule, loss_cfg, value_head, max_grad
       ratio = popart.sigma(new_stats) / popart.sigma(stats)
       grads = {**grads, value_head: jax.tree.map(lambda g: g * ratio,
                                                  grads[value_head])}
+    step_metrics = _step_metrics(grad_norm, max_grad_norm, opt_state)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
-    metrics = {**out.metrics, **_step_metrics(grad_norm, max_grad_norm)}
+    metrics = {**out.metrics, **step_metrics}
     return (params, opt_state, new_stats), (metrics, out.extras['log_pi'])
 
   def per_device_update(state: LearnerState, batch: Unroll):
@@ -192,10 +204,15 @@ def split_unrolls(batch: Unroll, num: int, key) -> Unroll:
 
 
 def _finish(state, params, opt_state, value_head, new_stats, metrics, schedule):
-  metrics['learning_rate'] = schedule(state.step)
+  base_rate = _hyper(state.opt_state, 'learning_rate')
+  metrics['learning_rate'] = schedule(state.step) if base_rate is None else schedule(
+      state.step, base_rate)
+  for key in ('entropy_cost', 'max_grad_norm', 'eps'):
+    if _hyper(state.opt_state, key) is not None:
+      metrics[f'hparams/{key}'] = _hyper(state.opt_state, key)
   metrics['popart/mu'] = new_stats['mu']
   metrics['popart/sigma'] = popart.sigma(new_stats)
-  # What a checkpoint would hold must be finite (sebulba.FINITE_CHECKS): a
+  # What a checkpoint would hold must be finite (agents/trainer.FINITE_CHECKS): a
   # NaN learning rate leaves the loss finite and the new params NaN.
   metrics['nonfinite/state'] = sum(
       jnp.sum(~jnp.isfinite(x)).astype(jnp.float32)
@@ -217,12 +234,14 @@ def _ppo_update(apply_fn, optimizer, schedule, loss_cfg, value_head, max_grad_no
 
   def sgd_step(stats, carry, minibatch):
     params, opt_state = carry
-    grads, metrics = jax.grad(loss_fn, has_aux=True)(params, stats, minibatch)
+    grads, metrics = jax.grad(loss_fn, has_aux=True)(params, stats, minibatch,
+                                                     _hyper(opt_state, 'entropy_cost'))
     grads = jax.lax.psum(grads, AXIS)  # the loss sums (or averages) over the global minibatch
     grad_norm = optax.tree.norm(grads)
+    step_metrics = _step_metrics(grad_norm, max_grad_norm, opt_state)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
-    return (params, opt_state), {**metrics, **_step_metrics(grad_norm, max_grad_norm)}
+    return (params, opt_state), {**metrics, **step_metrics}
 
   def per_device_update(state: LearnerState, batch: Unroll):
     stats = state.popart[value_head]

@@ -28,6 +28,7 @@ from agents.summaries import Summariser
 from agents.timing import StageTimer
 from envs import registry
 from infra import multihost
+from rl import optimizers
 from rl.types import Unroll
 
 
@@ -99,10 +100,14 @@ class Trainer:
     self.state = agent.state
     self.rng = jax.random.key(config.seed)
     self.env_steps = 0
+    # The learner's hyperparameters (rl/optimizers.py) the checkpoint had,
+    # where they differ from this config's; the config's are used.
+    self.changed_hyperparameters: Dict[str, Tuple[float, float]] = {}
     if self.resumed_from is not None:
       restored = self.checkpointer.restore(self.state, self.resumed_from)
       self.state, self.env_steps, self.rng = (
           restored['state'], restored['env_steps'], restored['rng'])
+      self._use_config_hyperparameters(agent.state)
     self.start_env_steps = self.env_steps  # where this process began: a stop says what is new
     self.version = int(self.state.step)    # of the params the actors act with
     self._next_checkpoint = self._checkpoint_after(self.env_steps)
@@ -122,6 +127,20 @@ class Trainer:
         plan, config.popart.enabled,
         registry.action_names(group.env_id, group.env_kwargs, env.num_actions), env.num_actions)
     self._started = False
+
+  def _use_config_hyperparameters(self, fresh) -> None:
+    """The restored state with the config's learner hyperparameters (those
+    of `fresh`, the state built from it): a resume with a new
+    --config.learning_rate, or a PBT member given new values, trains with
+    them. What changed is kept in `changed_hyperparameters`."""
+    saved = optimizers.hyperparameters(self.state.opt_state)
+    wanted = optimizers.hyperparameters(fresh.opt_state)
+    value_of = lambda x: float(np.asarray(learner_lib.local_copy(x)))
+    for key, value in wanted.items():
+      if key in saved and not np.isclose(value_of(saved[key]), value_of(value), rtol=1e-6, atol=0):
+        self.changed_hyperparameters[key] = (value_of(saved[key]), value_of(value))
+    self.state = self.state._replace(
+        opt_state=self.state.opt_state._replace(hyperparams=dict(wanted)))
 
   # The steps of training, public for tools that drive them by hand.
 

@@ -160,6 +160,10 @@ def train(config, stop_requested: threading.Event = None):
                      f'{len(plan.learner_devices)} learner devices in all')
     if trainer.resumed_from is not None:
       logger.message(f'resuming from the checkpoint at env step {trainer.resumed_from:,}')
+    if trainer.changed_hyperparameters:
+      logger.message('learner hyperparameters from this config, not the checkpoint: ' + '; '.join(
+          f'{key} {old:.4g} -> {new:.4g}'
+          for key, (old, new) in sorted(trainer.changed_hyperparameters.items())))
     try:
       state = trainer.run(logger.write)
     except MetricsWriteError as e:

@@ -140,13 +140,15 @@ def episode_aware_vtrace(raw_values, rewards, discounts, first, rhos, gamma,
 
 def impala_loss(apply_fn: Callable, cfg: LossConfig,
                 axis_name: Optional[str] = None) -> Callable:
-  """Returns loss_fn(params, stats, batch) -> (loss, LossOutput).
+  """Returns loss_fn(params, stats, batch, entropy_cost=None) -> (loss, LossOutput).
 
   `apply_fn(params, stats, obs, first, core_state)` returns logits [T+1, B, A]
-  and normalised values [T+1, B, K].
+  and normalised values [T+1, B, K]. `entropy_cost` (a traced scalar: the
+  optimiser state's, rl/optimizers.py) replaces cfg.entropy_cost when given.
   """
 
-  def loss_fn(params, stats: popart.Stats, batch: Unroll):
+  def loss_fn(params, stats: popart.Stats, batch: Unroll, entropy_cost=None):
+    entropy_weight = cfg.entropy_cost if entropy_cost is None else entropy_cost
     out = apply_fn(params, stats, batch.obs, batch.first, batch.core_state)
     logits, norm_values = out[0], out[1]
     unit_max = out[3] if len(out) > 3 else None  # apply_fn(..., with_health=True)
@@ -200,7 +202,7 @@ def impala_loss(apply_fn: Callable, cfg: LossConfig,
     entropy_loss = -jnp.sum(mask * entropy)
 
     total = (pg_loss + cfg.baseline_cost * baseline_loss
-             + cfg.entropy_cost * entropy_loss)
+             + entropy_weight * entropy_loss)
     num_valid = jnp.sum(mask)
     if axis_name is not None:
       num_valid = jax.lax.psum(num_valid, axis_name)

@@ -1,18 +1,57 @@
 """The optimiser: a global-norm clip, then RMSProp or Adam, the learning rate
-annealed linearly to 0 over the run's optimiser steps."""
+annealed linearly to 0 over the run's optimiser steps.
 
+The hyperparameters population-based training adapts live in the optimiser
+state, through `optax.inject_hyperparams`: `opt_state.hyperparams` holds the
+base learning rate, the clip threshold, the optimiser's epsilon and (when
+given) the loss's entropy cost as float32 scalars. The jitted update reads
+them there, so changing one mid-run (`with_hyperparams`) changes the next
+update without recompiling it, and a checkpoint carries them.
+"""
+
+from typing import Dict, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
 import optax
 
 OPTIMIZERS = ('rmsprop', 'adam')
+
+# The hyperparameters that can change mid-run: their key in
+# opt_state.hyperparams -> the config field that sets them. 'eps' is the
+# epsilon of the optimizer the config names.
+HYPERPARAMETERS = ('learning_rate', 'entropy_cost', 'max_grad_norm', 'eps')
+
+
+def eps_field(optimizer_name: str) -> str:
+  """The config field of the named optimiser's epsilon."""
+  return 'optimizer.adam_eps' if optimizer_name == 'adam' else 'optimizer.rmsprop_eps'
+
+
+def config_fields(optimizer_name: str) -> Dict[str, str]:
+  """Config field -> its key in opt_state.hyperparams, for a config whose
+  optimiser is `optimizer_name`."""
+  return {'learning_rate': 'learning_rate', 'entropy_cost': 'entropy_cost',
+          'optimizer.max_grad_norm': 'max_grad_norm', eps_field(optimizer_name): 'eps'}
 
 
 def make_optimizer(learning_rate: float, total_learner_steps: int,
                    max_grad_norm: float, decay: float, eps: float,
                    momentum: float, eps_in_sqrt: bool = True, initial_scale: float = 0.0,
                    name: str = 'rmsprop', adam_b1: float = 0.9, adam_b2: float = 0.999,
-                   adam_eps: float = 1e-5):
-  """Global-norm clip, then RMSProp or Adam, the learning rate annealed
-  linearly to 0 over `total_learner_steps` optimiser steps.
+                   adam_eps: float = 1e-5, entropy_cost: Optional[float] = None):
+  """(optimizer, schedule): global-norm clip, then RMSProp or Adam, the
+  learning rate annealed linearly to 0 over `total_learner_steps` optimiser
+  steps; `schedule(step, base=learning_rate)` is the rate at optimiser step
+  `step` for a base rate `base`.
+
+  The base learning rate, `max_grad_norm`, the optimiser's epsilon (`eps`
+  for RMSProp, `adam_eps` for Adam) and `entropy_cost` (when not None; the
+  loss reads it, see agents/learner.py) are injected hyperparameters:
+  values in `opt_state.hyperparams`, not constants of the compiled update.
+  The anneal follows the optimiser's own step count, so a new base rate
+  mid-run keeps the schedule's place.
 
   RMSProp: `eps_in_sqrt` picks the denominator: sqrt(nu + eps) as
   TensorFlow's RMSProp (IMPALA's own code), or sqrt(nu) + eps as PyTorch's
@@ -29,16 +68,34 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
   Adam (optax.adam, PyTorch's form): bias-corrected moments, epsilon
   outside the square root (`adam_eps`; cleanrl's PPO uses 1e-5).
   """
-  schedule = optax.linear_schedule(learning_rate, 0.0, max(total_learner_steps, 1))
-  if name == 'adam':
-    opt = optax.adam(schedule, b1=adam_b1, b2=adam_b2, eps=adam_eps)
-  elif name == 'rmsprop':
-    opt = optax.rmsprop(schedule, decay=decay, eps=eps, eps_in_sqrt=eps_in_sqrt,
-                        initial_scale=initial_scale,
-                        momentum=momentum if momentum > 0 else None)
-  else:
+  if name not in OPTIMIZERS:
     raise ValueError(f'unknown optimizer {name!r}; choose one of {", ".join(OPTIMIZERS)}')
-  return optax.chain(optax.clip_by_global_norm(max_grad_norm), opt), schedule
+  horizon = max(total_learner_steps, 1)
+
+  def schedule(step, base=learning_rate):
+    return optax.linear_schedule(base, 0.0, horizon)(step)
+
+  def transform(learning_rate, max_grad_norm, eps):
+    rate = optax.linear_schedule(learning_rate, 0.0, horizon)
+    if name == 'adam':
+      opt = optax.adam(rate, b1=adam_b1, b2=adam_b2, eps=eps)
+    else:
+      opt = optax.rmsprop(rate, decay=decay, eps=eps, eps_in_sqrt=eps_in_sqrt,
+                          initial_scale=initial_scale,
+                          momentum=momentum if momentum > 0 else None)
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm), opt)
+
+  values = {'learning_rate': float(learning_rate), 'max_grad_norm': float(max_grad_norm),
+            'eps': float(adam_eps if name == 'adam' else eps)}
+  if entropy_cost is None:
+    factory = transform
+  else:
+    def factory(learning_rate, max_grad_norm, eps, entropy_cost):
+      del entropy_cost  # the loss's weight: kept here beside the others PBT changes
+      return transform(learning_rate, max_grad_norm, eps)
+    values['entropy_cost'] = float(entropy_cost)
+  optimizer = optax.inject_hyperparams(factory, hyperparam_dtype=jnp.float32)(**values)
+  return optimizer, schedule
 
 
 def optimizer_steps_per_update(config) -> int:
@@ -48,14 +105,46 @@ def optimizer_steps_per_update(config) -> int:
 
 
 def optimizer_from_config(config, total_learner_steps: int):
-  """(optimizer, schedule) from a run config's learning_rate and `optimizer`
-  group. The optimiser anneals over every optimiser step of the run; the
-  schedule returned is indexed by learner update (what `LearnerState.step`
-  counts), for logging."""
+  """(optimizer, schedule) from a run config's learning_rate, entropy_cost
+  and `optimizer` group. The optimiser anneals over every optimiser step of
+  the run; the schedule returned, `schedule(update, base=config's rate)`,
+  is indexed by learner update (what `LearnerState.step` counts), for
+  logging."""
   o = config.optimizer
   k = optimizer_steps_per_update(config)
   optimizer, schedule = make_optimizer(
       config.learning_rate, total_learner_steps * k, o.max_grad_norm, o.rmsprop_decay,
       o.rmsprop_eps, o.momentum, o.eps_in_sqrt, o.rmsprop_initial_scale, name=o.name,
-      adam_b1=o.adam_b1, adam_b2=o.adam_b2, adam_eps=o.adam_eps)
-  return optimizer, (schedule if k == 1 else lambda step: schedule(step * k))
+      adam_b1=o.adam_b1, adam_b2=o.adam_b2, adam_eps=o.adam_eps,
+      entropy_cost=config.entropy_cost)
+  if k == 1:
+    return optimizer, schedule
+  return optimizer, lambda step, base=config.learning_rate: schedule(step * k, base)
+
+
+def hyperparameters(opt_state) -> Dict[str, jnp.ndarray]:
+  """The injected hyperparameters of an optimiser state made here."""
+  return dict(opt_state.hyperparams)
+
+
+def with_hyperparameters(opt_state, values: Dict[str, float]):
+  """`opt_state` with some injected hyperparameters set (keys of
+  HYPERPARAMETERS present in it); the next update uses them. Raises
+  KeyError naming a key the state does not hold."""
+  current = opt_state.hyperparams
+  for key in values:
+    if key not in current:
+      raise KeyError(f'{key!r} is not a hyperparameter of this optimiser state; it holds '
+                     f'{", ".join(sorted(current))}')
+  new = {k: (_like(np.asarray(values[k], v.dtype), v) if k in values else v)
+         for k, v in current.items()}
+  return opt_state._replace(hyperparams=new)
+
+
+def _like(value: np.ndarray, old):
+  """`value` placed as `old` is (replicated over the learner mesh, or
+  uncommitted), so that the jitted update sees the same input types and
+  does not compile again."""
+  if getattr(old, 'committed', False):
+    return jax.device_put(value, old.sharding)
+  return jnp.asarray(value)

@@ -156,14 +156,16 @@ class Minibatch(NamedTuple):
 
 
 def loss_fn(apply_fn: Callable, cfg: losses.LossConfig, axis_name: Optional[str] = None):
-  """Returns loss(params, stats, minibatch) -> (loss, metrics).
+  """Returns loss(params, stats, minibatch, entropy_cost=None) -> (loss, metrics).
 
   The reduction follows cfg.reduction: 'mean' over the minibatch's valid
-  transitions (cleanrl's), or 'sum'.
+  transitions (cleanrl's), or 'sum'. `entropy_cost` (a traced scalar: the
+  optimiser state's) replaces cfg.entropy_cost when given.
   """
   p = cfg.ppo
 
-  def loss(params, stats: popart.Stats, mb: Minibatch):
+  def loss(params, stats: popart.Stats, mb: Minibatch, entropy_cost=None):
+    entropy_weight = cfg.entropy_cost if entropy_cost is None else entropy_cost
     out = apply_fn(params, stats, mb.obs, mb.first, mb.core_state)
     t = mb.targets
     rows = t.mask.shape[0]  # drop an unroll's bootstrap row, if any
@@ -205,7 +207,7 @@ def loss_fn(apply_fn: Callable, cfg: losses.LossConfig, axis_name: Optional[str]
     entropy = -jnp.sum(jnp.exp(log_pi) * log_pi, axis=-1)
     entropy_loss = -jnp.sum(mask * entropy)
 
-    total = pg_loss + cfg.baseline_cost * baseline_loss + cfg.entropy_cost * entropy_loss
+    total = pg_loss + cfg.baseline_cost * baseline_loss + entropy_weight * entropy_loss
     reduced = total / num_valid if cfg.reduction == 'mean' else total
     ratio_sg = jax.lax.stop_gradient(ratio)
     metrics = {

@@ -63,7 +63,7 @@ def test_resume_continues_counters_schedule_and_popart(tmp_path):
 
   second_state, _ = train(_config(workdir, updates=4))
   assert int(second_state.step) == 4
-  schedule_count = second_state.opt_state[1][1].count
+  schedule_count = second_state.opt_state.inner_state[1][1].count
   assert int(schedule_count) == 4  # the learning-rate schedule went on, not restarted
   with open(workdir / 'metrics.jsonl') as f:
     records = [json.loads(line) for line in f]

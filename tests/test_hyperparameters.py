@@ -1,0 +1,188 @@
+"""Learner hyperparameters that change mid-run (rl/optimizers.py): the
+learning rate, clip threshold, epsilon and entropy cost live in the
+optimiser state, so a new value changes the next update as the equations
+say, without recompiling it, and checkpoints carry them (old checkpoints
+without them restore too)."""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+
+from agents import learner
+from agents.checkpoint import Checkpointer
+from networks import agent as agent_net
+from rl import losses, optimizers
+from synthetic_unroll import random_unroll
+
+T, B, A = 5, 4, 3
+
+
+def _step(optimizer, grads, opt_state, params):
+  updates, opt_state = optimizer.update(grads, opt_state, params)
+  return updates, opt_state
+
+
+def test_new_values_change_the_next_rmsprop_step_as_the_equations_say():
+  """RMSProp with nu starting at 0, eps inside the root, decay d, base rate
+  lr annealed over N steps, global-norm clip c: after one step at the old
+  values, the second step with (lr', c', eps') is
+  -lr' (1 - 1/N) g~ / sqrt(nu_2 + eps'), g~ = g min(1, c' / |g|),
+  nu_2 = d (1 - d) g1^2 + (1 - d) g~^2."""
+  d, n = 0.9, 10
+  optimizer, _ = optimizers.make_optimizer(0.1, n, 100.0, d, 0.01, 0.0, eps_in_sqrt=True,
+                                           entropy_cost=0.5)
+  params = {'w': jnp.zeros(2)}
+  g1 = {'w': jnp.asarray([3.0, -4.0])}   # |g1| = 5 < 100: no clip
+  state = optimizer.init(params)
+  step = jax.jit(lambda g, s: _step(optimizer, g, s, params))
+  u1, state = step(g1, state)
+  nu1 = (1 - d) * np.array([9.0, 16.0])
+  np.testing.assert_allclose(u1['w'], -0.1 * np.array([3.0, -4.0]) / np.sqrt(nu1 + 0.01),
+                             rtol=1e-5)
+
+  compiled = step._cache_size()  # for states as the step returns them
+  state = optimizers.with_hyperparameters(
+      state, {'learning_rate': 0.4, 'max_grad_norm': 2.5, 'eps': 1e-4})
+  g2 = {'w': jnp.asarray([6.0, 8.0])}    # |g2| = 10: clipped to norm 2.5
+  u2, state = step(g2, state)
+  clipped = np.array([6.0, 8.0]) * 2.5 / 10.0
+  nu2 = d * nu1 + (1 - d) * clipped ** 2
+  expected = -0.4 * (1 - 1 / n) * clipped / np.sqrt(nu2 + 1e-4)
+  np.testing.assert_allclose(u2['w'], expected, rtol=1e-5)
+  step(g2, state)
+  assert step._cache_size() == compiled  # new values, the same compiled step
+  held = optimizers.hyperparameters(state)
+  assert set(held) == {'learning_rate', 'max_grad_norm', 'eps', 'entropy_cost'}
+  np.testing.assert_allclose([held['learning_rate'], held['entropy_cost']], [0.4, 0.5])
+
+
+def test_adam_epsilon_is_the_injected_one():
+  """Adam's first step is -lr g / (|g| + eps) (bias-corrected moments):
+  with eps set to |g| it halves."""
+  optimizer, _ = optimizers.make_optimizer(0.1, 1_000_000, 1e9, 0.99, 0.01, 0.0, name='adam',
+                                           adam_eps=1e-8)
+  params = {'w': jnp.zeros(1)}
+  g = {'w': jnp.asarray([2.0])}
+  state = optimizers.with_hyperparameters(optimizer.init(params), {'eps': 2.0})
+  updates, _ = optimizer.update(g, state, params)
+  np.testing.assert_allclose(updates['w'], [-0.1 * 2.0 / (2.0 + 2.0)], rtol=1e-5)
+
+
+def test_unknown_hyperparameter_is_named():
+  optimizer, _ = optimizers.make_optimizer(0.1, 10, 1.0, 0.9, 0.01, 0.0)
+  with pytest.raises(KeyError, match='entropy_cost.*holds eps, learning_rate, max_grad_norm'):
+    optimizers.with_hyperparameters(optimizer.init({'w': jnp.zeros(1)}), {'entropy_cost': 1.0})
+
+
+def _learner(entropy_in_state, entropy_cost, lr=1e-3, clip=40.0):
+  cfg_net = ml_collections.ConfigDict({'name': 'mlp', 'lstm_size': 0, 'torso_kwargs': {},
+                                       'core_extra_inputs': False})
+  network = agent_net.make_network(cfg_net, num_actions=A, num_values=1)
+  mesh = learner.make_mesh(jax.devices()[:1])
+  variables = agent_net.init_variables(network, jax.random.key(0),
+                                       {'state': np.zeros((4,), np.float32)})
+  optimizer, schedule = optimizers.make_optimizer(
+      lr, 100, clip, 0.99, 0.01, 0.0,
+      entropy_cost=entropy_cost if entropy_in_state else None)
+  cfg = losses.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=entropy_cost,
+                          reward_mode='none', popart_enabled=False, popart_beta=0.1)
+  update = learner.build_update(agent_net.apply_fn(network), optimizer, schedule, cfg,
+                                agent_net.VALUE_HEAD, mesh, clip)
+  batch = learner.shard_batch(random_unroll(network, np.zeros(B, np.int32), 0, length=T,
+                                            num_actions=A), mesh)
+  return update, learner.init_state(variables, optimizer, mesh), batch
+
+
+def _params(state):
+  return jax.tree.leaves(jax.device_get(state.params))
+
+
+def test_entropy_cost_set_mid_run_is_the_one_the_loss_uses():
+  """An update with the entropy cost changed in the state equals, to float
+  precision, the update of a learner built with that cost as a constant;
+  and it is not the update at the old cost."""
+  update, state, batch = _learner(True, 0.01)
+  moved = state._replace(opt_state=optimizers.with_hyperparameters(
+      state.opt_state, {'entropy_cost': 0.5}))
+  changed, metrics = update(moved, batch)
+  unchanged, _ = update(state, batch)
+  assert update._cache_size() == 1
+  fixed_update, fixed_state, _ = _learner(False, 0.5)
+  reference, _ = fixed_update(fixed_state, batch)
+  for a, b, c in zip(_params(changed), _params(reference), _params(unchanged)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+  assert not all(np.allclose(a, c) for a, c in zip(_params(changed), _params(unchanged)))
+  assert float(metrics['hparams/entropy_cost']) == pytest.approx(0.5)
+
+
+def test_learning_rate_set_mid_run_scales_the_first_step():
+  """From the same state and batch, RMSProp's step (nu from 0: linear in the
+  rate) with the base rate doubled mid-run is exactly twice the step; the
+  logged rate follows the new base."""
+  update, state, batch = _learner(True, 0.01, lr=1e-3)
+  before = _params(state)
+  one, m1 = update(state, batch)
+  doubled = state._replace(opt_state=optimizers.with_hyperparameters(
+      state.opt_state, {'learning_rate': 2e-3}))
+  two, m2 = update(doubled, batch)
+  for p0, p1, p2 in zip(before, _params(one), _params(two)):
+    np.testing.assert_allclose(p2 - p0, 2 * (p1 - p0), rtol=1e-4, atol=5e-7)  # float32 sums
+  assert float(m2['learning_rate']) == pytest.approx(2 * float(m1['learning_rate']))
+
+
+def test_clip_threshold_set_mid_run_binds():
+  update, state, batch = _learner(True, 0.01, clip=1e6)
+  _, loose = update(state, batch)
+  assert float(loose['grad_clipped']) == 0.0
+  tight = state._replace(opt_state=optimizers.with_hyperparameters(
+      state.opt_state, {'max_grad_norm': float(loose['grad_norm']) / 10}))
+  _, metrics = update(tight, batch)
+  assert float(metrics['grad_clipped']) == 1.0
+
+
+def test_checkpoint_keeps_changed_values(tmp_path):
+  update, state, batch = _learner(True, 0.01)
+  state = state._replace(opt_state=optimizers.with_hyperparameters(
+      state.opt_state, {'learning_rate': 7e-4, 'entropy_cost': 0.03}))
+  state, _ = update(state, batch)
+  ckpt = Checkpointer(str(tmp_path))
+  ckpt.save(100, state, jax.random.key(1))
+  _, like, _ = _learner(True, 0.01)
+  restored = ckpt.restore(like)['state']
+  held = jax.device_get(optimizers.hyperparameters(restored.opt_state))
+  np.testing.assert_allclose([held['learning_rate'], held['entropy_cost']], [7e-4, 0.03])
+  assert int(restored.opt_state.count) == 1
+  ckpt.close()
+
+
+def test_checkpoint_from_before_injected_hyperparameters_restores(tmp_path):
+  """A checkpoint whose optimiser state is the bare optax chain (written
+  before the hyperparameters moved into it) restores: the chain becomes
+  the inner state, the hyperparameters are the config's, the count is the
+  schedule's."""
+  update, state, batch = _learner(True, 0.01)
+  state, _ = update(state, batch)
+  state, _ = update(state, batch)
+  old_style = state._replace(opt_state=state.opt_state.inner_state)
+  ckpt = Checkpointer(str(tmp_path))
+  ckpt.save(200, old_style, jax.random.key(1))
+  _, like, _ = _learner(True, 0.02)
+  restored = ckpt.restore(like)['state']
+  assert jax.tree.all(jax.tree.map(lambda a, b: bool(np.array_equal(a, b)),
+                                   jax.device_get(restored.opt_state.inner_state),
+                                   jax.device_get(state.opt_state.inner_state)))
+  assert float(restored.opt_state.hyperparams['entropy_cost']) == pytest.approx(0.02)
+  assert int(restored.opt_state.count) == 2
+  after, _ = update(restored, batch)  # and it trains on
+  assert int(after.step) == 3
+  ckpt.close()
+
+
+def test_plain_optax_chain_still_updates():
+  """Tools that pass an optimiser without injected hyperparameters (a bare
+  optax chain) keep the LossConfig's entropy cost and the given clip."""
+  chain = optax.chain(optax.clip_by_global_norm(40.0), optax.sgd(1e-3))
+  assert learner._hyper(chain.init({'w': jnp.zeros(1)}), 'entropy_cost') is None
