@@ -371,13 +371,12 @@ class Checkpointer:
     holds them."""
     if not hasattr(like.opt_state, 'hyperparams'):
       return False
-    try:
-      metadata = self._manager.item_metadata(step)
-      opt_state = metadata['state']['opt_state']
-    except Exception:  # noqa: BLE001 -- unreadable metadata: the restore says what is wrong
+    try:  # orbax's tree metadata: one "('state', 'opt_state', ...)" key per array
+      with open(os.path.join(self.directory, str(step), REQUIRED[0])) as f:
+        keys = json.load(f)['tree_metadata']
+    except (OSError, ValueError, KeyError):  # unreadable: the restore says what is wrong
       return False
-    return not (isinstance(opt_state, dict) and 'hyperparams' in opt_state) and not hasattr(
-        opt_state, 'hyperparams')
+    return not any(key.startswith("('state', 'opt_state', 'hyperparams'") for key in keys)
 
   def restore_raw(self, env_steps: int) -> Dict[str, Any]:
     """A checkpoint as saved, as nested dicts of arrays, with no target

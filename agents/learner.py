@@ -21,6 +21,7 @@ from networks import centring
 from rl import losses
 from rl import popart
 from rl import ppo
+from rl import optimizers as optimizers_lib
 from rl.types import BATCH_AXES, Unroll
 
 AXIS = 'learner'
@@ -207,7 +208,7 @@ def _finish(state, params, opt_state, value_head, new_stats, metrics, schedule):
   base_rate = _hyper(state.opt_state, 'learning_rate')
   metrics['learning_rate'] = schedule(state.step) if base_rate is None else schedule(
       state.step, base_rate)
-  for key in ('entropy_cost', 'max_grad_norm', 'eps'):
+  for key in optimizers_lib.HYPERPARAMETERS:  # the base rate, not the annealed one above
     if _hyper(state.opt_state, key) is not None:
       metrics[f'hparams/{key}'] = _hyper(state.opt_state, key)
   metrics['popart/mu'] = new_stats['mu']

@@ -188,15 +188,19 @@ class Trainer:
     self.env_steps += self.plan.env_steps_per_update
     return metrics
 
-  def run(self, on_log: Callable[[Dict], None]):
+  def run(self, on_log: Callable[[Dict], None], until: Optional[int] = None):
     """Trains until total_env_steps; returns the final learner state.
 
     `on_log` gets the metrics of every log step, on process 0 only; every
     process's episodes and actions are in them. Raises NonFiniteError after
     saving the last good state when a loss, gradient or PopArt statistic
-    stops being finite.
+    stops being finite. `until` (env steps) ends this call there instead,
+    with a log step, the actors left running and the trainer open, so that
+    a later call goes on (population members train interval by interval);
+    the run's end, a stop or an error closes it.
     """
     config = self.config
+    target = config.total_env_steps if until is None else min(until, config.total_env_steps)
     if self._agree(False, self.stop_requested.is_set())[1]:  # asked during start-up: no update
       self.interrupted = True
       self.close()
@@ -209,7 +213,7 @@ class Trainer:
     last_log = time.perf_counter()
     last_steps = self.env_steps
     try:
-      while self.env_steps < config.total_env_steps and not self.stop.is_set():
+      while self.env_steps < target and not self.stop.is_set():
         unroll, batch_lags = self.next_batch()
         lags.extend(batch_lags)
         self.summariser.add_batch(unroll)
@@ -223,7 +227,7 @@ class Trainer:
         now = time.perf_counter()
         log_due, stop = self._agree(now - last_log >= config.log.every_seconds,
                                     self.stop_requested.is_set())
-        done = self.env_steps >= config.total_env_steps or stop
+        done = self.env_steps >= target or stop
         if done or log_due:
           reports = multihost.allgather_json(self._window_report(lags))
           if multihost.is_primary():
@@ -236,7 +240,11 @@ class Trainer:
         if stop:
           self.interrupted = True
           break
-    finally:
+    except BaseException:
+      self.close()
+      raise
+    if until is None or self.interrupted or self.stop.is_set() or (
+        self.env_steps >= config.total_env_steps):
       self.close()
     return self.state
 

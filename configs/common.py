@@ -109,6 +109,27 @@ def base_config() -> ml_collections.ConfigDict:
   c.wandb.group = ''            # wandb group; '' = config_name
   c.wandb.tags = ()             # extra wandb tags
 
+  # Population-based training (launch/pbt.py, configs/pbt.py; Jaderberg et
+  # al. 2017): members train side by side; every interval the worst
+  # quantile copies a better member's checkpoint and perturbs its
+  # hyperparameters. Unused by launch/train.py.
+  c.pbt = ml_collections.ConfigDict()
+  c.pbt.population = 4          # members (launch/pbt.py --population overrides)
+  c.pbt.adapt = ('learning_rate', 'entropy_cost')  # hyperparameters to adapt: learning_rate, entropy_cost, max_grad_norm, eps (the optimizer's epsilon)
+  c.pbt.ranges = ml_collections.ConfigDict()  # (low, high) of each adapted one: members start spread over it, perturbations stay in it
+  c.pbt.ranges.learning_rate = (1e-5, 1e-2)
+  c.pbt.ranges.entropy_cost = (1e-4, 1e-1)
+  c.pbt.ranges.max_grad_norm = (0.1, 100.0)
+  c.pbt.ranges.eps = (1e-8, 1e-1)
+  c.pbt.start = 'spread'        # 'spread': each member's start log-evenly over the range (shuffled per hyperparameter); 'random': log-uniform draws
+  c.pbt.interval_env_steps = 0  # env steps (per member) between exploit/explore steps; 0 = total_env_steps / 10
+  c.pbt.metric = 'auto'         # what members are ranked by: 'auto' (configs/pbt.py: mean return of the last episodes, per task averaged) or a metric the run logs, e.g. 'episode_return/Pong'
+  c.pbt.last_episodes = 100     # 'auto': the last this many episodes of each task in the interval
+  c.pbt.quantile = 0.25         # the bottom quantile copies the top one
+  c.pbt.resample_probability = 0.25  # explore: draw a new value from the range with this probability, else multiply by a perturb factor
+  c.pbt.perturb_factors = (0.8, 1.2)  # explore's multipliers (PBT paper)
+  c.pbt.cpus_per_member = 1.0   # CPUs Ray reserves per member: members at once = CPUs / this
+
   # Several processes (one per host; launch/train.py's --coordinator_address,
   # --num_processes, --process_id). Unused by a single-process run.
   c.distributed = ml_collections.ConfigDict()

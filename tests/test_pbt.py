@@ -1,0 +1,233 @@
+"""Population-based training (launch/pbt.py on Ray Tune, configs/pbt.py):
+settings checked at start, members spread over their ranges, the score
+as configs/pbt.py defines it, and a CartPole population that does what PBT
+is for: its worst members are replaced by copies of better ones, and its
+best member beats a fixed run from its worst setting. A member that
+crashes is reported while the others finish."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from configs import cartpole, cartpole_popart, pbt as pbt_lib
+from configs.validation import ConfigError, validate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _config(tmp_path=None, **pbt):
+  c = cartpole.get_config()
+  c.num_learner_devices = 1
+  c.wandb.mode = 'disabled'
+  c.log.tensorboard = True
+  c.log.every_seconds = 1.0
+  for key, value in pbt.items():
+    c.pbt[key] = value
+  if tmp_path is not None:
+    c.workdir = str(tmp_path)
+  return c
+
+
+@pytest.mark.parametrize('change, field, words', [
+    ({'population': 1}, 'pbt.population', 'at least 2'),
+    ({'adapt': ('learning_rate', 'momentum')}, 'pbt.adapt', "unknown hyperparameter 'momentum'"),
+    ({'adapt': ()}, 'pbt.adapt', 'empty'),
+    ({'adapt': ('learning_rate',), 'ranges.learning_rate': (1e-3, 1e-3)},
+     'pbt.ranges.learning_rate', 'empty range'),
+    ({'metric': 'episode_return/Pong'}, 'pbt.metric', 'not a metric this run logs'),
+    ({'interval_env_steps': 10_000_000}, 'pbt.interval_env_steps', 'below total_env_steps'),
+    ({'quantile': 0.75}, 'pbt.quantile', '(0, 0.5]'),
+])
+def test_bad_settings_name_the_field(change, field, words):
+  c = _config()
+  for key, value in change.items():
+    section, _, name = key.rpartition('.')
+    (c.pbt[section] if section else c.pbt)[name] = value
+  with pytest.raises(ConfigError) as e:
+    pbt_lib.check(c, validate(c))
+  assert e.value.field == field and words in str(e.value)
+
+
+def test_bad_setting_is_one_line_at_start(tmp_path):
+  out = subprocess.run(
+      [sys.executable, 'launch/pbt.py', '--config=configs/cartpole.py', '--population=1',
+       f'--config.workdir={tmp_path}/pop'], cwd=ROOT, capture_output=True, text=True,
+      timeout=300)
+  assert out.returncode == 2
+  assert out.stderr.strip().splitlines()[-1] == (
+      'error: config field pbt.population: 1: a population needs at least 2 members')
+  assert not os.path.exists(f'{tmp_path}/pop')  # nothing started
+
+
+def test_members_start_spread_over_the_range():
+  c = _config(adapt=('learning_rate',))
+  c.pbt.ranges.learning_rate = (1e-6, 1e-2)
+  settings = pbt_lib.check(c, validate(c))
+  values = [s['learning_rate'] for s in pbt_lib.starts(settings, seed=0)]
+  np.testing.assert_allclose(values, [1e-6, 2.154e-5, 4.642e-4, 1e-2], rtol=1e-3)
+  two = _config(adapt=('learning_rate', 'entropy_cost'))
+  settings = pbt_lib.check(two, validate(two))
+  starts = pbt_lib.starts(settings, seed=0)
+  for name, (low, high) in settings.ranges.items():  # each column: the log-even grid, shuffled
+    np.testing.assert_allclose(sorted(s[name] for s in starts), np.geomspace(low, high, 4))
+  assert pbt_lib.clip({'learning_rate': 1.0, 'entropy_cost': 1e-9}, settings) == {
+      'learning_rate': 1e-2, 'entropy_cost': 1e-4}
+
+
+def test_score_is_the_mean_of_the_last_episodes():
+  """Windows (oldest first) of 30 episodes at mean 10, then 50 at 20, then
+  40 at 30: the last 100 are 40 x 30 + 50 x 20 + 10 x 10 -> 23."""
+  rows = [{'episodes/CartPole': 30, 'episode_return/CartPole': 10.0},
+          {'episodes/CartPole': 50, 'episode_return/CartPole': 20.0},
+          {'env_steps': 5},  # a window without episodes
+          {'episodes/CartPole': 40, 'episode_return/CartPole': 30.0}]
+  assert pbt_lib.last_episodes_mean(rows, 'CartPole', 100) == pytest.approx(23.0)
+  c = _config()
+  plan = validate(c)
+  settings = pbt_lib.check(c, plan)
+  assert settings.score_kind == 'return'
+  assert pbt_lib.score(rows, plan, settings, ()) == pytest.approx(23.0)
+  assert pbt_lib.score([{'env_steps': 5}], plan, settings, ()) is None
+
+
+def test_multi_task_score_divides_by_each_reward_scale():
+  """Two CartPole tasks with rewards scaled x1 and x1000: the score is the
+  mean of the returns in each env's own units, 20 and 40 -> 30."""
+  c = cartpole_popart.get_config()
+  c.reward_scales = (1.0, 1000.0)
+  plan = validate(c)
+  settings = pbt_lib.check(c, plan)
+  assert settings.score_kind == 'per-task normalised'
+  names = plan.task_names
+  rows = [{f'episodes/{names[0]}': 5, f'episode_return/{names[0]}': 20.0,
+           f'episodes/{names[1]}': 5, f'episode_return/{names[1]}': 40_000.0}]
+  assert pbt_lib.score(rows, plan, settings, c.reward_scales) == pytest.approx(30.0)
+
+
+def _read_jsonl(path):
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def _last_returns(metrics, n=100):
+  rows = [r for r in metrics if 'episodes/CartPole' in r]
+  return pbt_lib.last_episodes_mean(rows, 'CartPole', n)
+
+
+def test_population_replaces_its_worst_and_beats_the_worst_setting(tmp_path):
+  """Four members with learning rates 1e-6, 2e-5, 5e-4 and 1e-2, all four
+  at once (0.5 CPU each), 6 intervals of 8k env steps. By the end the
+  members that started lowest have copied better members, both sides of
+  each copy are in the members' metrics, and the best member's return
+  beats a fixed run at 1e-6 over the same env steps."""
+  from launch import pbt
+  c = _config(tmp_path / 'pop', adapt=('learning_rate',), interval_env_steps=8_000,
+              cpus_per_member=0.5, last_episodes=50)
+  c.pbt.ranges.learning_rate = (1e-6, 1e-2)
+  c.total_env_steps = 48_000
+  summary, status = pbt.run_population(c, population=4)
+  assert status == 0 and not summary['failed']
+  members = {m['member']: m for m in summary['members']}
+  assert len(members) == 4 and summary['copies'] >= 2
+  events = _read_jsonl(tmp_path / 'pop' / pbt.EVENTS)
+  first_rates = {}
+  for name in members:
+    rows = _read_jsonl(tmp_path / 'pop' / 'members' / name / 'metrics.jsonl')
+    first_rates[name] = next(r['pbt/learning_rate'] for r in rows if 'pbt/learning_rate' in r)
+  worst = min(first_rates, key=first_rates.get)
+  assert first_rates[worst] == pytest.approx(1e-6)
+  assert members[worst]['copied_from'], 'the member that started at 1e-6 never copied another'
+  for event in events:  # each copy, on both sides
+    recipient = _read_jsonl(tmp_path / 'pop' / 'members' / event['recipient'] / 'metrics.jsonl')
+    donor = _read_jsonl(tmp_path / 'pop' / 'members' / event['donor'] / 'metrics.jsonl')
+    assert any(r.get('pbt/copied_from') == event['donor'] for r in recipient)
+    assert any(r.get('pbt/copied_to') == event['recipient'] for r in donor)
+  # Every member's TensorBoard files are in its run folder.
+  for name in members:
+    assert any(f.startswith('events.out.tfevents')
+               for f in os.listdir(tmp_path / 'pop' / 'members' / name))
+
+  from launch.train import train
+  fixed = _config(tmp_path / 'fixed')
+  fixed.learning_rate = 1e-6
+  fixed.total_env_steps = 48_000
+  train(fixed)
+  fixed_return = _last_returns(_read_jsonl(tmp_path / 'fixed' / 'metrics.jsonl'), 50)
+  assert summary['best_score'] > fixed_return + 20, (summary['best_score'], fixed_return)
+
+
+def test_a_member_that_crashes_is_reported_and_the_others_finish(tmp_path):
+  """member_00001's process is killed once it has a checkpoint: the
+  population finishes the others and names it (exit status 1)."""
+  from launch import pbt
+  c = _config(tmp_path / 'pop', adapt=('learning_rate',), interval_env_steps=8_000,
+              cpus_per_member=0.5)
+  c.total_env_steps = 32_000
+  victim = tmp_path / 'pop' / 'members' / 'member_00001'
+  killed = []
+
+  def kill_when_ready():
+    deadline = time.time() + 240
+    while time.time() < deadline and not killed:
+      lock = victim / 'run.lock'
+      if (victim / 'checkpoints').is_dir() and lock.exists():
+        try:
+          pid = int(json.loads(lock.read_text())['pid'])
+        except (OSError, ValueError, KeyError):
+          time.sleep(0.2)
+          continue
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+      time.sleep(0.2)
+
+  watcher = threading.Thread(target=kill_when_ready, daemon=True)
+  watcher.start()
+  summary, status = pbt.run_population(c, population=3)
+  watcher.join(timeout=1)
+  assert killed, 'the member never started'
+  assert status == 1 and summary['failed'] == ['member_00001']
+  others = [m for m in summary['members'] if m['member'] != 'member_00001']
+  assert all(m['env_steps'] == 32_000 and m['error'] is None for m in others)
+  assert json.load(open(tmp_path / 'pop' / pbt.SUMMARY))['failed'] == ['member_00001']
+
+
+def test_schedule_and_copies_from_a_members_rows():
+  """Interval rows hold the values trained with since the previous row; a
+  copy's row (at the donor's step) starts the next interval there."""
+  from analysis import pbt_curves
+  rows = [{'env_steps': 100, 'pbt/learning_rate': 1e-3},
+          {'env_steps': 200, 'pbt/learning_rate': 1e-3},
+          {'env_steps': 180, 'pbt/copied_from': 'member_00002', 'pbt/learning_rate': 4e-4},
+          {'env_steps': 190, 'episodes/Pong': 2, 'episode_return/Pong': -20.0},
+          {'env_steps': 300, 'pbt/learning_rate': 4e-4}]
+  assert pbt_curves.schedule(rows, 'learning_rate') == [
+      (0, 100, 1e-3), (100, 200, 1e-3), (180, 300, 4e-4)]
+  steps, values = pbt_curves.rolling_return(
+      [{'env_steps': 10, 'episodes/Pong': 3, 'episode_return/Pong': -21.0}] + rows, 'Pong', 4)
+  assert steps == [10, 190] and values == [-21.0, pytest.approx((-21.0 * 2 - 40.0) / 4)]
+
+
+def test_installed_checkpoint_replaces_newer_ones(tmp_path):
+  """A copied checkpoint becomes the newest of the member's folder: its
+  own newer ones (and a different one at the same step) move aside."""
+  from launch import pbt
+  member = tmp_path / 'member'
+  for step in (100, 200, 300):
+    (member / 'checkpoints' / str(step) / 'default').mkdir(parents=True)
+    (member / 'checkpoints' / str(step) / 'default' / '_METADATA').write_text('{}')
+  donor = tmp_path / 'donor_state'
+  (donor / 'default').mkdir(parents=True)
+  (donor / 'default' / '_METADATA').write_text('{"donor": 1}')
+  pbt.install_checkpoint(str(donor), str(member), 200, own=False)
+  assert sorted(os.listdir(member / 'checkpoints')) == ['100', '200']
+  assert (member / 'checkpoints' / '200' / 'default' / '_METADATA').read_text() == '{"donor": 1}'
+  assert len(os.listdir(member / pbt.REPLACED)) == 2   # its own 200 and 300
+  pbt.install_checkpoint(str(donor), str(member), 200, own=True)  # its own, intact: kept
+  assert len(os.listdir(member / pbt.REPLACED)) == 2
