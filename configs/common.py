@@ -117,10 +117,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.pbt.population = 4          # members (launch/pbt.py --population overrides)
   c.pbt.adapt = ('learning_rate', 'entropy_cost')  # hyperparameters to adapt: learning_rate, entropy_cost, max_grad_norm, eps (the optimizer's epsilon)
   c.pbt.ranges = ml_collections.ConfigDict()  # (low, high) of each adapted one: members start spread over it, perturbations stay in it
-  c.pbt.ranges.learning_rate = (1e-5, 1e-2)
-  c.pbt.ranges.entropy_cost = (1e-4, 1e-1)
-  c.pbt.ranges.max_grad_norm = (0.1, 100.0)
-  c.pbt.ranges.eps = (1e-8, 1e-1)
+  c.pbt.ranges.learning_rate = (1e-5, 1e-2)  # the base rate (annealed linearly as ever)
+  c.pbt.ranges.entropy_cost = (1e-4, 1e-1)   # the entropy bonus's weight
+  c.pbt.ranges.max_grad_norm = (0.1, 100.0)  # the global gradient-norm clip
+  c.pbt.ranges.eps = (1e-8, 1e-1)            # the optimizer's epsilon (rmsprop_eps or adam_eps)
   c.pbt.start = 'spread'        # 'spread': each member's start log-evenly over the range (shuffled per hyperparameter); 'random': log-uniform draws
   c.pbt.interval_env_steps = 0  # env steps (per member) between exploit/explore steps; 0 = total_env_steps / 10
   c.pbt.metric = 'auto'         # what members are ranked by: 'auto' (configs/pbt.py: mean return of the last episodes, per task averaged) or a metric the run logs, e.g. 'episode_return/Pong'
