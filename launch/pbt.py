@@ -153,8 +153,10 @@ def _trainable(tune):
                                  **{f'pbt/{k}': v for k, v in self.values.items()}})
       if self.ledger is not None:
         import ray  # pylint: disable=import-outside-toplevel
-        for event in ray.get(self.ledger.take.remote(self.name)):
-          self.session.logger.write(event)
+        for row in ray.get(self.ledger.take.remote(self.name)):
+          # At this member's own step: metrics.jsonl's env steps never go back
+          # (a step back reads as a resume, results.stitch_resumed).
+          self.session.logger.write({**row, 'env_steps': steps})
       return {'score': score, 'env_steps': steps, 'member': self.name,
               'done': steps >= total, **self.values}
 
@@ -217,7 +219,9 @@ def _scheduler(tune, settings, population_dir, ledger):
 
 
 def _donor_row(event):
-  return {'env_steps': event['env_steps'], 'pbt/copied_to': event['recipient'],
+  """The donor's record of a copy; written at the donor's env step then,
+  the copied checkpoint's step is 'pbt/copied_step'."""
+  return {'pbt/copied_to': event['recipient'], 'pbt/copied_step': event['env_steps'],
           'pbt/recipient_score': event['recipient_score']}
 
 
@@ -314,11 +318,14 @@ def run_population(config, population=None, address=None):
 def _write_left_rows(pending, population_dir):
   """Copies whose donor finished before its next interval: written into
   its metrics now (its run folder is closed)."""
+  from analysis import pbt_curves  # pylint: disable=import-outside-toplevel
   for member, rows in pending.items():
     path = os.path.join(population_dir, MEMBERS, member, 'metrics.jsonl')
+    last = max((int(r['env_steps']) for r in pbt_curves.read_jsonl(path) if 'env_steps' in r),
+               default=0)
     with open(path, 'a') as f:
       for row in rows:
-        f.write(json.dumps(row) + '\n')
+        f.write(json.dumps({**row, 'env_steps': last}) + '\n')
 
 
 def _summarise(results, population_dir, settings):

@@ -149,6 +149,10 @@ def test_population_replaces_its_worst_and_beats_the_worst_setting(tmp_path):
     donor = _read_jsonl(tmp_path / 'pop' / 'members' / event['donor'] / 'metrics.jsonl')
     assert any(r.get('pbt/copied_from') == event['donor'] for r in recipient)
     assert any(r.get('pbt/copied_to') == event['recipient'] for r in donor)
+  for name in members:  # copies move rows aside, never log a step back
+    steps = [r['env_steps'] for r in _read_jsonl(tmp_path / 'pop' / 'members' / name /
+                                                 'metrics.jsonl')]
+    assert steps == sorted(steps), name
   # Every member's TensorBoard files are in its run folder.
   for name in members:
     assert any(f.startswith('events.out.tfevents')
