@@ -235,3 +235,47 @@ def test_installed_checkpoint_replaces_newer_ones(tmp_path):
   assert len(os.listdir(member / pbt.REPLACED)) == 2   # its own 200 and 300
   pbt.install_checkpoint(str(donor), str(member), 200, own=True)  # its own, intact: kept
   assert len(os.listdir(member / pbt.REPLACED)) == 2
+
+
+def test_address_joins_an_existing_ray_cluster(tmp_path, monkeypatch):
+  """--address: the population runs on a Ray cluster started apart from
+  it (here a one-node cluster from `ray start --head --block`), which
+  outlives it. The cluster is stopped by its own processes only (not `ray
+  stop`, which would stop every Ray on the machine)."""
+  import shutil
+  import socket
+  import tempfile
+  from launch import pbt
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+  ray_bin = os.path.join(os.path.dirname(sys.executable), 'ray')
+  temp = tempfile.mkdtemp(prefix='r', dir='/tmp')  # short: Ray's socket paths have a limit
+  # Ray 2.60 turns token authentication on for `ray start` clusters; this
+  # one, on the loopback, goes without (docs/pbt.md: tokens on a cluster).
+  monkeypatch.setenv('RAY_AUTH_MODE', 'disabled')
+  head = subprocess.Popen(
+      [ray_bin, 'start', '--head', f'--port={port}', '--num-cpus=2', '--block',
+       '--include-dashboard=false', f'--temp-dir={temp}'],
+      env={**os.environ, 'RAY_worker_niceness': '0'}, stdout=subprocess.DEVNULL,
+      stderr=subprocess.DEVNULL, start_new_session=True)
+  try:
+    c = _config(tmp_path / 'pop', adapt=('learning_rate',), interval_env_steps=4_000)
+    c.total_env_steps = 8_000
+    deadline = time.time() + 120
+    while not os.path.isdir(temp) or not any(n.startswith('session_') for n in os.listdir(temp)):
+      assert time.time() < deadline and head.poll() is None, 'ray start --head did not start'
+      time.sleep(0.5)
+    time.sleep(5)
+    summary, status = pbt.run_population(c, population=2, address=f'127.0.0.1:{port}')
+    assert status == 0
+    assert sorted(m['env_steps'] for m in summary['members']) == [8_000, 8_000]
+    assert head.poll() is None  # the cluster outlives the population
+  finally:
+    os.killpg(head.pid, signal.SIGTERM)
+    try:
+      head.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+      os.killpg(head.pid, signal.SIGKILL)
+    subprocess.run(['pkill', '-9', '-f', temp], check=False)
+    shutil.rmtree(temp, ignore_errors=True)
