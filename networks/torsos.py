@@ -81,7 +81,7 @@ class _ConvParams(nn.Module):
   [kh, kw, cin, cout] with lecun_normal, bias [cout] with zeros), for a
   fused op that computes the layer itself. Called with the layer's input x
   (as nn.Conv is) when there is one, so that method interceptors see it
-  (agents/frame_checks.torso_input); only its channel count is read."""
+  (analysis/frame_checks.torso_input); only its channel count is read."""
   features: int
   kernel_size: tuple
   in_features: int = 0
