@@ -151,14 +151,27 @@ def _trainable(tune):
       steps = self.session.env_steps
       self.session.logger.write({'env_steps': steps, 'pbt/score': score,
                                  **{f'pbt/{k}': v for k, v in self.values.items()}})
-      if self.ledger is not None:
-        import ray  # pylint: disable=import-outside-toplevel
-        for row in ray.get(self.ledger.take.remote(self.name)):
-          # At this member's own step: metrics.jsonl's env steps never go back
-          # (a step back reads as a resume, results.stitch_resumed).
-          self.session.logger.write({**row, 'env_steps': steps})
+      for row in self._copies_of_mine():
+        # At this member's own step: metrics.jsonl's env steps never go back
+        # (a step back reads as a resume, results.stitch_resumed).
+        self.session.logger.write({**row, 'env_steps': steps})
       return {'score': score, 'env_steps': steps, 'member': self.name,
               'done': steps >= total, **self.values}
+
+    def _copies_of_mine(self):
+      """Rows for the copies other members made of this one since its last
+      interval; none when the ledger cannot be reached (the population's
+      end writes what is missing from events.jsonl)."""
+      if self.ledger is None:
+        return []
+      import ray  # pylint: disable=import-outside-toplevel
+      try:
+        return ray.get(self.ledger.take.remote(self.name), timeout=60)
+      except Exception as e:  # noqa: BLE001 -- Ray raises several kinds; the member goes on
+        print(f'{self.name}: warning: the copy ledger is unreachable ({type(e).__name__}); '
+              'copies of this member are written when the population ends', flush=True)
+        self.ledger = None
+        return []
 
     def save_checkpoint(self, checkpoint_dir):
       from agents import checkpoint  # pylint: disable=import-outside-toplevel
@@ -203,7 +216,10 @@ def _scheduler(tune, settings, population_dir, ledger):
             f'{event["donor"]} (score {event["donor_score"]:.4g}) at env step '
             f'{event["env_steps"]:,}; now ' + ', '.join(
                 f'{k}={v:.3g}' for k, v in event['new_values'].items()), flush=True)
-      ledger.add.remote(event['donor'], _donor_row(event))
+      try:
+        ledger.add.remote(event['donor'], _donor_row(event))
+      except Exception:  # noqa: BLE001 -- the end writes it from events.jsonl
+        pass
 
   return RecordedPBT(
       time_attr='env_steps', metric='score', mode='max',
@@ -239,10 +255,6 @@ def _ledger_class(ray):
 
     def take(self, member):
       return self._pending.pop(member, [])
-
-    def left(self):
-      pending, self._pending = self._pending, {}
-      return pending
 
   return Ledger
 
@@ -309,23 +321,32 @@ def run_population(config, population=None, address=None):
             num_samples=settings.population, reuse_actors=False),
         run_config=run_config)
   results = tuner.fit()
-  _write_left_rows(ray.get(ledger.left.remote()), population_dir)
+  _write_missing_donor_rows(population_dir)
   summary = _summarise(results, population_dir, settings)
   ray.shutdown()
   return summary, (1 if summary['failed'] else 0)
 
 
-def _write_left_rows(pending, population_dir):
-  """Copies whose donor finished before its next interval: written into
-  its metrics now (its run folder is closed)."""
+def _write_missing_donor_rows(population_dir):
+  """Each copy in events.jsonl that its donor did not record (it finished
+  before its next interval, or the ledger was unreachable): written into
+  the donor's metrics now, at its last env step (its run folder is closed)."""
   from analysis import pbt_curves  # pylint: disable=import-outside-toplevel
-  for member, rows in pending.items():
-    path = os.path.join(population_dir, MEMBERS, member, 'metrics.jsonl')
-    last = max((int(r['env_steps']) for r in pbt_curves.read_jsonl(path) if 'env_steps' in r),
-               default=0)
+  events_path = os.path.join(population_dir, EVENTS)
+  if not os.path.exists(events_path):
+    return
+  for event in pbt_curves.read_jsonl(events_path):
+    path = os.path.join(population_dir, MEMBERS, event['donor'], 'metrics.jsonl')
+    if not os.path.exists(path):
+      continue
+    rows = pbt_curves.read_jsonl(path)
+    row = _donor_row(event)
+    if any(r.get('pbt/copied_to') == row['pbt/copied_to'] and
+           r.get('pbt/copied_step') == row['pbt/copied_step'] for r in rows):
+      continue
+    last = max((int(r['env_steps']) for r in rows if 'env_steps' in r), default=0)
     with open(path, 'a') as f:
-      for row in rows:
-        f.write(json.dumps({**row, 'env_steps': last}) + '\n')
+      f.write(json.dumps({**row, 'env_steps': last}) + '\n')
 
 
 def _summarise(results, population_dir, settings):
