@@ -35,11 +35,9 @@ import math
 import os
 import shutil
 import sys
-import warnings
 
 from absl import app
 from absl import flags
-from absl import logging
 
 from configs import pbt as pbt_lib
 from configs import validation
@@ -397,13 +395,7 @@ def _print_summary(summary, population_dir):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  logging.set_verbosity(logging.WARNING)
-  warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
-  try:
-    config = train_lib._CONFIG.value  # pylint: disable=protected-access
-    config['seed']  # config_flags loads the file lazily: make it happen here
-  except train_lib._USER_ERRORS as e:  # pylint: disable=protected-access
-    train_lib._exit_with_config_error(e, sys.argv)  # pylint: disable=protected-access
+  config = train_lib.load_config()
   try:
     summary, status = run_population(config, _POPULATION.value, _ADDRESS.value)
   except (validation.ConfigError, run_folder.RunFolderError) as e:

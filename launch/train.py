@@ -435,9 +435,9 @@ def _fail(e: BaseException) -> None:
   sys.exit(1)  # a non-finite stop is every process's: they leave together
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+def load_config():
+  """The --config flag's config, loaded, with quiet logs; a mistake in it
+  exits with one line (status 2). Shared with launch/pbt.py."""
   logging.set_verbosity(logging.WARNING)
   warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
   try:
@@ -445,6 +445,13 @@ def main(argv):
     config['seed']  # config_flags loads the file lazily: make it happen here
   except _USER_ERRORS as e:
     _exit_with_config_error(e, sys.argv)
+  return config
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  config = load_config()
   try:
     _start_processes(config)
     if _VALIDATE_ONLY.value:
