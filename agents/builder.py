@@ -17,7 +17,7 @@ import optax
 from agents import learner as learner_lib
 from agents.rollout import example_observation
 from networks import agent as agent_net
-from rl import losses, optimizers
+from rl import algorithms, optimizers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,14 +42,15 @@ def build_agent(config, plan, num_actions: int, observation_spec: Dict[str, tupl
   variables = agent_net.init_variables(network, jax.random.key(config.seed),
                                        example_observation(observation_spec),
                                        init=config.network.init)
-  optimizer, schedule = optimizers.optimizer_from_config(config, plan.total_learner_steps)
+  optimizer, schedule = optimizers.optimizer_from_config(
+      config, plan.total_learner_steps, algorithms.optimizer_steps_per_update(config))
   mesh = learner_lib.make_mesh(plan.learner_devices)
   state = learner_lib.init_state(variables, optimizer, mesh)
   update = None
   if with_update:
     update = learner_lib.build_update(
         agent_net.apply_fn(network, with_health=True), optimizer, schedule,
-        losses.config_from(config), agent_net.VALUE_HEAD, mesh, config.optimizer.max_grad_norm,
+        algorithms.loss_config(config), agent_net.VALUE_HEAD, mesh, config.optimizer.max_grad_norm,
         seed=config.seed)
   return Agent(network, variables, optimizer, schedule, mesh, state, update)
 

@@ -31,7 +31,7 @@ def trace_episode(run: LoadedRun, task_id: int, max_steps: int = 2000, seed: int
   def values_of(variables, obs, first, state):
     _, v, _ = run.network.apply(variables, jax.tree.map(lambda x: x[None], obs),
                                 first[None], state)
-    return popart.sigma(stats) * v[0, 0] + stats['mu']  # [K]
+    return popart.unnormalize_all(stats, v[0, 0])  # [K]
 
   frames, values = [], []
 

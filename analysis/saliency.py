@@ -90,7 +90,7 @@ def make_scorer(network, task_id: int) -> Callable:
     logits, values, _ = network.apply(variables, obs, first[None], state)
     k = task_id if values.shape[-1] > 1 else 0
     stats = jax.tree.map(lambda x: x[k], variables['popart']['value_head'])
-    return logits[0], popart.sigma(stats) * values[0, :, k] + stats['mu']
+    return logits[0], popart.unnormalize_all(stats, values[0, :, k])
 
   return scores
 

@@ -23,18 +23,19 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from rl import losses
+from rl import impala
+from rl.actor_critic import LossConfig
 from rl.types import Unroll
 from networks.agent import VALUE_HEAD
 
 TERMS = ('policy', 'baseline', 'entropy')
 
 
-def term_gradients(apply_fn: Callable, cfg: losses.LossConfig, params, stats,
+def term_gradients(apply_fn: Callable, cfg: LossConfig, params, stats,
                    batch: Unroll) -> Dict[str, object]:
   """{'policy', 'baseline', 'entropy', 'total'}: gradient pytrees of each term."""
   def grad_at(baseline_cost, entropy_cost):
-    loss_fn = losses.impala_loss(
+    loss_fn = impala.loss_fn(
         apply_fn, cfg._replace(baseline_cost=baseline_cost, entropy_cost=entropy_cost))
     return jax.grad(lambda p: loss_fn(p, stats, batch)[0])(params)
 

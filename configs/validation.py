@@ -12,7 +12,7 @@ import jax
 
 from infra import multihost
 from rl.optimizers import OPTIMIZERS
-from rl.losses import LOSS_NAMES, PPO_SPLITS, PPO_VALUE_TARGETS
+from rl import algorithms, impala, ppo
 from rl.rewards import REWARD_MODES
 from configs import atari_common
 from envs import atari
@@ -223,12 +223,12 @@ def _check_ppo(config) -> None:
   lam = config.ppo.gae_lambda
   if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam <= 1.0:
     raise ConfigError('ppo.gae_lambda', f'must be in [0, 1], got {lam!r}')
-  _check_choice('ppo.value_targets', config.ppo.value_targets, PPO_VALUE_TARGETS)
-  _check_choice('ppo.split', config.ppo.split, PPO_SPLITS)
+  _check_choice('ppo.value_targets', config.ppo.value_targets, ppo.VALUE_TARGETS)
+  _check_choice('ppo.split', config.ppo.split, ppo.SPLITS)
   if not isinstance(config.ppo.normalize_advantages, bool):
     raise ConfigError('ppo.normalize_advantages',
                       f'must be True or False, got {config.ppo.normalize_advantages!r}')
-  if config.loss.name == 'ppo' and config.ppo.split == 'steps' and is_recurrent(config.network):
+  if config.loss.name == ppo.NAME and config.ppo.split == 'steps' and is_recurrent(config.network):
     raise ConfigError('ppo.split', "'steps' shuffles single steps, which a recurrent network "
                       "cannot take (its state runs along the unroll); use 'unrolls'")
 
@@ -277,7 +277,7 @@ def _check_vtrace(config) -> None:
 
 def _check_minibatch_split(config, per_device_batch: int) -> None:
   """The loss's minibatches must cut every learner device's shard evenly."""
-  if config.loss.name == 'impala':
+  if config.loss.name == impala.NAME:
     m = config.vtrace.minibatches
     if per_device_batch % m:
       raise ConfigError('vtrace.minibatches', f'{m} minibatches of whole unrolls do not split '
@@ -315,7 +315,7 @@ def validate(config) -> RunPlan:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
       raise ConfigError(name, f'must be a number >= 0, got {value!r}')
   _check_choice('loss_reduction', config.loss_reduction, LOSS_REDUCTIONS)
-  _check_choice('loss.name', config.loss.name, LOSS_NAMES)
+  _check_choice('loss.name', config.loss.name, algorithms.NAMES)
   _check_choice('optimizer.name', config.optimizer.name, OPTIMIZERS)
   _check_choice('network.init', config.network.init, INITS)
   _positive(config, ['optimizer.adam_eps'])

@@ -37,7 +37,7 @@ from agents.trainer import Trainer
 from analysis import run_loading, update_stats
 from configs import validation
 from networks import agent as agent_net
-from rl import losses
+from rl import algorithms, impala
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file[:variant].')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Run folder: its config and checkpoint.')
@@ -59,7 +59,7 @@ def _load_config():
     config = _CONFIG.value
   else:
     raise app.UsageError('give --config or --workdir')
-  if config.loss.name != 'impala':
+  if config.loss.name != impala.NAME:
     raise app.UsageError(f'diagnose_update splits the IMPALA loss into its terms; this config '
                          f'has loss.name={config.loss.name!r} (PPO runs log ppo/clip_fraction, '
                          'ppo/approx_kl and the health metrics instead)')
@@ -84,12 +84,12 @@ class Diagnoser:
       checkpointer.close()
       self.trainer.load(restored['state'], restored['env_steps'])
     apply = agent_net.apply_fn(self.trainer.network)
-    cfg = losses.config_from(config)
+    cfg = algorithms.loss_config(config)
     head = agent_net.VALUE_HEAD
     o = config.optimizer
     max_norm = o.max_grad_norm
     eps = o.adam_eps if o.name == 'adam' else o.rmsprop_eps
-    loss_fn = losses.impala_loss(apply, cfg)
+    loss_fn = impala.loss_fn(apply, cfg)
 
     @jax.jit
     def gradients(state, batch):

@@ -26,7 +26,7 @@ class PopArtValueHead(nn.Module):
     nu = self.variable(POPART_COLLECTION, 'nu', lambda: init['nu'])
     normalised = x @ kernel + bias
     stats = {'mu': mu.value, 'nu': nu.value}
-    unnormalised = popart.sigma(stats) * normalised + stats['mu']
+    unnormalised = popart.unnormalize_all(stats, normalised)
     return normalised, unnormalised
 
 

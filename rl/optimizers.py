@@ -98,20 +98,15 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
   return optimizer, schedule
 
 
-def optimizer_steps_per_update(config) -> int:
-  """Optimiser steps per learner update: epochs x minibatches of the loss's group."""
-  group = config.ppo if config.loss.name == 'ppo' else config.vtrace
-  return group.epochs * group.minibatches
-
-
-def optimizer_from_config(config, total_learner_steps: int):
+def optimizer_from_config(config, total_learner_steps: int, steps_per_update: int):
   """(optimizer, schedule) from a run config's learning_rate, entropy_cost
-  and `optimizer` group. The optimiser anneals over every optimiser step of
-  the run; the schedule returned, `schedule(update, base=config's rate)`,
-  is indexed by learner update (what `LearnerState.step` counts), for
-  logging."""
+  and `optimizer` group, for a learner taking `steps_per_update` optimiser
+  steps per update (rl/algorithms.optimizer_steps_per_update). The
+  optimiser anneals over every optimiser step of the run; the schedule
+  returned, `schedule(update, base=config's rate)`, is indexed by learner
+  update (what `LearnerState.step` counts), for logging."""
   o = config.optimizer
-  k = optimizer_steps_per_update(config)
+  k = steps_per_update
   optimizer, schedule = make_optimizer(
       config.learning_rate, total_learner_steps * k, o.max_grad_norm, o.rmsprop_decay,
       o.rmsprop_eps, o.momentum, o.eps_in_sqrt, o.rmsprop_initial_scale, name=o.name,
@@ -120,6 +115,12 @@ def optimizer_from_config(config, total_learner_steps: int):
   if k == 1:
     return optimizer, schedule
   return optimizer, lambda step, base=config.learning_rate: schedule(step * k, base)
+
+
+def hyperparameter(opt_state, key: str, default=None):
+  """One injected hyperparameter of an optimiser state, or `default` for an
+  optimiser without it (a bare optax chain)."""
+  return getattr(opt_state, 'hyperparams', {}).get(key, default)
 
 
 def hyperparameters(opt_state) -> Dict[str, jnp.ndarray]:

@@ -10,7 +10,7 @@ The statistics are a dict {'mu': [K], 'nu': [K]}, stored in the Flax variable
 collection `popart` of the network's value head.
 """
 
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +41,11 @@ def normalize(stats: Stats, x: jax.Array, task_ids: jax.Array) -> jax.Array:
 def unnormalize(stats: Stats, n: jax.Array, task_ids: jax.Array) -> jax.Array:
   """sigma_i * n + mu_i for each element's task i."""
   return sigma(stats)[task_ids] * n + stats['mu'][task_ids]
+
+
+def unnormalize_all(stats: Stats, n: jax.Array) -> jax.Array:
+  """sigma * n + mu for outputs [..., K] of every task's value head."""
+  return sigma(stats) * n + stats['mu']
 
 
 def update_stats(stats: Stats, targets: jax.Array, task_ids: jax.Array,
@@ -82,3 +87,28 @@ def preserve_outputs(head_params: Dict[str, jax.Array], old: Stats,
   kernel = head_params['kernel'] * (sigma_old / sigma_new)
   bias = (sigma_old * head_params['bias'] + old['mu'] - new['mu']) / sigma_new
   return {**head_params, 'kernel': kernel, 'bias': bias}
+
+
+def rescaled_value(old: Stats, new: Stats, n: jax.Array, task_ids: jax.Array) -> jax.Array:
+  """What a head that gave normalised value `n` under `old` gives after
+  preserve_outputs for `new`: (sigma n + mu - mu') / sigma', per element's
+  task. The losses compare targets with this, the value the rescaled
+  network would see."""
+  return (sigma(old)[task_ids] * n + old['mu'][task_ids] - new['mu'][task_ids]) / sigma(new)[task_ids]
+
+
+def rescale_head(params: Dict[str, Any], value_head: str, old: Stats, new: Stats) -> Dict[str, Any]:
+  """Network params with the head `params[value_head]` rescaled for `new`
+  statistics (preserve_outputs); the other params unchanged."""
+  return {**params, value_head: preserve_outputs(params[value_head], old, new)}
+
+
+def rescale_head_grads(grads: Dict[str, Any], value_head: str, old: Stats, new: Stats
+                       ) -> Dict[str, Any]:
+  """A gradient taken at the head before its rescale, moved to the rescaled
+  head. The loss sees the head through w h + b; at w' = w sigma / sigma' the
+  same loss as a function of w' has gradient sigma' / sigma times the old
+  one (likewise b), so the optimiser steps the parameters the network now
+  has."""
+  ratio = sigma(new) / sigma(old)
+  return {**grads, value_head: jax.tree.map(lambda g: g * ratio, grads[value_head])}

@@ -1,7 +1,8 @@
 """PPO (Schulman et al. 2017) with per-task PopArt, on the actors' unrolls.
 
-The same unrolls, PopArt head and sharded update as the IMPALA loss
-(rl/losses.py); what differs is how a batch is used:
+The same unrolls, PopArt head and sharded update as IMPALA (rl/impala.py),
+over the same evaluation of an unroll (rl/actor_critic.py); what differs is
+how a batch is used:
 
 1. `targets_fn`: one forward pass over the whole batch with the current
    params gives the values the advantages and value targets start from:
@@ -31,12 +32,46 @@ from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import optax
 
+from rl import actor_critic as ac
 from rl import health
-from rl import losses
+from rl import impala
 from rl import popart
 from rl import rewards as rewards_lib
+from rl import sgd
+from rl.actor_critic import LossConfig, LossOutput
 from rl.types import Unroll
+
+NAME = 'ppo'
+CONFIG_GROUP = 'ppo'   # the run config's group of PPOConfig's fields
+VALUE_TARGETS = ('gae', 'vtrace')
+SPLITS = ('steps', 'unrolls')
+
+
+class PPOConfig(NamedTuple):
+  """PPO's settings (the config's `ppo` group; configs/common.py)."""
+  epochs: int = 4
+  minibatches: int = 4
+  clip_epsilon: float = 0.1
+  value_clip_epsilon: float = 0.1   # 0: the value loss is not clipped
+  gae_lambda: float = 0.95
+  value_targets: str = 'gae'        # 'gae' or 'vtrace'
+  normalize_advantages: bool = True
+  split: str = 'steps'              # minibatches of single steps, or of whole unrolls
+
+
+def settings(cfg: LossConfig) -> PPOConfig:
+  return PPOConfig() if cfg.ppo is None else cfg.ppo
+
+
+def settings_from(group) -> PPOConfig:
+  """PPOConfig of the run config's `ppo` group."""
+  return PPOConfig(epochs=group.epochs, minibatches=group.minibatches,
+                   clip_epsilon=group.clip_epsilon, value_clip_epsilon=group.value_clip_epsilon,
+                   gae_lambda=group.gae_lambda, value_targets=group.value_targets,
+                   normalize_advantages=group.normalize_advantages, split=group.split)
+
 
 class Targets(NamedTuple):
   """Per transition [T, B]: what every minibatch of one update shares."""
@@ -67,77 +102,49 @@ def gae(values, rewards, discounts, lambda_):
   return advantages
 
 
-def _episode_aware(raw_values, rewards, discounts, first, gamma):
-  """IMPALA's transitions (losses.episode_aware_vtrace): a reset step, whose
-  next observation is `first`, gets reward V(x_t) and discount 0, so its
-  target is its own value and nothing crosses the episode boundary."""
-  reset = first[1:]
-  mask = 1.0 - reset.astype(jnp.float32)
-  rewards = jnp.where(reset, raw_values[:-1], rewards)
-  discounts = jnp.where(reset, 0.0, gamma * discounts)
-  return rewards, discounts, mask
-
-
-def targets_fn(apply_fn: Callable, cfg: losses.LossConfig, axis_name: Optional[str] = None):
+def targets_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None):
   """Returns targets(params, stats, batch) -> (new_stats, Targets, metrics).
 
   `params` are the learner's before the update; the caller rescales the
-  value head for `new_stats` (popart.preserve_outputs) before the epochs.
+  value head for `new_stats` (popart.rescale_head) before the epochs.
   """
-  p = cfg.ppo
+  p = settings(cfg)
 
   def targets(params, stats: popart.Stats, batch: Unroll):
-    out = apply_fn(params, stats, batch.obs, batch.first, batch.core_state)
-    logits, norm_values = jax.lax.stop_gradient(out[0]), jax.lax.stop_gradient(out[1])
-    unit_max = out[3] if len(out) > 3 else None
-    value_idx = batch.task_id if cfg.popart_enabled else jnp.zeros_like(batch.task_id)
-    n = jnp.take_along_axis(norm_values, value_idx[..., None], axis=-1)[..., 0]
-    values = popart.unnormalize(stats, n, value_idx)  # in h-space for mode 'h'
-    raw_values = rewards_lib.h_inv(values) if cfg.reward_mode == 'h' else values
-
-    action = batch.action[:-1]
-    log_pi = jax.nn.log_softmax(logits[:-1])
-    log_mu = jax.nn.log_softmax(batch.behaviour_logits[:-1])
-    log_mu_a = jnp.take_along_axis(log_mu, action[..., None], axis=-1)[..., 0]
-    r = rewards_lib.transform_rewards(batch.reward[:-1], cfg.reward_mode)
-
+    e = ac.evaluate_unroll(apply_fn, cfg, params, stats, batch)
     if p.value_targets == 'gae':
-      rewards, discounts, mask = _episode_aware(raw_values, r, batch.discount[:-1],
-                                                batch.first, cfg.discount)
-      value_target = gae(raw_values, rewards, discounts, p.gae_lambda) + raw_values[:-1]
+      rewards, discounts, mask = ac.episode_aware(e.raw_values, e.rewards, batch.discount[:-1],
+                                                  batch.first, cfg.discount)
+      value_target = gae(e.raw_values, rewards, discounts, p.gae_lambda) + e.raw_values[:-1]
       policy_target = value_target              # A = G^lambda - V
     else:
-      log_pi_a = jnp.take_along_axis(log_pi, action[..., None], axis=-1)[..., 0]
-      rhos = jnp.exp(log_pi_a - log_mu_a)
+      rhos = jnp.exp(e.log_pi_a - e.log_mu_a)
       # v_s for the value, q_s = r_s + gamma v_{s+1} for the policy (IMPALA's).
-      value_target, policy_target, mask = losses.episode_aware_vtrace(
-          raw_values, r, batch.discount[:-1], batch.first, rhos, cfg.discount,
+      value_target, policy_target, mask = impala.episode_aware_vtrace(
+          e.raw_values, e.rewards, batch.discount[:-1], batch.first, rhos, cfg.discount,
           lambda_=p.gae_lambda)
     if cfg.reward_mode == 'h':  # targets and advantages live where the values do
       value_target, policy_target = rewards_lib.h(value_target), rewards_lib.h(policy_target)
-    advantage = (policy_target - values[:-1]) * mask
+    advantage = (policy_target - e.values[:-1]) * mask
 
-    task = value_idx[:-1]
+    task = e.value_idx[:-1]
     new_stats = (popart.update_stats(stats, value_target, task, mask, cfg.popart_beta, axis_name)
                  if cfg.popart_enabled else stats)
-    sigma_new = popart.sigma(new_stats)[task]
-    old_norm_value = (popart.sigma(stats)[task] * n[:-1] + stats['mu'][task]
-                      - new_stats['mu'][task]) / sigma_new
-    t = Targets(advantage=advantage / sigma_new,
+    t = Targets(advantage=advantage / popart.sigma(new_stats)[task],
                 norm_target=popart.normalize(new_stats, value_target, task),
-                old_norm_value=old_norm_value, behaviour_log_prob=log_mu_a, mask=mask)
+                old_norm_value=popart.rescaled_value(stats, new_stats, e.n[:-1], task),
+                behaviour_log_prob=e.log_mu_a, mask=mask)
     t = jax.tree.map(jax.lax.stop_gradient, t)
 
-    num_valid = jnp.sum(mask)
-    sums = {'value_mean': jnp.sum(mask * values[:-1]),
+    log_mu, log_pi = e.log_mu, jax.lax.stop_gradient(e.log_pi)
+    sums = {'value_mean': jnp.sum(mask * e.values[:-1]),
             'advantage_mean': jnp.sum(mask * t.advantage),
             # KL(mu || pi) at the start of the update: the policy lag's share
             # of the ratios' distance from 1 (ppo/approx_kl adds the update's).
             'kl_behaviour': jnp.sum(mask * jnp.sum(jnp.exp(log_mu) * (log_mu - log_pi), axis=-1))}
-    if axis_name is not None:
-      num_valid, sums = jax.lax.psum((num_valid, sums), axis_name)
-    metrics = {k: v / jnp.maximum(num_valid, 1.0) for k, v in sums.items()}
-    metrics.update(health.metrics(unit_max, log_pi, mask, axis_name))
+    count = ac.num_valid(mask, axis_name)
+    metrics = {k: v / count for k, v in ac.global_sum(sums, axis_name).items()}
+    metrics.update(health.metrics(e.unit_max, log_pi, mask, axis_name))
     return new_stats, t, metrics
 
   return targets
@@ -155,14 +162,14 @@ class Minibatch(NamedTuple):
   targets: Targets
 
 
-def loss_fn(apply_fn: Callable, cfg: losses.LossConfig, axis_name: Optional[str] = None):
+def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None):
   """Returns loss(params, stats, minibatch, entropy_cost=None) -> (loss, metrics).
 
   The reduction follows cfg.reduction: 'mean' over the minibatch's valid
   transitions (cleanrl's), or 'sum'. `entropy_cost` (a traced scalar: the
   optimiser state's) replaces cfg.entropy_cost when given.
   """
-  p = cfg.ppo
+  p = settings(cfg)
 
   def loss(params, stats: popart.Stats, mb: Minibatch, entropy_cost=None):
     entropy_weight = cfg.entropy_cost if entropy_cost is None else entropy_cost
@@ -171,32 +178,23 @@ def loss_fn(apply_fn: Callable, cfg: losses.LossConfig, axis_name: Optional[str]
     rows = t.mask.shape[0]  # drop an unroll's bootstrap row, if any
     logits, norm_values = out[0][:rows], out[1][:rows]
     action = mb.action[:rows]
-    value_idx = mb.task_id[:rows] if cfg.popart_enabled else jnp.zeros_like(mb.task_id[:rows])
+    value_idx = ac.value_index(cfg, mb.task_id[:rows])
     mask = t.mask
 
-    num_valid = jnp.sum(mask)
-    if axis_name is not None:
-      num_valid = jax.lax.psum(num_valid, axis_name)
-    num_valid = jnp.maximum(num_valid, 1.0)
-
+    num_valid = ac.num_valid(mask, axis_name)
     advantage = t.advantage
     if p.normalize_advantages:
-      s1, s2 = jnp.sum(mask * advantage), jnp.sum(mask * advantage ** 2)
-      if axis_name is not None:
-        s1, s2 = jax.lax.psum((s1, s2), axis_name)
-      mean = s1 / num_valid
-      std = jnp.sqrt(jnp.maximum(s2 / num_valid - mean ** 2, 0.0))
-      advantage = (advantage - mean) / (std + 1e-8)
+      advantage = ac.normalize(advantage, mask, axis_name)
 
     log_pi = jax.nn.log_softmax(logits)
-    log_pi_a = jnp.take_along_axis(log_pi, action[..., None], axis=-1)[..., 0]
+    log_pi_a = ac.take(log_pi, action)
     log_ratio = log_pi_a - t.behaviour_log_prob
     ratio = jnp.exp(log_ratio)
     eps = p.clip_epsilon
     surrogate = jnp.minimum(ratio * advantage, jnp.clip(ratio, 1.0 - eps, 1.0 + eps) * advantage)
     pg_loss = -jnp.sum(mask * surrogate)
 
-    n = jnp.take_along_axis(norm_values, value_idx[..., None], axis=-1)[..., 0]
+    n = ac.take(norm_values, value_idx)
     value_error = (n - t.norm_target) ** 2
     if p.value_clip_epsilon > 0:
       veps = p.value_clip_epsilon
@@ -204,7 +202,7 @@ def loss_fn(apply_fn: Callable, cfg: losses.LossConfig, axis_name: Optional[str]
       value_error = jnp.maximum(value_error, (clipped - t.norm_target) ** 2)
     baseline_loss = 0.5 * jnp.sum(mask * value_error)
 
-    entropy = -jnp.sum(jnp.exp(log_pi) * log_pi, axis=-1)
+    entropy = ac.entropy(log_pi)
     entropy_loss = -jnp.sum(mask * entropy)
 
     total = pg_loss + cfg.baseline_cost * baseline_loss + entropy_weight * entropy_loss
@@ -219,9 +217,81 @@ def loss_fn(apply_fn: Callable, cfg: losses.LossConfig, axis_name: Optional[str]
         'ppo/approx_kl': jnp.sum(mask * ((ratio_sg - 1.0) - jax.lax.stop_gradient(log_ratio))),
         'ppo/ratio_mean': jnp.sum(mask * ratio_sg),
     }
-    if axis_name is not None:
-      metrics = jax.lax.psum(metrics, axis_name)
-    metrics = {k: v / num_valid for k, v in metrics.items()}
+    metrics = {k: v / num_valid for k, v in ac.global_sum(metrics, axis_name).items()}
     return reduced, metrics
 
   return loss
+
+
+def split_minibatches(batch: Unroll, targets: Targets, num: int, split: str, key) -> Minibatch:
+  """One epoch's minibatches of a device's shard, stacked on a leading axis.
+
+  'steps': the T x B transitions shuffled and cut into `num` parts, each a
+  [1, T B / num] batch of single steps (feed-forward networks: no state
+  crosses steps). 'unrolls': the B unrolls shuffled and cut into `num`
+  parts of [T + 1, B / num] with their core states (recurrent networks).
+  """
+  t, b = targets.mask.shape
+  if split == 'steps':
+    n = t * b
+    size = n // num
+    idx = jax.random.permutation(key, n)[:num * size].reshape(num, size)
+    flat = lambda x: x[:t].reshape((n,) + x.shape[2:])
+    take = lambda x: flat(x)[idx][:, None]   # [num, 1, size, ...]
+    return Minibatch(
+        obs=jax.tree.map(take, batch.obs), first=jnp.ones((num, 1, size), bool),
+        core_state=batch.core_state, action=take(batch.action), task_id=take(batch.task_id),
+        targets=jax.tree.map(take, targets))
+  if split == 'unrolls':
+    size = b // num
+    idx = jax.random.permutation(key, b)[:num * size].reshape(num, size)
+    take = lambda x: jnp.moveaxis(x[:, idx], 1, 0)   # [T(+1), B, ...] -> [num, T(+1), size, ...]
+    return Minibatch(
+        obs=jax.tree.map(take, batch.obs), first=take(batch.first),
+        core_state=jax.tree.map(lambda x: x[idx], batch.core_state),
+        action=take(batch.action), task_id=take(batch.task_id),
+        targets=jax.tree.map(take, targets))
+  raise ValueError(f'unknown ppo.split {split!r}; choose one of {", ".join(SPLITS)}')
+
+
+def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTransformation,
+                value_head: str, axis_name: Optional[str], seed: int = 0,
+                max_grad_norm: float = float('inf')) -> Callable:
+  """Returns update(params, opt_state, stats, batch, step) -> (params,
+  opt_state, new_stats, metrics) for one device's shard: the targets and
+  PopArt's move once per batch, the value head rescaled once, then epochs x
+  minibatches optimiser steps on the rescaled head. `seed` and the learner
+  step seed the shuffles."""
+  p = settings(cfg)
+  targets = targets_fn(apply_fn, cfg, axis_name)
+  ppo_loss = loss_fn(apply_fn, cfg, axis_name)
+
+  def with_stats(params, stats, minibatch, entropy_cost):
+    loss, metrics = ppo_loss(params, stats, minibatch, entropy_cost)
+    return loss, LossOutput(loss, stats, metrics, {})
+
+  sgd_step = sgd.make_sgd_step(with_stats, optimizer, value_head, axis_name, max_grad_norm)
+
+  def update(params, opt_state, stats, batch: Unroll, step):
+    new_stats, t, metrics = targets(params, stats, batch)
+    if cfg.popart_enabled:  # once per batch; the epochs see the rescaled head
+      params = popart.rescale_head(params, value_head, stats, new_stats)
+    # The same key on every device: each shuffles its own shard alike.
+    key = jax.random.fold_in(jax.random.key(seed), step)
+
+    def minibatch_step(carry, minibatch):
+      params, opt_state = carry
+      params, opt_state, out = sgd_step(params, opt_state, new_stats, minibatch)
+      return (params, opt_state), out.metrics
+
+    def epoch(carry, epoch_key):
+      minibatches = split_minibatches(batch, t, p.minibatches, p.split, epoch_key)
+      return jax.lax.scan(minibatch_step, carry, minibatches)
+
+    (params, opt_state), step_metrics = jax.lax.scan(
+        epoch, (params, opt_state), jax.random.split(key, p.epochs))
+    # Means over the update's epochs x minibatches optimiser steps.
+    metrics.update(jax.tree.map(jnp.mean, step_metrics))
+    return params, opt_state, new_stats, metrics
+
+  return update

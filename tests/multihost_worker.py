@@ -26,7 +26,7 @@ def learner_setup(mesh):
   import ml_collections
   import numpy as np
   from agents import learner
-  from rl import losses, optimizers
+  from rl import actor_critic, optimizers
   from networks import agent as agent_net
   cfg = ml_collections.ConfigDict({'name': 'mlp', 'lstm_size': 16, 'torso_kwargs': {},
                                    'core_extra_inputs': False})
@@ -34,7 +34,7 @@ def learner_setup(mesh):
   variables = agent_net.init_variables(network, jax.random.key(0),
                                        {'state': np.zeros((4,), np.float32)})
   optimizer, schedule = optimizers.make_optimizer(6e-4, 100, 40.0, 0.99, 0.01, 0.0)
-  loss_cfg = losses.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=0.01,
+  loss_cfg = actor_critic.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=0.01,
                                reward_mode='none', popart_enabled=True, popart_beta=0.1)
   update = learner.build_update(agent_net.apply_fn(network), optimizer, schedule, loss_cfg,
                                 agent_net.VALUE_HEAD, mesh)

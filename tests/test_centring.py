@@ -13,7 +13,7 @@ from configs import common
 from configs.validation import ConfigError, validate
 from networks import agent as agent_net
 from networks import centring
-from rl import losses, optimizers
+from rl import actor_critic, impala, optimizers
 from rl.types import Unroll
 
 H = W = 6
@@ -93,9 +93,9 @@ def _run(devices, minibatches=1):
   example = {'frames': np.zeros((4, 36, 36), np.uint8), 'task_id': np.zeros((), np.int32)}
   variables = agent_net.init_variables(network, jax.random.key(0), example, init='orthogonal')
   optimizer, schedule = optimizers.make_optimizer(1e-3, 100, 0.5, 0.99, 0.01, 0.0, name='adam')
-  cfg = losses.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=0.01,
+  cfg = actor_critic.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=0.01,
                           reward_mode='clip', popart_enabled=False, popart_beta=0.1,
-                          reduction='mean', vtrace=losses.VTraceConfig(minibatches=minibatches))
+                          reduction='mean', vtrace=impala.VTraceConfig(minibatches=minibatches))
   update = learner.build_update(agent_net.apply_fn(network, with_health=True), optimizer,
                                 schedule, cfg, agent_net.VALUE_HEAD, mesh)
   state = learner.init_state(variables, optimizer, mesh)

@@ -11,7 +11,7 @@ import numpy as np
 import optax
 import pytest
 
-from rl import losses, optimizers
+from rl import algorithms, impala, optimizers
 from rl.types import Unroll
 from configs import atari_single
 from envs import atari
@@ -53,8 +53,9 @@ def _conv1_dead_after_updates(batches, config):
   network = agent_net.make_network(config.network, 6, 1)
   example = {k: v[0, 0] for k, v in batches[0].obs.items()}
   variables = agent_net.init_variables(network, jax.random.key(0), example)
-  optimizer, _ = optimizers.optimizer_from_config(config, 10_000)
-  loss_fn = losses.impala_loss(agent_net.apply_fn(network), losses.config_from(config))
+  optimizer, _ = optimizers.optimizer_from_config(
+      config, 10_000, algorithms.optimizer_steps_per_update(config))
+  loss_fn = impala.loss_fn(agent_net.apply_fn(network), algorithms.loss_config(config))
   stats = variables['popart'][agent_net.VALUE_HEAD]
 
   @jax.jit
@@ -103,8 +104,9 @@ def _vtrace_conv1_dead(batches, centre: bool, updates_per_batch: int = 8):
   network = agent_net.make_network(config.network, 6, 1)
   example = {k: v[0, 0] for k, v in batches[0].obs.items()}
   variables = agent_net.init_variables(network, jax.random.key(0), example, init='orthogonal')
-  optimizer, _ = optimizers.optimizer_from_config(config, 10_000)
-  loss_fn = losses.impala_loss(agent_net.apply_fn(network), losses.config_from(config))
+  optimizer, _ = optimizers.optimizer_from_config(
+      config, 10_000, algorithms.optimizer_steps_per_update(config))
+  loss_fn = impala.loss_fn(agent_net.apply_fn(network), algorithms.loss_config(config))
   stats = variables['popart'][agent_net.VALUE_HEAD]
   params = variables['params']
   for b in batches:

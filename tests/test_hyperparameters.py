@@ -14,7 +14,7 @@ import pytest
 from agents import learner
 from agents.checkpoint import Checkpointer
 from networks import agent as agent_net
-from rl import losses, optimizers
+from rl import actor_critic, optimizers
 from synthetic_unroll import random_unroll
 
 T, B, A = 5, 4, 3
@@ -87,7 +87,7 @@ def _learner(entropy_in_state, entropy_cost, lr=1e-3, clip=40.0):
   optimizer, schedule = optimizers.make_optimizer(
       lr, 100, clip, 0.99, 0.01, 0.0,
       entropy_cost=entropy_cost if entropy_in_state else None)
-  cfg = losses.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=entropy_cost,
+  cfg = actor_critic.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=entropy_cost,
                           reward_mode='none', popart_enabled=False, popart_beta=0.1)
   update = learner.build_update(agent_net.apply_fn(network), optimizer, schedule, cfg,
                                 agent_net.VALUE_HEAD, mesh, clip)
@@ -185,4 +185,4 @@ def test_plain_optax_chain_still_updates():
   """Tools that pass an optimiser without injected hyperparameters (a bare
   optax chain) keep the LossConfig's entropy cost and the given clip."""
   chain = optax.chain(optax.clip_by_global_norm(40.0), optax.sgd(1e-3))
-  assert learner._hyper(chain.init({'w': jnp.zeros(1)}), 'entropy_cost') is None
+  assert optimizers.hyperparameter(chain.init({'w': jnp.zeros(1)}), 'entropy_cost') is None

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from agents import learner
-from rl import losses, optimizers, popart
+from rl import actor_critic, algorithms, impala, optimizers, popart, ppo
 from networks import agent as agent_net
 from synthetic_unroll import random_unroll
 
@@ -29,7 +29,7 @@ def _run(network, devices, steps=2):
   obs = {'state': np.zeros((4,), np.float32)}
   variables = agent_net.init_variables(network, jax.random.key(0), obs)
   optimizer, schedule = optimizers.make_optimizer(6e-4, 100, 40.0, 0.99, 0.01, 0.0)
-  cfg = losses.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=0.01,
+  cfg = actor_critic.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=0.01,
                           reward_mode='none', popart_enabled=True, popart_beta=0.1)
   update = learner.build_update(agent_net.apply_fn(network), optimizer, schedule, cfg,
                                 agent_net.VALUE_HEAD, mesh)
@@ -63,7 +63,7 @@ def test_update_preserves_unnormalised_values_apart_from_the_gradient_step():
   obs = {'state': np.zeros((4,), np.float32)}
   variables = agent_net.init_variables(network, jax.random.key(1), obs)
   optimizer, schedule = optimizers.make_optimizer(0.0, 100, 40.0, 0.99, 0.01, 0.0)
-  cfg = losses.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=0.01,
+  cfg = actor_critic.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=0.01,
                           reward_mode='none', popart_enabled=True, popart_beta=0.3)
   update = learner.build_update(agent_net.apply_fn(network), optimizer, schedule, cfg,
                                 agent_net.VALUE_HEAD, mesh)
@@ -136,11 +136,13 @@ def test_ppo_learning_rate_anneals_over_every_optimiser_step():
   from configs import common
   c = common.base_config()
   c.loss.name, c.ppo.epochs, c.ppo.minibatches = 'ppo', 4, 4
-  _, schedule = optimizers.optimizer_from_config(c, total_learner_steps=100)
+  _, schedule = optimizers.optimizer_from_config(
+      c, total_learner_steps=100, steps_per_update=algorithms.optimizer_steps_per_update(c))
   np.testing.assert_allclose(float(schedule(50)), 0.5 * c.learning_rate, rtol=1e-6)
   np.testing.assert_allclose(float(schedule(100)), 0.0, atol=1e-12)
   c.loss.name = 'impala'
-  _, schedule = optimizers.optimizer_from_config(c, total_learner_steps=100)
+  _, schedule = optimizers.optimizer_from_config(
+      c, total_learner_steps=100, steps_per_update=algorithms.optimizer_steps_per_update(c))
   np.testing.assert_allclose(float(schedule(50)), 0.5 * c.learning_rate, rtol=1e-6)
 
 
@@ -149,10 +151,10 @@ def _vtrace_update(network, devices, minibatches, epochs=1, seed=0, lr=6e-4):
   obs = {'state': np.zeros((4,), np.float32)}
   variables = agent_net.init_variables(network, jax.random.key(0), obs)
   optimizer, schedule = optimizers.make_optimizer(lr, 100, 40.0, 0.99, 0.01, 0.0, name='adam')
-  cfg = losses.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=0.01,
+  cfg = actor_critic.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=0.01,
                           reward_mode='none', popart_enabled=True, popart_beta=0.1,
                           reduction='mean',
-                          vtrace=losses.VTraceConfig(epochs=epochs, minibatches=minibatches,
+                          vtrace=impala.VTraceConfig(epochs=epochs, minibatches=minibatches,
                                                      normalize_advantages=True))
   update = learner.build_update(agent_net.apply_fn(network), optimizer, schedule, cfg,
                                 agent_net.VALUE_HEAD, mesh, seed=seed)
@@ -211,8 +213,9 @@ def test_vtrace_one_minibatch_is_the_plain_update_and_anneals_over_every_step():
   from configs import common
   c = common.base_config()
   c.vtrace.epochs, c.vtrace.minibatches = 2, 4
-  assert optimizers.optimizer_steps_per_update(c) == 8
-  _, schedule = optimizers.optimizer_from_config(c, total_learner_steps=100)
+  assert algorithms.optimizer_steps_per_update(c) == 8
+  _, schedule = optimizers.optimizer_from_config(
+      c, total_learner_steps=100, steps_per_update=algorithms.optimizer_steps_per_update(c))
   np.testing.assert_allclose(float(schedule(50)), 0.5 * c.learning_rate, rtol=1e-6)
 
 
@@ -225,7 +228,7 @@ def test_kl_update_is_the_policy_move_on_the_first_minibatch_by_hand():
   mesh, update, state = _vtrace_update(network, jax.devices()[:1], 1, lr=0.05)
   new, metrics = update(state, learner.shard_batch(batch, mesh))
   apply = agent_net.apply_fn(network)
-  part = _columns(batch, np.arange(learner.KL_UNROLLS))
+  part = _columns(batch, np.arange(impala.KL_UNROLLS))
   head = agent_net.VALUE_HEAD
 
   def log_pi(s):

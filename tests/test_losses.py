@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rl import losses, popart
+from rl import actor_critic, impala, popart
 from rl.types import Unroll
 
 
@@ -24,7 +24,7 @@ def _batch(t1=3, b=2, num_actions=2):
 
 
 def _config(popart_enabled=True, beta=0.5):
-  return losses.LossConfig(discount=0.5, baseline_cost=0.5, entropy_cost=0.01,
+  return actor_critic.LossConfig(discount=0.5, baseline_cost=0.5, entropy_cost=0.01,
                            reward_mode='none', popart_enabled=popart_enabled,
                            popart_beta=beta)
 
@@ -36,7 +36,7 @@ def test_popart_targets_advantages_and_stats_by_hand():
                    [[1.0, 0.0], [0.0, 2.0]],
                    [[2.0, 0.0], [0.0, 3.0]]])          # [T+1, B, K]; column b uses task b
   stats = {'mu': jnp.asarray([0.0, 10.0]), 'nu': jnp.asarray([1.0, 104.0])}  # sigma 1, 2
-  loss_fn = losses.impala_loss(_fixed_apply(logits, n), _config())
+  loss_fn = impala.loss_fn(_fixed_apply(logits, n), _config())
   _, out = loss_fn({'scale': jnp.ones(())}, stats, _batch())
   # Unnormalised values: task 0: [0, 1, 2]; task 1: 10 + 2 n = [12, 14, 16].
   # Targets (gamma 0.5, rho 1): task 0: v_1 = 2 + 0.5 * 2 = 3, v_0 = 1 + 0.5 * 3 = 2.5
@@ -64,7 +64,7 @@ def test_without_popart_one_value_output_and_fixed_stats():
   logits = jnp.zeros((3, 2, 2))
   n = jnp.asarray([[[0.0]] * 2, [[1.0]] * 2, [[2.0]] * 2])  # one output for all tasks
   stats = popart.init_stats(1)
-  loss_fn = losses.impala_loss(_fixed_apply(logits, n), _config(popart_enabled=False))
+  loss_fn = impala.loss_fn(_fixed_apply(logits, n), _config(popart_enabled=False))
   _, out = loss_fn({'scale': jnp.ones(())}, stats, _batch())
   np.testing.assert_allclose(out.new_stats['mu'], [0.0])
   np.testing.assert_allclose(out.new_stats['nu'], [1.0])
@@ -80,7 +80,7 @@ def test_policy_gradient_pushes_up_advantaged_actions():
   batch = _batch()._replace(reward=jnp.ones((3, 2)))
   params = {'scale': jnp.ones(())}
   logits_grad = jax.grad(
-      lambda lg: losses.impala_loss(_fixed_apply(lg, n[..., :1]), _config(popart_enabled=False))(
+      lambda lg: impala.loss_fn(_fixed_apply(lg, n[..., :1]), _config(popart_enabled=False))(
           params, popart.init_stats(1), batch)[0])(logits)
   # Action 0 was taken with positive advantage: its logit's gradient is negative.
   assert float(logits_grad[0, 0, 0]) < 0 < float(logits_grad[0, 0, 1])
@@ -91,9 +91,9 @@ def test_h_mode_runs_vtrace_on_raw_values_and_learns_in_h_space():
   logits = jnp.zeros((3, 2, 2))
   raw = np.asarray([[0.0, 0.0], [3.0, 8.0], [15.0, 24.0]])  # raw values per step / env
   n = rewards.h(jnp.asarray(raw))[..., None]                   # network outputs h(V)
-  cfg = losses.LossConfig(discount=0.5, baseline_cost=0.5, entropy_cost=0.0,
+  cfg = actor_critic.LossConfig(discount=0.5, baseline_cost=0.5, entropy_cost=0.0,
                           reward_mode='h', popart_enabled=False, popart_beta=0.1)
-  _, out = losses.impala_loss(_fixed_apply(logits, n), cfg)(
+  _, out = impala.loss_fn(_fixed_apply(logits, n), cfg)(
       {'scale': jnp.ones(())}, popart.init_stats(1), _batch())
   # Raw targets, rho = 1: env 0: v_1 = 2 + 0.5 * 15 = 9.5, v_0 = 1 + 0.5 * 9.5 = 5.75
   #                       env 1: v_1 = 20 + 12 = 32,      v_0 = 10 + 16 = 26
@@ -105,7 +105,7 @@ def test_kl_behaviour_and_rho_clipped_by_hand():
   # Learner policy softmax([log 3, 0]) = (0.75, 0.25); behaviour uniform; action 0
   # everywhere, so rho = 0.75 / 0.5 = 1.5 > 1 on every valid step.
   logits = jnp.broadcast_to(jnp.asarray([np.log(3.0), 0.0]), (3, 2, 2))
-  loss_fn = losses.impala_loss(_fixed_apply(logits, jnp.zeros((3, 2, 2))), _config(False))
+  loss_fn = impala.loss_fn(_fixed_apply(logits, jnp.zeros((3, 2, 2))), _config(False))
   batch = _batch()
   batch = batch._replace(first=batch.first.at[2, 1].set(True))  # env 1's last step is a reset step
   _, out = loss_fn({'scale': jnp.ones(())}, popart.init_stats(2), batch)
@@ -122,14 +122,14 @@ def test_mean_reduction_divides_the_summed_loss_by_the_valid_steps():
   batch = _batch()
   batch = batch._replace(first=batch.first.at[2, 1].set(True))  # 3 valid steps of 4
   params, stats = {'scale': jnp.ones(())}, popart.init_stats(1)
-  summed, out_sum = losses.impala_loss(_fixed_apply(logits, n), _config(False))(params, stats, batch)
+  summed, out_sum = impala.loss_fn(_fixed_apply(logits, n), _config(False))(params, stats, batch)
   cfg = _config(False)._replace(reduction='mean')
-  mean, out_mean = losses.impala_loss(_fixed_apply(logits, n), cfg)(params, stats, batch)
+  mean, out_mean = impala.loss_fn(_fixed_apply(logits, n), cfg)(params, stats, batch)
   np.testing.assert_allclose(mean, summed / 3.0, rtol=1e-6)
   # Same per-step metrics either way; the gradient is 1/3 of the summed one.
   np.testing.assert_allclose(out_mean.metrics['loss/total'], out_sum.metrics['loss/total'], rtol=1e-6)
-  g_sum = jax.grad(lambda p: losses.impala_loss(_fixed_apply(logits, n), _config(False))(p, stats, batch)[0])(params)
-  g_mean = jax.grad(lambda p: losses.impala_loss(_fixed_apply(logits, n), cfg)(p, stats, batch)[0])(params)
+  g_sum = jax.grad(lambda p: impala.loss_fn(_fixed_apply(logits, n), _config(False))(p, stats, batch)[0])(params)
+  g_mean = jax.grad(lambda p: impala.loss_fn(_fixed_apply(logits, n), cfg)(p, stats, batch)[0])(params)
   np.testing.assert_allclose(g_mean['scale'], g_sum['scale'] / 3.0, rtol=1e-5)
 
 
@@ -139,7 +139,7 @@ def test_normalize_by_hand():
   mask = jnp.asarray([[1.0, 1.0], [1.0, 0.0]])
   # Valid 1, 5, 3: mean 3, variance (4 + 4 + 0) / 3.
   std = np.sqrt(8.0 / 3.0)
-  np.testing.assert_allclose(losses.normalize(x, mask),
+  np.testing.assert_allclose(actor_critic.normalize(x, mask),
                              [[-2.0 / std, 2.0 / std], [0.0, 0.0]], rtol=1e-5, atol=1e-7)
 
 
@@ -149,9 +149,9 @@ def test_normalized_advantages_weight_the_policy_gradient():
   logits = jnp.zeros((3, 2, 2))
   n = jnp.asarray([[[0.0]] * 2, [[1.0]] * 2, [[2.0]] * 2])
   params, stats = {'scale': jnp.ones(())}, popart.init_stats(1)
-  _, raw = losses.impala_loss(_fixed_apply(logits, n), _config(False))(params, stats, _batch())
-  cfg = _config(False)._replace(vtrace=losses.VTraceConfig(normalize_advantages=True))
-  _, out = losses.impala_loss(_fixed_apply(logits, n), cfg)(params, stats, _batch())
+  _, raw = impala.loss_fn(_fixed_apply(logits, n), _config(False))(params, stats, _batch())
+  cfg = _config(False)._replace(vtrace=impala.VTraceConfig(normalize_advantages=True))
+  _, out = impala.loss_fn(_fixed_apply(logits, n), cfg)(params, stats, _batch())
   # Raw advantages q - V (gamma 0.5, V = [0, 1] in both columns, rho 1):
   # column 0: q = [1 + 0.5 (2 + 0.5 * 2), 2 + 0.5 * 2] = [2.5, 3] -> [2.5, 2]
   # column 1: q = [10 + 0.5 (20 + 1), 21] = [20.5, 21] -> [20.5, 20]

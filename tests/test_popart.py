@@ -60,3 +60,39 @@ def test_preserve_outputs_keeps_unnormalised_values():
   np.testing.assert_allclose(after, before, atol=1e-5)
   # and the normalised outputs did change, so the test is not vacuous
   assert not np.allclose(h @ rescaled['kernel'], h @ head['kernel'])
+
+
+def test_unnormalize_all_gives_every_tasks_value():
+  stats = _stats([2.0, 0.0], [13.0, 1.0])   # sigma 3 and 1
+  n = jnp.asarray([[1.0, 1.0], [-1.0, 4.0]])   # [steps, K]
+  np.testing.assert_allclose(popart.unnormalize_all(stats, n), [[5.0, 1.0], [-1.0, 4.0]],
+                             rtol=1e-6)
+
+
+def test_rescaled_value_is_the_rescaled_heads_output():
+  # Task 0: sigma 3 -> 2 (nu 8, mu 2), mu 2 -> 2; task 1: sigma 1 -> 4, mu 0 -> 3.
+  old = _stats([2.0, 0.0], [13.0, 1.0])
+  new = _stats([2.0, 3.0], [8.0, 25.0])
+  n = jnp.asarray([1.0, 2.0])
+  task = jnp.asarray([0, 1])
+  # (sigma n + mu - mu') / sigma': (3 + 2 - 2) / 2 = 1.5; (2 + 0 - 3) / 4 = -0.25.
+  np.testing.assert_allclose(popart.rescaled_value(old, new, n, task), [1.5, -0.25], rtol=1e-6)
+  # ... which is what a head rescaled by rescale_head outputs.
+  head = {'kernel': jnp.asarray([[1.0, 2.0]]), 'bias': jnp.asarray([0.0, 0.0])}
+  params = {'value_head': head, 'torso': {'w': jnp.ones(3)}}
+  rescaled = popart.rescale_head(params, 'value_head', old, new)
+  np.testing.assert_allclose(jnp.asarray([[1.0]]) @ rescaled['value_head']['kernel']
+                             + rescaled['value_head']['bias'], [[1.5, -0.25]], rtol=1e-6)
+  assert rescaled['torso'] is params['torso']
+
+
+def test_rescaled_head_gradient_is_sigma_ratio_times_the_old_one():
+  old = _stats([2.0, 0.0], [13.0, 1.0])   # sigma 3, 1
+  new = _stats([2.0, 3.0], [8.0, 25.0])   # sigma 2, 4
+  grads = {'value_head': {'kernel': jnp.ones((2, 2)), 'bias': jnp.asarray([3.0, 1.0])},
+           'torso': {'w': jnp.ones(3)}}
+  out = popart.rescale_head_grads(grads, 'value_head', old, new)
+  # sigma' / sigma per task column: 2/3 and 4.
+  np.testing.assert_allclose(out['value_head']['kernel'], [[2 / 3, 4.0], [2 / 3, 4.0]], rtol=1e-6)
+  np.testing.assert_allclose(out['value_head']['bias'], [2.0, 4.0], rtol=1e-6)
+  np.testing.assert_allclose(out['torso']['w'], np.ones(3))

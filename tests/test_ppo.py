@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 
 from agents import learner
-from rl import losses, optimizers, popart, ppo
+from rl import actor_critic, optimizers, popart, ppo
 from rl.types import Unroll
 
 
 def _config(**ppo_kw):
-  ppo_cfg = losses.PPOConfig(**{'epochs': 1, 'minibatches': 1, 'clip_epsilon': 0.2,
+  ppo_cfg = ppo.PPOConfig(**{'epochs': 1, 'minibatches': 1, 'clip_epsilon': 0.2,
                                 'value_clip_epsilon': 0.0, 'gae_lambda': 0.5,
                                 'value_targets': 'gae', 'normalize_advantages': False,
                                 'split': 'unrolls', **ppo_kw})
-  return losses.LossConfig(discount=0.5, baseline_cost=0.5, entropy_cost=0.0,
+  return actor_critic.LossConfig(discount=0.5, baseline_cost=0.5, entropy_cost=0.0,
                            reward_mode='none', popart_enabled=False, popart_beta=0.5,
                            reduction='sum', name='ppo', ppo=ppo_cfg)
 
@@ -204,7 +204,7 @@ def test_one_epoch_without_active_clip_is_the_plain_policy_gradient():
   cfg = _config()
   params = {'scale': jnp.asarray(1.0), 'v': jnp.asarray(0.0)}
   _, t, _ = ppo.targets_fn(apply, cfg)(params, popart.init_stats(1), batch)
-  mb = learner.split_minibatches(batch, t, 1, 'unrolls', jax.random.key(0))
+  mb = ppo.split_minibatches(batch, t, 1, 'unrolls', jax.random.key(0))
   mb = jax.tree.map(lambda x: x[0], mb)
   cfg0 = cfg._replace(baseline_cost=0.0)
   g_ppo = jax.grad(lambda p: ppo.loss_fn(apply, cfg0)(p, popart.init_stats(1), mb)[0])(params)
@@ -229,7 +229,7 @@ def _batch_for_split(t1=5, b=4):
 def test_split_steps_covers_every_transition_once():
   u, t = _batch_for_split()
   u = u._replace(core_state=())
-  mb = learner.split_minibatches(u, t, 4, 'steps', jax.random.key(3))
+  mb = ppo.split_minibatches(u, t, 4, 'steps', jax.random.key(3))
   assert mb.obs['x'].shape == (4, 1, 4) and mb.targets.mask.shape == (4, 1, 4)
   seen = np.sort(np.asarray(mb.obs['x']).ravel())
   np.testing.assert_array_equal(seen, np.arange(16))  # rows 0..3 of 5: the bootstrap row is out
@@ -237,13 +237,13 @@ def test_split_steps_covers_every_transition_once():
   np.testing.assert_array_equal(mb.obs['x'], mb.targets.advantage)
   a = np.asarray(u.action[:-1]).ravel()[np.asarray(mb.obs['x'], int)]
   np.testing.assert_array_equal(mb.action, a)
-  other = learner.split_minibatches(u, t, 4, 'steps', jax.random.key(4))
+  other = ppo.split_minibatches(u, t, 4, 'steps', jax.random.key(4))
   assert not np.array_equal(other.obs['x'], mb.obs['x'])  # reshuffled per key
 
 
 def test_split_unrolls_keeps_unrolls_whole():
   u, t = _batch_for_split()
-  mb = learner.split_minibatches(u, t, 2, 'unrolls', jax.random.key(3))
+  mb = ppo.split_minibatches(u, t, 2, 'unrolls', jax.random.key(3))
   assert mb.obs['x'].shape == (2, 5, 2) and mb.targets.mask.shape == (2, 4, 2)
   cols = np.asarray(mb.core_state[0]).astype(int)                   # [2, 2] unroll ids
   assert sorted(cols.ravel().tolist()) == [0, 1, 2, 3]

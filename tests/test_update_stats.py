@@ -7,7 +7,7 @@ import numpy as np
 import optax
 
 from agents import learner as learner_lib
-from rl import losses, optimizers, popart
+from rl import actor_critic, impala, optimizers, popart
 from analysis import update_stats
 from rl.types import Unroll
 from networks.agent import VALUE_HEAD
@@ -32,7 +32,7 @@ def _setup(num_actions=3, t1=4, b=2, seed=0):
                  reward=jnp.asarray(rng.normal(size=(t1, b)), jnp.float32),
                  discount=jnp.ones((t1, b)), task_id=jnp.zeros((t1, b), jnp.int32),
                  core_state=())
-  cfg = losses.LossConfig(discount=0.9, baseline_cost=0.5, entropy_cost=0.01,
+  cfg = actor_critic.LossConfig(discount=0.9, baseline_cost=0.5, entropy_cost=0.01,
                           reward_mode='none', popart_enabled=False, popart_beta=3e-4)
   return apply, params, batch, cfg
 
@@ -87,7 +87,7 @@ def test_step_report_on_a_first_rmsprop_step():
                                             eps_in_sqrt=False)
   state = learner_lib.LearnerState(params=params, popart={VALUE_HEAD: popart.init_stats(1)},
                                    opt_state=optimizer.init(params), step=jnp.zeros((), jnp.int32))
-  grads = jax.grad(lambda p: losses.impala_loss(apply, cfg)(p, popart.init_stats(1), batch)[0])(params)
+  grads = jax.grad(lambda p: impala.loss_fn(apply, cfg)(p, popart.init_stats(1), batch)[0])(params)
   updates, opt_state = optimizer.update(grads, state.opt_state, params)
   after = state._replace(params=optax.apply_updates(params, updates), opt_state=opt_state,
                          step=state.step + 1)
@@ -116,7 +116,7 @@ def test_step_report_on_a_first_adam_step():
                                             adam_eps=eps)
   state = learner_lib.LearnerState(params=params, popart={VALUE_HEAD: popart.init_stats(1)},
                                    opt_state=optimizer.init(params), step=jnp.zeros((), jnp.int32))
-  grads = jax.grad(lambda p: losses.impala_loss(apply, cfg)(p, popart.init_stats(1), batch)[0])(params)
+  grads = jax.grad(lambda p: impala.loss_fn(apply, cfg)(p, popart.init_stats(1), batch)[0])(params)
   updates, opt_state = optimizer.update(grads, state.opt_state, params)
   after = state._replace(params=optax.apply_updates(params, updates), opt_state=opt_state)
   report = update_stats.step_report(apply, state, after, batch, lr, eps=eps, optimizer='adam')

@@ -1,0 +1,140 @@
+"""What the two learners share: V-trace IMPALA (rl/impala.py) and PPO (rl/ppo.py).
+
+- `LossConfig`: the settings both read (discount, loss weights, reward
+  transform, PopArt, reduction) and each algorithm's own group.
+- `evaluate_unroll`: one forward pass over an unroll and what both losses
+  take from it: each step's value from its task's head, unnormalised with
+  the PopArt statistics (and out of h-space), log-probabilities of the
+  learner's and the behaviour policy, and the transformed rewards.
+- `episode_aware`: the transitions of an unroll that may cross episodes.
+- `num_valid`, `normalize`: sums and means over the valid steps of the
+  global batch (summed across `axis_name` devices).
+
+Shapes are time-major: the unroll's T + 1 rows, T transitions.
+"""
+
+from typing import Any, Callable, NamedTuple, Optional
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from rl import popart
+from rl import rewards as rewards_lib
+from rl.types import Unroll
+
+
+class LossConfig(NamedTuple):
+  discount: float
+  baseline_cost: float
+  entropy_cost: float
+  reward_mode: str
+  popart_enabled: bool
+  popart_beta: float
+  # 'sum' over time and batch (IMPALA's code), or 'mean' over the global
+  # batch's valid steps (A2C's code): the same direction, 1/N the size, which
+  # matters for the clip and for RMSProp's epsilon.
+  reduction: str = 'sum'
+  name: str = 'impala'   # the learner (rl/algorithms.py): 'impala' or 'ppo'
+  ppo: Any = None        # rl/ppo.PPOConfig; None: its defaults
+  vtrace: Any = None     # rl/impala.VTraceConfig; None: its defaults
+
+
+class LossOutput(NamedTuple):
+  loss: jax.Array
+  new_stats: popart.Stats
+  metrics: dict
+  extras: dict    # per-step intermediates for tests and analysis (dead code under jit)
+
+
+class Evaluation(NamedTuple):
+  """One unroll through the network, per step [T + 1, B] or per transition [T, B]."""
+  logits: jax.Array        # [T + 1, B, A]
+  n: jax.Array             # [T + 1, B] normalised value of each step's task head
+  values: jax.Array        # [T + 1, B] sigma n + mu (in h-space for reward mode 'h')
+  raw_values: jax.Array    # [T + 1, B] values in reward units (h^-1 applied)
+  value_idx: jax.Array     # [T + 1, B] the value head each step reads
+  log_pi: jax.Array        # [T, B, A] the learner's log-policy
+  log_mu: jax.Array        # [T, B, A] the behaviour policy's
+  log_pi_a: jax.Array      # [T, B] of the action taken
+  log_mu_a: jax.Array      # [T, B]
+  rewards: jax.Array       # [T, B] after the reward transform
+  unit_max: Optional[jax.Array]  # the network's health output, when asked for
+
+
+def value_index(cfg: LossConfig, task_id: jax.Array) -> jax.Array:
+  """The value head each step reads: its task's with PopArt, else head 0."""
+  return task_id if cfg.popart_enabled else jnp.zeros_like(task_id)
+
+
+def take(x: jax.Array, index: jax.Array) -> jax.Array:
+  """x[..., index] along the last axis, per element."""
+  return jnp.take_along_axis(x, index[..., None], axis=-1)[..., 0]
+
+
+def evaluate_unroll(apply_fn: Callable, cfg: LossConfig, params, stats: popart.Stats,
+                    batch: Unroll) -> Evaluation:
+  """`apply_fn(params, stats, obs, first, core_state)` returns logits
+  [T + 1, B, A], normalised values [T + 1, B, K] and, with health, the
+  units' maxima as its fourth output."""
+  out = apply_fn(params, stats, batch.obs, batch.first, batch.core_state)
+  logits, norm_values = out[0], out[1]
+  unit_max = out[3] if len(out) > 3 else None  # apply_fn(..., with_health=True)
+  chex.assert_shape(logits, batch.action.shape + (None,))
+  value_idx = value_index(cfg, batch.task_id)
+  n = take(norm_values, value_idx)
+  values = popart.unnormalize(stats, n, value_idx)
+  raw_values = rewards_lib.h_inv(values) if cfg.reward_mode == 'h' else values
+  log_pi = jax.nn.log_softmax(logits[:-1])
+  log_mu = jax.nn.log_softmax(batch.behaviour_logits[:-1])
+  action = batch.action[:-1]
+  return Evaluation(
+      logits=logits, n=n, values=values, raw_values=raw_values, value_idx=value_idx,
+      log_pi=log_pi, log_mu=log_mu, log_pi_a=take(log_pi, action), log_mu_a=take(log_mu, action),
+      rewards=rewards_lib.transform_rewards(batch.reward[:-1], cfg.reward_mode),
+      unit_max=unit_max)
+
+
+def episode_aware(raw_values, rewards, discounts, first, gamma):
+  """Transitions over unrolls that may cross episode boundaries.
+
+  raw_values [T + 1, B]; rewards, discounts (1 - terminated) [T, B]; first
+  [T + 1, B]. Transition t goes from x_t to x_{t+1}. The one from a terminal
+  observation (a reset step: x_{t+1} is `first`) is masked out and given
+  reward V(x_t) with discount 0, so its target equals its value: a truncated
+  episode then bootstraps from V(x_terminal), a terminated one has discount
+  0 on its last action, and nothing leaks across the boundary.
+  Returns (rewards, discounts * gamma, mask), each [T, B].
+  """
+  reset = first[1:]
+  mask = 1.0 - reset.astype(jnp.float32)
+  rewards = jnp.where(reset, jax.lax.stop_gradient(raw_values[:-1]), rewards)
+  discounts = jnp.where(reset, 0.0, gamma * discounts)
+  return rewards, discounts, mask
+
+
+def global_sum(tree, axis_name: Optional[str]):
+  """A pytree of per-device sums summed over `axis_name` (as is without one)."""
+  return tree if axis_name is None else jax.lax.psum(tree, axis_name)
+
+
+def num_valid(mask, axis_name: Optional[str] = None):
+  """The global batch's number of valid steps, at least 1: what per-step
+  means divide by."""
+  return jnp.maximum(global_sum(jnp.sum(mask), axis_name), 1.0)
+
+
+def normalize(x, mask, axis_name: Optional[str] = None, eps: float = 1e-8):
+  """(x - mean) / (std + eps) over the valid entries (mask 1) of x, the
+  statistics global over `axis_name`; masked entries come out 0."""
+  count = num_valid(mask, axis_name)
+  mean = global_sum(jnp.sum(mask * x), axis_name) / count
+  # Two passes, as health.logit_spread: small advantages around a larger
+  # mean would lose their spread to float32 rounding in E[x^2] - E[x]^2.
+  s2 = global_sum(jnp.sum(mask * (x - mean) ** 2), axis_name)
+  return mask * (x - mean) / (jnp.sqrt(s2 / count) + eps)
+
+
+def entropy(log_pi):
+  """The policy's entropy at each step, from its log-probabilities [..., A]."""
+  return -jnp.sum(jnp.exp(log_pi) * log_pi, axis=-1)

@@ -1,0 +1,235 @@
+"""IMPALA (Espeholt et al. 2018): the V-trace actor-critic loss with
+per-task PopArt (Hessel et al. 2019), and how the learner uses a batch.
+
+Written for one device's shard of the batch; statistics and counts are summed
+across `axis_name` so every device sees global PopArt updates.
+
+Reduction: losses are summed over time and batch, as in IMPALA's released code
+(its RMSProp epsilon of 0.01 assumes summed gradients), or with
+`reduction='mean'` divided by the global batch's number of valid steps, as in
+A2C's code. Reported loss metrics are per valid step either way.
+"""
+
+from typing import Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+import rlax
+
+from rl import actor_critic as ac
+from rl import health
+from rl import popart
+from rl import rewards as rewards_lib
+from rl import sgd
+from rl.actor_critic import LossConfig, LossOutput
+from rl.types import Unroll
+
+NAME = 'impala'
+CONFIG_GROUP = 'vtrace'   # the run config's group of VTraceConfig's fields
+
+
+class VTraceConfig(NamedTuple):
+  """How the IMPALA update uses a batch (the config's `vtrace` group)."""
+  epochs: int = 1                   # passes over each batch
+  minibatches: int = 1              # optimiser steps per pass, on whole unrolls
+  normalize_advantages: bool = False  # the policy gradient's advantages: mean 0, std 1 per minibatch
+
+
+def settings(cfg: LossConfig) -> VTraceConfig:
+  return VTraceConfig() if cfg.vtrace is None else cfg.vtrace
+
+
+def settings_from(group) -> VTraceConfig:
+  """VTraceConfig of the run config's `vtrace` group."""
+  return VTraceConfig(epochs=group.epochs, minibatches=group.minibatches,
+                      normalize_advantages=group.normalize_advantages)
+
+
+def vtrace_returns(values, rewards, discounts, rhos, lambda_: float = 1.0):
+  """V-trace targets v_s and q_s = r_s + gamma_s v_{s+1}, time-major [T, B].
+
+  `values` has T+1 rows; rho_bar = c_bar = 1; `lambda_` < 1 mixes in
+  shorter returns (c_s = lambda min(1, rho_s)). rlax works on one
+  trajectory, so it is vmapped over the batch axis.
+  """
+  vtrace = jax.vmap(
+      lambda v, r, d, rho: rlax.vtrace_td_error_and_advantage(
+          v_tm1=v[:-1], v_t=v[1:], r_t=r, discount_t=d, rho_tm1=rho,
+          lambda_=lambda_, clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0),
+      in_axes=1, out_axes=1)
+  out = vtrace(values, rewards, discounts, rhos)
+  vs = jax.lax.stop_gradient(values[:-1] + out.errors)
+  return vs, jax.lax.stop_gradient(out.q_estimate)
+
+
+def episode_aware_vtrace(raw_values, rewards, discounts, first, rhos, gamma,
+                         lambda_: float = 1.0):
+  """V-trace over unrolls that may cross episode boundaries, on the
+  transitions of actor_critic.episode_aware: a reset step's target is its
+  own value. raw_values [T+1, B]; rewards, discounts (1 - terminated), rhos
+  [T, B]; first [T+1, B]. Returns (vs, qs, mask), each [T, B].
+  """
+  rewards, discounts, mask = ac.episode_aware(raw_values, rewards, discounts, first, gamma)
+  vs, qs = vtrace_returns(jax.lax.stop_gradient(raw_values), rewards, discounts, rhos, lambda_)
+  return vs, qs, mask
+
+
+def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None) -> Callable:
+  """Returns loss(params, stats, batch, entropy_cost=None) -> (loss, LossOutput).
+
+  `apply_fn(params, stats, obs, first, core_state)` returns logits [T+1, B, A]
+  and normalised values [T+1, B, K]. `entropy_cost` (a traced scalar: the
+  optimiser state's, rl/optimizers.py) replaces cfg.entropy_cost when given.
+  """
+  normalize_advantages = settings(cfg).normalize_advantages
+
+  def loss(params, stats: popart.Stats, batch: Unroll, entropy_cost=None):
+    entropy_weight = cfg.entropy_cost if entropy_cost is None else entropy_cost
+    e = ac.evaluate_unroll(apply_fn, cfg, params, stats, batch)
+    rhos = jnp.exp(jax.lax.stop_gradient(e.log_pi_a) - e.log_mu_a)
+    vs, qs, mask = episode_aware_vtrace(e.raw_values, e.rewards, batch.discount[:-1],
+                                        batch.first, rhos, cfg.discount)
+    if cfg.reward_mode == 'h':
+      vs, qs = rewards_lib.h(vs), rewards_lib.h(qs)
+
+    task_tm1 = e.value_idx[:-1]
+    if cfg.popart_enabled:
+      new_stats = popart.update_stats(stats, vs, task_tm1, mask, cfg.popart_beta, axis_name)
+    else:
+      new_stats = stats
+    # The loss the rescaled network would see (outputs preserved).
+    norm_value = popart.rescaled_value(stats, new_stats, e.n[:-1], task_tm1)
+    norm_target = popart.normalize(new_stats, vs, task_tm1)
+    baseline_loss = 0.5 * jnp.sum(mask * (norm_target - norm_value) ** 2)
+
+    # rho_s (q_s - V(x_s)) / sigma_i: the per-task normalised advantage.
+    sigma_new = popart.sigma(new_stats)[task_tm1]
+    pg_advantage = jnp.minimum(rhos, 1.0) * (qs - e.values[:-1]) / sigma_new
+    pg_advantage = jax.lax.stop_gradient(pg_advantage)
+    raw_advantage_sq = jnp.sum(mask * pg_advantage ** 2)
+    if normalize_advantages:
+      # Per (mini)batch, over the valid steps of every device: the policy
+      # term keeps a fixed size against the entropy bonus and the value
+      # loss while the advantages shrink as the value fits (docs/pong.md).
+      pg_advantage = ac.normalize(pg_advantage, mask, axis_name)
+    pg_loss = -jnp.sum(mask * pg_advantage * e.log_pi_a)
+
+    entropy = ac.entropy(e.log_pi)
+    entropy_loss = -jnp.sum(mask * entropy)
+
+    total = (pg_loss + cfg.baseline_cost * baseline_loss
+             + entropy_weight * entropy_loss)
+    num_valid = ac.num_valid(mask, axis_name)
+    reduced = total / num_valid if cfg.reduction == 'mean' else total
+    log_mu, log_pi = e.log_mu, e.log_pi
+    sums = {
+        'loss/total': total,
+        'loss/policy': pg_loss,
+        'loss/baseline': baseline_loss,
+        'loss/entropy': entropy_loss,
+        'entropy': jnp.sum(mask * entropy),
+        'rho_mean': jnp.sum(mask * rhos),
+        'pg_advantage_rms': raw_advantage_sq,  # a mean square until the root below
+        # Share of steps whose importance weight the V-trace clip at 1 cuts.
+        'rho_clipped': jnp.sum(mask * (rhos > 1.0 + 1e-3)),
+        # KL(mu || pi): how far the learner's policy has moved from the
+        # behaviour policy that acted (policy lag times update size).
+        'kl_behaviour': jnp.sum(mask * jnp.sum(
+            jnp.exp(log_mu) * (log_mu - jax.lax.stop_gradient(log_pi)), axis=-1)),
+        'value_mean': jnp.sum(mask * e.values[:-1]),
+    }
+    # Sums of per-device sums: every device reports the global figure.
+    metrics = ac.global_sum({k: v / num_valid for k, v in sums.items()}, axis_name)
+    # The advantages' size before any normalisation: the policy term's
+    # natural weight against the entropy bonus.
+    metrics['pg_advantage_rms'] = jnp.sqrt(metrics['pg_advantage_rms'])
+    metrics.update(health.metrics(e.unit_max, log_pi, mask, axis_name))
+    extras = {'vs': vs, 'qs': qs, 'mask': mask, 'pg_advantage': pg_advantage,
+              'norm_target': norm_target, 'norm_value': norm_value, 'rhos': rhos,
+              'log_pi': log_pi}
+    return reduced, LossOutput(reduced, new_stats, metrics, extras)
+
+  return loss
+
+
+def split_unrolls(batch: Unroll, num: int, key) -> Unroll:
+  """A device's shard as `num` minibatches of whole unrolls, shuffled,
+  stacked on a leading axis: fields [num, T + 1, B / num, ...], core
+  state [num, B / num, ...]."""
+  b = batch.action.shape[1]
+  size = b // num
+  idx = jax.random.permutation(key, b)[:num * size].reshape(num, size)
+  take = lambda x: jnp.moveaxis(x[:, idx], 1, 0)   # [T+1, B, ...] -> [num, T+1, size, ...]
+  return Unroll(obs=jax.tree.map(take, batch.obs), first=take(batch.first),
+                action=take(batch.action), behaviour_logits=take(batch.behaviour_logits),
+                reward=take(batch.reward), discount=take(batch.discount),
+                task_id=take(batch.task_id),
+                core_state=jax.tree.map(lambda x: x[idx], batch.core_state))
+
+
+# Unrolls of the first minibatch whose policy `kl_update` compares before and
+# after the update: a fixed few, so it costs a small share of an update.
+KL_UNROLLS = 4
+
+
+def update_kl(apply_fn, params, stats, minibatch: Unroll, log_pi_before, axis_name):
+  """KL(pi_before || pi_after) of one update, averaged over the valid steps
+  of the first KL_UNROLLS unrolls (per device) of its first minibatch:
+  `log_pi_before` is that minibatch's policy at the update's first step,
+  taken with the params the update started from. How far one update moves
+  the policy (PPO's approx_kl for V-trace); the behaviour KL adds the lag."""
+  k = min(KL_UNROLLS, minibatch.action.shape[1])
+  part = jax.tree.map(lambda x: x[:, :k], minibatch._replace(core_state=None))
+  core = jax.tree.map(lambda x: x[:k], minibatch.core_state)
+  logits = apply_fn(params, stats, part.obs, part.first, core)[0][:-1]
+  log_pi_after = jax.nn.log_softmax(jax.lax.stop_gradient(logits))
+  before = jax.lax.stop_gradient(log_pi_before[:, :k])
+  mask = 1.0 - part.first[1:].astype(jnp.float32)   # the loss's reset steps are not actions of a policy
+  kl = jnp.sum(jnp.exp(before) * (before - log_pi_after), axis=-1)
+  sums = ac.global_sum((jnp.sum(mask * kl), jnp.sum(mask)), axis_name)
+  return sums[0] / jnp.maximum(sums[1], 1.0)
+
+
+def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTransformation,
+                value_head: str, axis_name: Optional[str], seed: int = 0,
+                max_grad_norm: float = float('inf')) -> Callable:
+  """Returns update(params, opt_state, stats, batch, step) -> (params,
+  opt_state, new_stats, metrics) for one device's shard.
+
+  epochs x minibatches optimiser steps per batch (1 x 1 by default, the
+  paper's one step per batch). Each minibatch holds whole unrolls and its
+  V-trace targets, importance weights and PopArt move are taken with the
+  params of its own step (Cleanba's minibatches): V-trace corrects for the
+  policy having moved since the actors acted. `seed` and the learner step
+  seed the shuffles.
+  """
+  v = settings(cfg)
+  sgd_step = sgd.make_sgd_step(loss_fn(apply_fn, cfg, axis_name), optimizer, value_head,
+                               axis_name, max_grad_norm, moves_statistics=cfg.popart_enabled)
+
+  def scan_step(carry, minibatch):
+    params, opt_state, stats = carry
+    params, opt_state, out = sgd_step(params, opt_state, stats, minibatch)
+    return (params, opt_state, out.new_stats), (out.metrics, out.extras['log_pi'])
+
+  def update(params, opt_state, stats, batch: Unroll, step):
+    if v.epochs == 1 and v.minibatches == 1:
+      (params, opt_state, new_stats), (metrics, log_pi) = scan_step(
+          (params, opt_state, stats), batch)
+      first = batch
+    else:
+      # The same key on every device: each shuffles its own shard alike.
+      key = jax.random.fold_in(jax.random.key(seed), step)
+      parts = [split_unrolls(batch, v.minibatches, k)
+               for k in jax.random.split(key, v.epochs)]
+      minibatches = jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
+      (params, opt_state, new_stats), (step_metrics, log_pis) = jax.lax.scan(
+          scan_step, (params, opt_state, stats), minibatches)
+      # Means over the update's epochs x minibatches optimiser steps.
+      metrics = jax.tree.map(jnp.mean, step_metrics)
+      first, log_pi = jax.tree.map(lambda x: x[0], (minibatches, log_pis))
+    metrics['kl_update'] = update_kl(apply_fn, params, new_stats, first, log_pi, axis_name)
+    return params, opt_state, new_stats, metrics
+
+  return update
