@@ -8,6 +8,7 @@ import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from configs import pbt as pbt_lib
+from rundir import run_folder
 
 MEMBERS = 'members'
 EVENTS = 'events.jsonl'
@@ -28,9 +29,9 @@ def read_jsonl(path: str) -> List[Dict]:
 def load_population(population_dir: str) -> Tuple[Dict[str, List[Dict]], List[Dict]]:
   """({member: its metrics rows}, the copies in events.jsonl)."""
   root = os.path.join(population_dir, MEMBERS)
-  members = {name: read_jsonl(os.path.join(root, name, 'metrics.jsonl'))
+  members = {name: read_jsonl(run_folder.metrics_path(os.path.join(root, name)))
              for name in sorted(os.listdir(root))
-             if os.path.isfile(os.path.join(root, name, 'metrics.jsonl'))}
+             if os.path.isfile(run_folder.metrics_path(os.path.join(root, name)))}
   events_path = os.path.join(population_dir, EVENTS)
   events = read_jsonl(events_path) if os.path.exists(events_path) else []
   return members, events

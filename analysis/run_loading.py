@@ -16,7 +16,6 @@ RESTORE_TRIES times.
 """
 
 import dataclasses
-import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -28,6 +27,7 @@ from agents.checkpoint import CheckpointError, Checkpointer
 from configs import common, validation
 from envs import registry
 from networks import agent as agent_net
+from rundir import run_folder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,15 +56,14 @@ def _tuples(value):
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
-  """The run's config from <workdir>/config.json (written by launch/run_logger.py)."""
+  """The run's config from <workdir>/config.json (written by rundir/run_logger.py)."""
   if not os.path.isdir(workdir):
     raise FileNotFoundError(f'no run folder at {workdir}')
-  path = os.path.join(workdir, 'config.json')
-  if not os.path.exists(path):
-    raise FileNotFoundError(f'{workdir} has no config.json, so it is not a run folder '
-                            '(launch/train.py writes one at the start of a run)')
-  with open(path) as f:
-    saved = _tuples(json.load(f))
+  saved = run_folder.read_config(workdir)
+  if saved is None:
+    raise FileNotFoundError(f'{workdir} has no {run_folder.CONFIG_FILE}, so it is not a run '
+                            'folder (launch/train.py writes one at the start of a run)')
+  saved = _tuples(saved)
   # Fields added to the configs after the run was written take the value
   # that keeps the behaviour the run had: the default, or for fields whose
   # default changed as they were added, the old behaviour.

@@ -424,3 +424,22 @@ def validate(config) -> RunPlan:
       observation_keys=tuple(obs_keys),
       frames_per_step=frames_per_step,
       task_games=tuple(atari.game_of(t['env_id']) for t in tasks))
+
+
+def validate_everywhere(config) -> RunPlan:
+  """`validate` on every process; with several, a mistake found by
+  any process (e.g. a device count of its own) stops all of them alike."""
+  try:
+    plan, problem = validate(config), None
+  except ConfigError as e:
+    plan, problem = None, e
+  if not multihost.is_multiprocess():
+    if problem is not None:
+      raise problem
+    return plan
+  problems = multihost.allgather_json(None if problem is None else [problem.field, str(problem)])
+  for p, found in enumerate(problems):
+    if found is not None:
+      field, text = found
+      raise ConfigError(field, f'{text.split(": ", 1)[-1]} (found by process {p})')
+  return plan

@@ -5,7 +5,7 @@ without checkpoints, wandb files or logs.
   python launch/archive_run.py runs/six_popart docs/data/popart_atari/six_popart
 
 launch/plot_runs.py, launch/run_table.py and the analysis notebook read an
-archive as they read the run folder (launch/results.load_run reads
+archive as they read the run folder (analysis/run_metrics.load_metrics reads
 metrics.jsonl.gz). The run folder's lock is held while it is copied, so a
 run still training is refused in one line; an existing archive is replaced
 only with --overwrite, and never one that is, holds or lies in the run
@@ -23,10 +23,10 @@ from typing import List
 from absl import app
 from absl import flags
 
-from launch import run_folder
+from rundir import run_folder
 
 _OVERWRITE = None
-METRICS, CONFIG, EVAL = 'metrics.jsonl', 'config.json', 'eval'
+METRICS, CONFIG, EVAL = run_folder.METRICS_FILE, run_folder.CONFIG_FILE, 'eval'
 
 
 def _define_flags():

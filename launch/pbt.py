@@ -41,9 +41,9 @@ from absl import flags
 
 from configs import pbt as pbt_lib
 from configs import validation
-from launch import run_folder
+from rundir import run_folder
+from rundir import session as session_lib
 from launch import train as train_lib  # its --config flag is this script's too
-from launch.run_logger import resolve_workdir
 
 _POPULATION = flags.DEFINE_integer('population', None, 'Members (default: config.pbt.population)')
 _ADDRESS = flags.DEFINE_string(
@@ -123,7 +123,7 @@ def _trainable(tune):
         self.last_score = info.get('score', self.last_score)
 
     def _open(self):
-      self.session = train_lib.Session(self.config)
+      self.session = session_lib.Session(self.config)
       for note in self.session.notes:
         print(f'{self.name}: {note}', flush=True)
       if self.copied_from is not None:
@@ -151,7 +151,7 @@ def _trainable(tune):
                                  **{f'pbt/{k}': v for k, v in self.values.items()}})
       for row in self._copies_of_mine():
         # At this member's own step: metrics.jsonl's env steps never go back
-        # (a step back reads as a resume, results.stitch_resumed).
+        # (a step back reads as a resume, run_metrics.stitch_resumed).
         self.session.logger.write({**row, 'env_steps': steps})
       return {'score': score, 'env_steps': steps, 'member': self.name,
               'done': steps >= total, **self.values}
@@ -264,7 +264,7 @@ def run_population(config, population=None, address=None):
   settings = pbt_lib.check(config, plan, population)
   with config.unlocked():
     if not config.workdir:
-      config.workdir = resolve_workdir(config).rstrip('/') + '-pbt'
+      config.workdir = run_folder.resolve_workdir(config).rstrip('/') + '-pbt'
   population_dir = os.path.abspath(config.workdir)
   run_folder.check_path_length(os.path.join(population_dir, MEMBERS, 'member_00000'))
   os.makedirs(population_dir, exist_ok=True)
@@ -334,7 +334,7 @@ def _write_missing_donor_rows(population_dir):
   if not os.path.exists(events_path):
     return
   for event in pbt_curves.read_jsonl(events_path):
-    path = os.path.join(population_dir, MEMBERS, event['donor'], 'metrics.jsonl')
+    path = run_folder.metrics_path(os.path.join(population_dir, MEMBERS, event['donor']))
     if not os.path.exists(path):
       continue
     rows = pbt_curves.read_jsonl(path)

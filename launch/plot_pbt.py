@@ -7,13 +7,13 @@ beside them. Prints each member's final return and copies.
       --baseline=runs/pong_fixed_1m --output=docs/pbt_pong.png
 """
 
-import json
 import os
 
 from absl import app
 from absl import flags
 
 from analysis import pbt_curves
+from rundir import run_folder
 
 _POPULATION = flags.DEFINE_string('population', None, "launch/pbt.py's --config.workdir.")
 _BASELINE = flags.DEFINE_string('baseline', None, 'A fixed-hyperparameter run folder to draw '
@@ -39,8 +39,8 @@ def main(argv):
   if not members:
     raise app.UsageError(f'no member run folders in {_POPULATION.value}/members')
   task = _task(members)
-  with open(os.path.join(_POPULATION.value, 'members', sorted(members)[0], 'config.json')) as f:
-    adapted = list(json.load(f)['pbt']['adapt'])
+  first = os.path.join(_POPULATION.value, 'members', sorted(members)[0])
+  adapted = list(run_folder.read_config(first)['pbt']['adapt'])
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
@@ -63,7 +63,7 @@ def main(argv):
     print(f'{name}: return {final:.2f} (last {_EPISODES.value} games) at env step '
           f'{steps[-1] if steps else 0:,}; copied {", ".join(made) or "no one"}')
   if _BASELINE.value:
-    rows = pbt_curves.read_jsonl(os.path.join(_BASELINE.value, 'metrics.jsonl'))
+    rows = pbt_curves.read_jsonl(run_folder.metrics_path(_BASELINE.value))
     steps, values = pbt_curves.rolling_return(rows, task, _EPISODES.value)
     axes[0].plot(steps, values, color='black', ls='--', label='fixed hyperparameters')
     if values:

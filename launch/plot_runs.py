@@ -35,7 +35,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from launch import results
+from analysis import run_metrics
 
 _OUTPUT = _LABELS = _WINDOW = _RANDOM = _THRESHOLD = _TITLE = _THRESHOLDS = _REFERENCES = None
 _PANELS = _MAX_STEPS = None
@@ -92,7 +92,7 @@ def per_task_steps(run):
   """The run with env_steps divided by its number of tasks: the agent steps
   each task got (the actors step every task's envs equally)."""
   n = max(1, len(run.task_names))
-  return results.Run(run.name, [dict(r, env_steps=r['env_steps'] / n) for r in run.records],
+  return run_metrics.Run(run.name, [dict(r, env_steps=r['env_steps'] / n) for r in run.records],
                      run.config)
 
 
@@ -227,7 +227,7 @@ def main(argv):
   if not workdirs:
     raise app.UsageError('give one or more run folders')
   try:
-    runs = results.load_runs(workdirs)
+    runs = run_metrics.load_all_metrics(workdirs)
   except (OSError, ValueError) as e:  # not a run folder, or not its metrics: one line
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
@@ -238,7 +238,7 @@ def main(argv):
   if _PER_TASK_STEPS.value:
     runs = [per_task_steps(run) for run in runs]
   if _MAX_STEPS.value:
-    runs = [results.Run(run.name, [r for r in run.records if r['env_steps'] <= _MAX_STEPS.value],
+    runs = [run_metrics.Run(run.name, [r for r in run.records if r['env_steps'] <= _MAX_STEPS.value],
                         run.config) for run in runs]
   labels = _LABELS.value or [r.name for r in runs]
   if len(labels) != len(runs):

@@ -38,8 +38,8 @@ _LABELS = flags.DEFINE_list('labels', ['this project', "NLE's agent"], 'Two labe
 
 
 def _load_ours(run: str, task):
-  from launch import results  # pylint: disable=import-outside-toplevel
-  loaded = results.load_run(run)
+  from analysis import run_metrics  # pylint: disable=import-outside-toplevel
+  loaded = run_metrics.load_metrics(run)
   tasks = sorted({k.split('/', 1)[1] for r in loaded.records for k in r
                   if k.startswith('episodes/')})
   if task is None:

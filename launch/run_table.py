@@ -13,7 +13,7 @@ uniform one; its env step is named when it is not the run's last), the training 
 last --window agent steps per task, and PopArt's mu and sigma at the end
 (`-` for a run whose config has PopArt off). --uniform adds a row per task from a uniform-play
 evaluation. Reads metrics.jsonl or an archived metrics.jsonl.gz
-(launch/results.load_run) and the eval/ folder beside it.
+(analysis/run_metrics.load_metrics) and the eval/ folder beside it.
 """
 
 import glob
@@ -26,7 +26,8 @@ from typing import Dict, List, Optional
 from absl import app
 from absl import flags
 
-from launch import plot_runs, results
+from analysis import run_metrics
+from launch import plot_runs
 
 _LABELS = _UNIFORM = _WINDOW = None
 
@@ -75,7 +76,7 @@ def score(entry: Dict) -> str:
 
 
 def run_rows(workdir: str, label: str, window: int) -> List[List[str]]:
-  run = results.load_run(workdir, label)
+  run = run_metrics.load_metrics(workdir, label)
   if not run.records:
     raise ValueError(f'{workdir} has no metrics rows yet')
   per_task = plot_runs.per_task_steps(run)

@@ -15,7 +15,6 @@ trainer. A config mistake stops the run before any work with one line naming
 the field; so does a wrong multi-process setting.
 """
 
-import os
 import signal
 import sys
 import threading
@@ -75,8 +74,8 @@ from agents import checkpoint  # noqa: E402
 from agents.trainer import ActorFailed, NonFiniteError, Trainer  # noqa: E402
 from configs import resume, validation  # noqa: E402
 from infra import multihost  # noqa: E402
-from launch import run_folder  # noqa: E402
-from launch.run_logger import MetricsWriteError, RunLogger, resolve_workdir  # noqa: E402
+from rundir import run_folder  # noqa: E402
+from rundir.run_logger import MetricsWriteError, RunLogger  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Experiment config: path/to/config.py[:variant,key=value]',
@@ -104,7 +103,7 @@ def train(config, stop_requested: threading.Event = None):
   already finished).
 
   Raises configs.validation.ConfigError before any work on a bad config,
-  launch.run_folder.RunFolderError before writing anything when the run
+  rundir.run_folder.RunFolderError before writing anything when the run
   folder cannot be used (a file, not writable, locked by another trainer,
   saved with another network or tasks), agents.trainer.NonFiniteError (after
   saving the last good state) when the learner's loss, gradient, PopArt
@@ -120,15 +119,12 @@ def train(config, stop_requested: threading.Event = None):
   previous_handlers = _handle_signals(stop_requested, multi)
   logger = trainer = state = None
   try:  # what every process finds alike (no peer is told: each stops by itself)
-    plan = _validate_everywhere(config)
-    with config.unlocked():
-      # Every process writes to and resumes from process 0's run folder.
-      config.workdir = multihost.allgather_json(resolve_workdir(config))[0]
-    workdir = config.workdir
-    lock, resume_step, notes, allowed = _open_run_folder(config)
+    plan = validation.validate_everywhere(config)
+    folder = run_folder.prepare(config)   # sets config.workdir
   except BaseException:
     _restore_handlers(previous_handlers)
     raise
+  workdir, lock, resume_step = folder.workdir, folder.lock, folder.resume_step
   try:
     if resume_step is not None and resume_step >= config.total_env_steps:
       _say(f'{workdir} already finished at env step {resume_step:,} (total_env_steps '
@@ -139,7 +135,7 @@ def train(config, stop_requested: threading.Event = None):
       _say('stopped during start-up, before training; nothing to save')
       return None, workdir
     _say(f'run folder: {workdir}')
-    for note in notes:
+    for note in folder.notes:
       _say(note)
     multihost.on_peer_stop(lambda: (trainer and trainer.close(), logger and logger.close()))
     # The trainer restores the checkpoint; only then is anything written
@@ -147,9 +143,9 @@ def train(config, stop_requested: threading.Event = None):
     # cannot restore leaves the folder as it was.
     trainer = Trainer(config, plan, stop_requested)
     if multihost.is_primary():
-      for note in run_folder.adopt(workdir, resume_step, allowed):
+      for note in run_folder.adopt(workdir, resume_step, folder.allowed):
         _say(note)
-    note = resume.schedule_note(allowed, trainer.version, trainer.schedule,
+    note = resume.schedule_note(folder.allowed, trainer.version, trainer.schedule,
                                 plan.env_steps_per_update)
     if note:
       _say(note)
@@ -213,52 +209,6 @@ def train(config, stop_requested: threading.Event = None):
   return state, config.workdir
 
 
-class Session:
-  """A one-process run opened for training in parts (a population member,
-  launch/pbt.py): validated, its folder locked and adopted, the trainer
-  restored, the logger open. `train_until(env_steps)` trains and saves a
-  checkpoint there; `close()` stops the actors and releases the folder.
-  What `train` does around the same steps (signals, several processes, the
-  final save on a stop) is left to the caller."""
-
-  def __init__(self, config):
-    self.plan = validation.validate(config)
-    with config.unlocked():
-      config.workdir = resolve_workdir(config)
-    self.config, self.workdir = config, config.workdir
-    self.lock, resume_step, self.notes, allowed = _open_run_folder(config)
-    self.trainer = self.logger = None
-    try:
-      self.trainer = Trainer(config, self.plan)
-      self.notes += run_folder.adopt(self.workdir, resume_step, allowed)
-      self.logger = RunLogger(self.workdir, config, self.plan.task_names,
-                              resume_step=resume_step)
-    except BaseException:
-      self.close()
-      raise
-
-  @property
-  def env_steps(self) -> int:
-    return self.trainer.env_steps
-
-  def train_until(self, env_steps: int, on_log=None) -> None:
-    """Trains to `env_steps` (or the run's total), logging every log step
-    (and handing it to `on_log`), then saves a checkpoint there."""
-    def log(metrics):
-      self.logger.write(metrics)
-      if on_log is not None:
-        on_log(metrics)
-    self.trainer.run(log, until=env_steps)
-    if self.trainer.env_steps > self.trainer.start_env_steps:
-      self.trainer.save_checkpoint()
-
-  def close(self) -> None:
-    for part in (self.trainer, self.logger, self.lock):
-      if part is not None:
-        (part.release if part is self.lock else part.close)()
-    self.lock = None
-
-
 def _restore_handlers(previous) -> None:
   for sig, handler in previous.items():
     signal.signal(sig, handler)
@@ -295,73 +245,7 @@ def _interrupted_line(trainer, workdir: str) -> str:
   if trainer.env_steps == trainer.start_env_steps:
     return f'stopped before the first update; nothing new to save ({_saved_where(trainer)})'
   return (f'interrupted at env step {trainer.env_steps:,}; {_saved_where(trainer)} and the '
-          f'metrics in {os.path.join(workdir, "metrics.jsonl")}')
-
-
-def _open_run_folder(config):
-  """Readies the run folder for training; returns (lock or None, the env
-  step to resume from or None, lines to print, the allowed config changes).
-
-  Process 0 checks the folder is usable, takes its lock, checks a resume
-  against the saved config (nothing but the lock is written before that
-  passes), finds the newest intact checkpoint and sets damaged newer ones
-  aside. Its verdict reaches every process: a RunFolderError stops all of
-  them alike. What a resume changes besides (metrics rows, the previous
-  config) waits for the restore: `run_folder.adopt`."""
-  workdir, lock, notes, problem, step = config.workdir, None, [], None, None
-  allowed = []
-  if multihost.is_primary():
-    try:
-      run_folder.check_usable(workdir)
-      lock = run_folder.RunLock(workdir).acquire()
-      if lock.stale_holder:
-        notes.append(run_folder.describe_stale(lock.stale_holder))
-      step, damaged = checkpoint.find_intact(workdir)
-      allowed = []
-      if step is not None or damaged:
-        allowed = run_folder.check_resume(workdir, config)
-      if damaged and step is None:
-        bad_step, what = damaged[0]
-        raise run_folder.RunFolderError(
-            f'every checkpoint in {checkpoint.directory(workdir)} is damaged (the latest, at env '
-            f'step {bad_step:,}: {what}); nothing to resume from. Choose another '
-            '--config.workdir, or move that checkpoints folder away to start afresh here')
-      for bad_step, what in damaged:
-        moved = checkpoint.set_aside(workdir, bad_step)
-        notes.append(f'the checkpoint at env step {bad_step:,} is damaged ({what}); moved to '
-                     f'{moved}')
-      if damaged:
-        notes.append(f'resuming from the newest intact checkpoint, at env step {step:,}')
-    except (run_folder.RunFolderError, OSError, ValueError) as e:
-      if lock is not None:
-        lock.release()
-      lock = None
-      problem = (str(e) if isinstance(e, run_folder.RunFolderError) else
-                 f'cannot prepare {workdir} for training: {type(e).__name__}: {e}')
-  if multihost.is_multiprocess():
-    problem, step = multihost.allgather_json([problem, step])[0]
-  if problem is not None:
-    raise run_folder.RunFolderError(problem)
-  return lock, step, notes, allowed
-
-
-def _validate_everywhere(config):
-  """validation.validate on every process; with several, a mistake found by
-  any process (e.g. a device count of its own) stops all of them alike."""
-  try:
-    plan, problem = validation.validate(config), None
-  except validation.ConfigError as e:
-    plan, problem = None, e
-  if not multihost.is_multiprocess():
-    if problem is not None:
-      raise problem
-    return plan
-  problems = multihost.allgather_json(None if problem is None else [problem.field, str(problem)])
-  for p, found in enumerate(problems):
-    if found is not None:
-      field, text = found
-      raise validation.ConfigError(field, f'{text.split(": ", 1)[-1]} (found by process {p})')
-  return plan
+          f'metrics in {run_folder.metrics_path(workdir)}')
 
 
 _USER_ERRORS = (flags.Error, AttributeError, KeyError, ValueError, TypeError, OSError)

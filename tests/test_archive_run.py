@@ -5,7 +5,9 @@ import os
 
 import pytest
 
-from launch import archive_run, results, run_folder
+from analysis import run_metrics
+from launch import archive_run
+from rundir import run_folder
 
 
 def _run(tmp_path):
@@ -28,7 +30,7 @@ def test_archive_holds_the_record_and_reads_back_as_the_run(tmp_path):
   written = archive_run.archive(str(run), str(dest))
   assert written == ['config.json', 'eval/1000.json', 'metrics.jsonl.gz']
   assert not (dest / 'checkpoints').exists() and not (dest / 'wandb').exists()
-  original, archived = results.load_run(str(run)), results.load_run(str(dest))
+  original, archived = run_metrics.load_metrics(str(run)), run_metrics.load_metrics(str(dest))
   assert archived.records == original.records and archived.config == original.config
   assert not (run / run_folder.LOCK_FILE).exists()   # the lock is released
   first = (dest / 'metrics.jsonl.gz').read_bytes()

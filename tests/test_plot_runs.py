@@ -8,7 +8,8 @@ import sys
 
 import numpy as np
 
-from launch import plot_runs, results
+from analysis import run_metrics
+from launch import plot_runs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -20,7 +21,7 @@ def _run():
       {'env_steps': 300, 'episode_return/Pong': -15.0, 'episodes/Pong': 1, 'entropy': 1.5, 'sps': 5.0},
       {'env_steps': 400, 'episode_return/Pong': -13.0, 'episodes/Pong': 1, 'entropy': 1.4, 'sps': 5.0},
   ]
-  return results.Run('r', records, {'tasks': [{'name': 'Pong'}]})
+  return run_metrics.Run('r', records, {'tasks': [{'name': 'Pong'}]})
 
 
 def test_smoothed_returns_weight_every_game_once():
@@ -70,7 +71,7 @@ def test_a_resumed_runs_metrics_drop_the_stretch_it_did_not_continue(tmp_path):
       {'env_steps': 250, 'time': 4.0}, {'env_steps': 350, 'time': 9.0},
   ]
   (tmp_path / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in lines))
-  run = results.load_run(str(tmp_path))
+  run = run_metrics.load_metrics(str(tmp_path))
   assert [r['env_steps'] for r in run.records] == [100, 200, 250, 350]
   assert [r['time'] for r in run.records] == [10.0, 20.0, 24.0, 29.0]
   assert [r.get('process_time') for r in run.records] == [None, None, 4.0, 9.0]
@@ -82,11 +83,11 @@ def test_an_archived_runs_gzipped_metrics_load_as_the_folder_would(tmp_path):
   with gzip.open(tmp_path / 'metrics.jsonl.gz', 'wt') as f:
     f.writelines(json.dumps(r) + '\n' for r in lines)
   (tmp_path / 'config.json').write_text(json.dumps({'tasks': [{'name': 'Pong'}]}))
-  run = results.load_run(str(tmp_path))
+  run = run_metrics.load_metrics(str(tmp_path))
   assert run.records == lines and run.task_names == ['Pong']
   (tmp_path / 'metrics.jsonl.gz').unlink()
   try:
-    results.load_run(str(tmp_path))
+    run_metrics.load_metrics(str(tmp_path))
   except FileNotFoundError as e:
     assert 'has no metrics.jsonl' in str(e)
   else:
@@ -97,7 +98,7 @@ def test_per_task_steps_put_a_multi_task_run_on_each_games_budget(tmp_path):
   records = [{'env_steps': 200, 'episode_return/Pong': -21.0, 'episodes/Pong': 1,
               'episode_return/Carnival': 700.0, 'episodes/Carnival': 2},
              {'env_steps': 600, 'episode_return/Pong': -19.0, 'episodes/Pong': 1}]
-  run = results.Run('two', records, {'tasks': [{'name': 'Pong'}, {'name': 'Carnival'}]})
+  run = run_metrics.Run('two', records, {'tasks': [{'name': 'Pong'}, {'name': 'Carnival'}]})
   per_task = plot_runs.per_task_steps(run)
   assert [r['env_steps'] for r in per_task.records] == [100, 300]
   assert [r['env_steps'] for r in run.records] == [200, 600]   # the run itself is untouched

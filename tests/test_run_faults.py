@@ -20,8 +20,8 @@ from agents.checkpoint import Checkpointer
 from agents.trainer import NonFiniteError, Trainer
 from configs.validation import validate
 from faults import largest_data_file
-from launch import run_folder
-from launch.run_folder import RunFolderError
+from rundir import run_folder
+from rundir.run_folder import RunFolderError
 from launch.train import RunStopped, train
 from training_runs import read_records as _records
 from training_runs import smoke_config as _smoke
@@ -367,8 +367,8 @@ def test_kill_9_then_resume_keeps_metrics_monotone_and_takes_over_the_lock(tmp_p
   side = _records(run / f'metrics.after-{saved}.jsonl')
   assert side and all(r['env_steps'] > saved for r in side)
   assert len(side) == len([r for r in before if r['env_steps'] > saved])
-  from launch import results
-  loaded = results.load_run(str(run))
+  from analysis import run_metrics
+  loaded = run_metrics.load_metrics(str(run))
   assert [r['env_steps'] for r in loaded.records] == steps  # one run, as written
 
 

@@ -16,8 +16,8 @@ from agents.learner import LearnerState
 from configs import cartpole, resume
 from configs.validation import ConfigError, validate
 from faults import largest_data_file
-from launch import run_folder
-from launch.run_folder import RunFolderError, RunLock
+from rundir import run_folder
+from rundir.run_folder import RunFolderError, RunLock
 
 
 def _records(path):

@@ -1,5 +1,5 @@
-"""TensorBoard event files beside metrics.jsonl (launch/tensorboard_writer.py,
-launch/run_logger.py): the same scalars at the same env steps, the config and
+"""TensorBoard event files beside metrics.jsonl (rundir/tensorboard_writer.py,
+rundir/run_logger.py): the same scalars at the same env steps, the config and
 its hyperparameters, a resumed run's curve without a doubled stretch, and a
 failing writer that is one warning while metrics.jsonl goes on. The files are
 read back with TensorBoard's own reader."""
@@ -10,8 +10,8 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from configs import cartpole
-from launch import run_logger
-from launch import tensorboard_writer
+from rundir import run_logger
+from rundir import tensorboard_writer
 from launch.train import train
 from training_runs import read_records as _records
 from training_runs import smoke_config as _smoke

@@ -1,6 +1,22 @@
-"""A run folder's guarantees before training starts: usable, one writer,
-a resume that matches, metrics that match the checkpoint.
+"""The run folder: what is in it, how it is readied for training, how it is read.
 
+A run folder (`config.workdir`) holds config.json (the config of the run,
+written at its start; config.<step>.json: the one before a resume changed
+it), metrics.jsonl (one JSON row per log step), checkpoints/ (agents/
+checkpoint.py), run.lock, wandb's and TensorBoard's files
+(rundir/run_logger.py writes them) and eval/ (launch/evaluate.py).
+
+- `prepare(config)`: everything before training, called once by
+  launch/train.py (and per member by launch/pbt.py): the folder resolved,
+  usable, locked, a resume checked against the saved config, damaged
+  checkpoints set aside; with several processes, process 0's verdict
+  reaches every process.
+- `adopt(...)`: once the checkpoint restored, metrics past it set aside and
+  the previous config kept.
+- Readers: `read_config(workdir)` (config.json as a dict),
+  `read_metrics(workdir)` (metrics.jsonl rows, or an archived .gz).
+
+The guarantees, one by one:
 - `check_usable(workdir)`: the folder is (or can be made) a writable folder.
 - `RunLock`: `<workdir>/run.lock`, held (flock) by the one process that
   writes the folder; a second trainer on the folder stops naming the
@@ -14,14 +30,18 @@ a resume that matches, metrics that match the checkpoint.
 Every failure here is a `RunFolderError`: one line, exit status 2.
 """
 
+import datetime
 import fcntl
+import gzip
 import json
 import os
 import socket
 import time
-from typing import List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
+from agents import checkpoint
 from configs import resume
+from infra import multihost
 
 LOCK_FILE = 'run.lock'
 CONFIG_FILE = 'config.json'
@@ -178,8 +198,26 @@ def describe_stale(holder: dict) -> str:
   return f'took over the lock left by a stopped trainer ({_who(holder)})'
 
 
-def saved_config(workdir: str) -> Optional[dict]:
-  path = os.path.join(workdir, CONFIG_FILE)
+def resolve_workdir(config) -> str:
+  """The run folder: config.workdir, or runs/<config_name>-<timestamp>."""
+  if config.workdir:
+    return config.workdir
+  stamp = datetime.datetime.now().strftime('%Y%m%d-%H%M%S')
+  return os.path.join('runs', f'{config.config_name or "run"}-{stamp}')
+
+
+def config_path(workdir: str) -> str:
+  return os.path.join(workdir, CONFIG_FILE)
+
+
+def metrics_path(workdir: str) -> str:
+  return os.path.join(workdir, METRICS_FILE)
+
+
+def read_config(workdir: str) -> Optional[dict]:
+  """config.json as written at the run's start, or None where there is none;
+  RunFolderError when it cannot be read."""
+  path = config_path(workdir)
   if not os.path.isfile(path):
     return None
   try:
@@ -194,7 +232,7 @@ def check_resume(workdir: str, config) -> List[Tuple]:
   """For a run folder with checkpoints: RunFolderError naming every frozen
   field that differs from the saved config (and its saved value); returns
   the allowed changes (field, saved, new). Writes nothing."""
-  saved = saved_config(workdir)
+  saved = read_config(workdir)
   if saved is None:
     return []
   frozen, allowed = resume.compare(saved, config)
@@ -208,7 +246,7 @@ def check_resume(workdir: str, config) -> List[Tuple]:
 def keep_previous_config(workdir: str, step: int) -> Optional[str]:
   """Copies config.json to config.<step>.json (the config that trained up to
   `step`) before a resume with changed fields rewrites it; returns the path."""
-  src = os.path.join(workdir, CONFIG_FILE)
+  src = config_path(workdir)
   if not os.path.isfile(src):
     return None
   dst = os.path.join(workdir, f'config.{step}.json')
@@ -226,7 +264,7 @@ def set_aside_metrics(workdir: str, step: int) -> Tuple[int, Optional[str]]:
   number (`"x"`, null, NaN: cut by a kill, or edited by hand), is moved
   too; an object without env_steps counts as env step 0 and stays. Returns (rows moved,
   side file or None)."""
-  path = os.path.join(workdir, METRICS_FILE)
+  path = metrics_path(workdir)
   if not os.path.isfile(path):
     return 0, None
   with open(path) as f:
@@ -278,3 +316,85 @@ def adopt(workdir: str, step: Optional[int], allowed: List[Tuple]) -> List[str]:
     raise RunFolderError(
         f'cannot prepare {workdir} for training: {type(e).__name__}: {e}') from None
   return notes
+
+
+def read_metrics(workdir: str) -> List[Dict]:
+  """The rows of metrics.jsonl as logged (a resumed run's included; see
+  analysis/metrics.stitch_resumed), or of an archived run's
+  metrics.jsonl.gz (docs/data/ keeps the documented runs' that way).
+  FileNotFoundError without either; ValueError naming a line that is not a
+  JSON row."""
+  path = metrics_path(workdir)
+  if os.path.exists(path):
+    opener = open
+  elif os.path.exists(path + '.gz'):
+    path, opener = path + '.gz', gzip.open
+  else:
+    raise FileNotFoundError(f'{workdir} has no {METRICS_FILE}')
+  rows = []
+  with opener(path, 'rt') as f:
+    for number, line in enumerate(f, 1):
+      if line.strip():
+        try:
+          rows.append(json.loads(line))
+        except ValueError:
+          raise ValueError(f'{path} line {number} is not a JSON metrics row: '
+                           f'{line.strip()[:60]!r}') from None
+  return rows
+
+
+class Prepared(NamedTuple):
+  """A run folder readied for training by `prepare`."""
+  workdir: str
+  lock: Optional[RunLock]       # held by process 0; None on the others
+  resume_step: Optional[int]    # the newest intact checkpoint's env step; None: a new run
+  notes: List[str]              # lines to print (a stale lock taken over, checkpoints set aside)
+  allowed: List[Tuple]          # the config changes a resume may make: (field, saved, new)
+
+
+def prepare(config) -> Prepared:
+  """Readies the run folder of `config` for training, setting
+  config.workdir to it (process 0's, on every process).
+
+  Process 0 checks the folder is usable, takes its lock, checks a resume
+  against the saved config (nothing but the lock is written before that
+  passes), finds the newest intact checkpoint and sets damaged newer ones
+  aside. Its verdict reaches every process: a RunFolderError stops all of
+  them alike. What a resume changes besides (metrics rows, the previous
+  config) waits for the restore: `adopt`."""
+  with config.unlocked():
+    # Every process writes to and resumes from process 0's run folder.
+    config.workdir = multihost.allgather_json(resolve_workdir(config))[0]
+  workdir, lock, notes, problem, step, allowed = config.workdir, None, [], None, None, []
+  if multihost.is_primary():
+    try:
+      check_usable(workdir)
+      lock = RunLock(workdir).acquire()
+      if lock.stale_holder:
+        notes.append(describe_stale(lock.stale_holder))
+      step, damaged = checkpoint.find_intact(workdir)
+      if step is not None or damaged:
+        allowed = check_resume(workdir, config)
+      if damaged and step is None:
+        bad_step, what = damaged[0]
+        raise RunFolderError(
+            f'every checkpoint in {checkpoint.directory(workdir)} is damaged (the latest, at env '
+            f'step {bad_step:,}: {what}); nothing to resume from. Choose another '
+            '--config.workdir, or move that checkpoints folder away to start afresh here')
+      for bad_step, what in damaged:
+        moved = checkpoint.set_aside(workdir, bad_step)
+        notes.append(f'the checkpoint at env step {bad_step:,} is damaged ({what}); moved to '
+                     f'{moved}')
+      if damaged:
+        notes.append(f'resuming from the newest intact checkpoint, at env step {step:,}')
+    except (RunFolderError, OSError, ValueError) as e:
+      if lock is not None:
+        lock.release()
+      lock = None
+      problem = (str(e) if isinstance(e, RunFolderError) else
+                 f'cannot prepare {workdir} for training: {type(e).__name__}: {e}')
+  if multihost.is_multiprocess():
+    problem, step = multihost.allgather_json([problem, step])[0]
+  if problem is not None:
+    raise RunFolderError(problem)
+  return Prepared(workdir, lock, step, notes, allowed)

@@ -12,7 +12,7 @@ from: TensorBoard then drops the earlier files' points after that step (no
 checkpoint holds them; metrics.jsonl sets those rows aside alike), so a
 curve has no doubled stretch.
 
-Errors are the caller's to catch (launch/run_logger.py drops TensorBoard
+Errors are the caller's to catch (rundir/run_logger.py drops TensorBoard
 with one warning and goes on).
 """
 

@@ -1,19 +1,20 @@
-"""Reading runs back for analysis: metrics.jsonl (and wandb when online) as
-per-key series, and the small plots the notebooks draw.
+"""A run's logged metrics for analysis: metrics.jsonl (and wandb when
+online) as per-key series, and the small plots the notebooks draw.
+(analysis/run_loading.py restores a run's checkpoint instead.)
 
-  from launch import results
-  runs = results.load_runs(['runs/single', 'runs/popart'])
-  results.plot_metric(runs, 'episode_return')       # one line per run and task
+  from analysis import run_metrics
+  runs = run_metrics.load_all_metrics(['runs/single', 'runs/popart'])
+  run_metrics.plot_metric(runs, 'episode_return')       # one line per run and task
 """
 
 import glob
-import gzip
-import json
 import math
 import os
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
+
+from rundir import run_folder
 
 
 class Run:
@@ -72,37 +73,18 @@ def stitch_resumed(records: List[Dict]) -> List[Dict]:
   return out
 
 
-def load_run(workdir: str, name: Optional[str] = None) -> Run:
-  """A run folder's metrics.jsonl, or an archived run's metrics.jsonl.gz
-  (docs/data/ keeps the documented runs' metrics that way), and its config.json."""
-  path = os.path.join(workdir, 'metrics.jsonl')
-  if os.path.exists(path):
-    opener = open
-  elif os.path.exists(path + '.gz'):
-    path, opener = path + '.gz', gzip.open
-  else:
-    raise FileNotFoundError(f'{workdir} has no metrics.jsonl')
-  with opener(path, 'rt') as f:
-    rows = []
-    for number, line in enumerate(f, 1):
-      if line.strip():
-        try:
-          rows.append(json.loads(line))
-        except ValueError:
-          raise ValueError(f'{path} line {number} is not a JSON metrics row: '
-                           f'{line.strip()[:60]!r}') from None
-  records = stitch_resumed(rows)
-  config = None
-  if os.path.exists(os.path.join(workdir, 'config.json')):
-    with open(os.path.join(workdir, 'config.json')) as f:
-      config = json.load(f)
-  return Run(name or os.path.basename(os.path.normpath(workdir)), records, config)
+def load_metrics(workdir: str, name: Optional[str] = None) -> Run:
+  """A run folder's metrics (metrics.jsonl, or an archived run's
+  metrics.jsonl.gz) as one stitched history, with its config.json."""
+  records = stitch_resumed(run_folder.read_metrics(workdir))
+  return Run(name or os.path.basename(os.path.normpath(workdir)), records,
+             run_folder.read_config(workdir))
 
 
-def load_runs(workdirs: Sequence[str]) -> List[Run]:
-  """Run folders (globs allowed), in order."""
+def load_all_metrics(workdirs: Sequence[str]) -> List[Run]:
+  """The metrics of run folders (globs allowed), in order."""
   paths = [p for w in workdirs for p in (sorted(glob.glob(w)) or [w])]
-  return [load_run(p) for p in paths]
+  return [load_metrics(p) for p in paths]
 
 
 def load_wandb_runs(paths: Sequence[str]) -> List[Run]:

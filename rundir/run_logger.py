@@ -4,7 +4,7 @@ TensorBoard event files, terminal.
 Every metrics line is flushed as it is written, so nothing logged before a
 crash or Ctrl-C is lost. wandb keeps its files inside the workdir; its
 default mode is offline, so no account is needed. TensorBoard's event files
-(launch/tensorboard_writer.py; `log.tensorboard`, on by default) go in the
+(rundir/tensorboard_writer.py; `log.tensorboard`, on by default) go in the
 workdir itself. With several processes only process 0 (`primary`) writes;
 the others only print their messages.
 
@@ -25,8 +25,9 @@ import time
 import uuid
 from typing import Dict, Optional, Sequence
 
-from launch.run_folder import RunFolderError
-from launch.tensorboard_writer import TensorBoardWriter
+from rundir import run_folder
+from rundir.run_folder import RunFolderError
+from rundir.tensorboard_writer import TensorBoardWriter
 
 WANDB_FAILED_FILE = 'wandb_failed.txt'
 TENSORBOARD_FAILED_FILE = 'tensorboard_failed.txt'
@@ -34,14 +35,6 @@ TENSORBOARD_FAILED_FILE = 'tensorboard_failed.txt'
 
 class MetricsWriteError(OSError):
   """metrics.jsonl cannot be written; the message is one line naming it."""
-
-
-def resolve_workdir(config) -> str:
-  """The run folder: config.workdir, or runs/<config_name>-<timestamp>."""
-  if config.workdir:
-    return config.workdir
-  stamp = datetime.datetime.now().strftime('%Y%m%d-%H%M%S')
-  return os.path.join('runs', f'{config.config_name or "run"}-{stamp}')
 
 
 def _jsonable(value):
@@ -73,14 +66,14 @@ class RunLogger:
     self._primary = primary
     self._prefix = '' if primary else f'[process {process_index}] '
     self._metrics = self._wandb = self._tensorboard = None
-    self.metrics_path = os.path.join(workdir, 'metrics.jsonl')
+    self.metrics_path = run_folder.metrics_path(workdir)
     self.wandb_failure: Optional[str] = None  # why wandb was dropped, if it was
     self.tensorboard_failure: Optional[str] = None  # why TensorBoard was dropped, if it was
     if not primary:
       return
     try:
       os.makedirs(workdir, exist_ok=True)
-      with open(os.path.join(workdir, 'config.json'), 'w') as f:
+      with open(run_folder.config_path(workdir), 'w') as f:
         f.write(config.to_json_best_effort(indent=2, sort_keys=True))
       self._metrics = open(self.metrics_path, 'a', buffering=1)
     except OSError as e:
