@@ -17,8 +17,10 @@ from typing import Any, Callable, Optional
 import jax
 import numpy as np
 
+from agents import builder
 from agents.rollout import StepBookkeeping, host_dtype, policy_observation_spec
 from agents.timing import StageTimer
+from envs import registry
 from rl.types import Unroll
 
 
@@ -177,3 +179,32 @@ class Actor(threading.Thread):
         new = _Buffers(self._length, n, env.num_actions, env.observation_spec)
         new.copy_step(buf, self._length - 1, 0)
         buf, start_state, t = new, next_start_state, 1
+
+
+def make_envs(config, plan, first_actor: int = 0, env_steps: int = 0, count=None) -> list:
+  """The batched envs of this process's actors (the first `count`; all by
+  default), as training makes them: actor i steps plan.actor_env_groups[i],
+  seeded for global actor id first_actor + i at `env_steps` (a resumed run
+  gets fresh games, builder.env_seed)."""
+  a = config.actors
+  groups = plan.actor_env_groups if count is None else plan.actor_env_groups[:count]
+  return [registry.make_actor_envs(
+      g, seed=builder.env_seed(config, first_actor + i, env_steps),
+      envpool_threads=a.envpool_threads, nle_workers=a.nle_workers,
+      observation_keys=plan.observation_keys,
+      nle_savedir=(f'{config.workdir}/nle' if a.nle_ttyrecs else None))
+      for i, g in enumerate(groups)]
+
+
+def make_actors(config, plan, network, envs, store: 'ParamsStore', unrolls: queue.Queue,
+                episodes: queue.SimpleQueue, timer: StageTimer, stop: threading.Event,
+                rng: jax.Array, env_steps: int = 0, first_actor: int = 0) -> list:
+  """One Actor per env of `envs` (make_envs), acting with `network` on
+  plan.actor_device; their sampling seeds come from the learner's `rng` at
+  `env_steps` (builder.actor_seed). Not started."""
+  act = make_act_fn(network)
+  return [Actor(first_actor + i, e, act, network.initial_state(e.num_envs), store, unrolls,
+                episodes, timer, stop, config.unroll_length, plan.actor_device,
+                seed=builder.actor_seed(rng, env_steps, first_actor + i),
+                wait_for_learner=config.actors.wait_for_learner)
+          for i, e in enumerate(envs)]

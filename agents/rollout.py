@@ -14,8 +14,13 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-POLICY_INPUT_KEYS = {'prev_action': ((), np.dtype(np.int32)), 'prev_reward': ((), np.dtype(np.float32)),
-             'task_id': ((), np.dtype(np.int32))}
+from networks.agent import CORE_EXTRA_INPUTS
+
+# What the bookkeeping adds to the env's observation: the core's extra inputs
+# (prev_action, prev_reward; defined with the network that reads them) and
+# the task id.
+POLICY_INPUT_KEYS = {**{k: (shape, np.dtype(dtype)) for k, (shape, dtype) in CORE_EXTRA_INPUTS.items()},
+                     'task_id': ((), np.dtype(np.int32))}
 
 
 def host_dtype(dtype) -> np.dtype:

@@ -22,7 +22,8 @@ import numpy as np
 
 from agents import builder
 from agents import learner as learner_lib
-from agents.actor import Actor, ParamsStore, UnrollBlock, make_act_fn
+from agents import actor as actor_lib
+from agents.actor import ParamsStore, UnrollBlock
 from agents.checkpoint import Checkpointer
 from agents.summaries import Summariser
 from agents.timing import StageTimer
@@ -87,12 +88,7 @@ class Trainer:
     # A resumed run continues from its latest checkpoint; its envs and actors
     # get fresh seeds (offset by the env step) rather than replaying the start.
     self.resumed_from = self._agreed_latest_step()
-    self.envs = [registry.make_actor_envs(
-        groups, seed=builder.env_seed(config, first_actor + i, self.resumed_from or 0),
-        envpool_threads=a.envpool_threads,
-        nle_workers=a.nle_workers, observation_keys=plan.observation_keys,
-        nle_savedir=(f'{config.workdir}/nle' if a.nle_ttyrecs else None))
-        for i, groups in enumerate(plan.actor_env_groups)]
+    self.envs = actor_lib.make_envs(config, plan, first_actor, self.resumed_from or 0)
     env = self.envs[0]
     agent = builder.build_agent(config, plan, env.num_actions, env.observation_spec)
     self.network, self.mesh, self.schedule = agent.network, agent.mesh, agent.schedule
@@ -115,13 +111,9 @@ class Trainer:
     self.store = ParamsStore()
     self.unrolls = queue.Queue(maxsize=a.queue_size)
     self.episodes = queue.SimpleQueue()
-    act = make_act_fn(self.network)
-    self.actors = [
-        Actor(first_actor + i, e, act, self.network.initial_state(e.num_envs), self.store,
-              self.unrolls, self.episodes, self.timer, self.stop, config.unroll_length,
-              plan.actor_device, seed=builder.actor_seed(self.rng, self.env_steps, first_actor + i),
-              wait_for_learner=a.wait_for_learner)
-        for i, e in enumerate(self.envs)]
+    self.actors = actor_lib.make_actors(
+        config, plan, self.network, self.envs, self.store, self.unrolls, self.episodes,
+        self.timer, self.stop, self.rng, self.env_steps, first_actor)
     group = plan.actor_env_groups[0][0]
     self.summariser = Summariser(
         plan, config.popart.enabled,

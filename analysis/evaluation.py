@@ -27,7 +27,6 @@ from agents.rollout import Episode, StepBookkeeping, host_dtype
 from analysis.run_loading import LoadedRun
 from configs import validation
 from envs import atari
-from envs import nethack
 from envs import registry
 from envs import render
 from envs.envpool_env import EnvPoolEnv
@@ -37,21 +36,6 @@ DEFAULT_NUM_ENVS = 8       # envs per task stepped together
 NLE_VIDEO_FPS = 8.0        # NetHack has no clock; slow enough to read the screen
 CLASSIC_VIDEO_FPS = 50.0   # CartPole's 0.02 s time step
 STATS = ('mean', 'sem', 'median', 'std', 'min', 'max')
-
-
-def eval_env_kwargs(config, task: Dict[str, Any], num_tasks: int) -> Dict[str, Any]:
-  """A task's env kwargs for evaluation, the evaluation twin of
-  configs.validation's task env kwargs: Atari plays whole games."""
-  own = dict(task.get('env_kwargs', {}))
-  if atari.game_of(task['env_id']) is not None:
-    group = validation.atari_group_of(config)
-    return {**atari.protocol_kwargs(group, num_tasks, training=False), **own}
-  if own.get('character') == nethack.RANDOM and task['name'] in nethack.ROLES:
-    # One task per role on random characters: a game of this task is one the
-    # game dealt this role. Playing the role itself (race, alignment and
-    # gender still random) gives each task exactly N episodes.
-    own['character'] = task['name']
-  return own
 
 
 def episode_quotas(num_episodes: int, num_envs: int) -> np.ndarray:
@@ -163,7 +147,7 @@ def make_task_env(run: LoadedRun, task_id: int, num_envs: int, seed: int, video:
   TtyFrame (NLE).
   """
   task = run.config.tasks[task_id]
-  kwargs = eval_env_kwargs(run.config, task, run.plan.num_tasks)
+  kwargs = validation.task_env_kwargs(run.config, task, run.plan.num_tasks, training=False)
   family = registry.env_family(task['env_id'])
   if family == 'synthetic':
     env = registry.make_synthetic_env(task['env_id'], num_envs, task_id, kwargs, seed=seed)

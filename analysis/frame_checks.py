@@ -1,8 +1,8 @@
 """The frames and step bookkeeping the learner receives, checked with numbers.
 
 `collect` builds actor 0's envs exactly as training does (validate -> plan ->
-registry.make_actor_envs, the builder's agent and seeds), runs the real `agents.actor.Actor`
-thread with a freshly initialised network, and keeps the UnrollBlocks it puts
+agents.actor.make_envs and make_actors, the builder's agent and seeds), runs
+the real `agents.actor.Actor` thread with a freshly initialised network, and keeps the UnrollBlocks it puts
 on the queue (what the learner gets) and every env step's flags. The
 `check_*` functions turn that into named PASS/FAIL `Check`s: frame shape,
 stack order, frozen frames, reset stacks, EnvPool's max-pool, unroll overlap,
@@ -23,11 +23,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from agents import builder
-from agents.actor import Actor, ParamsStore, make_act_fn
+from agents import actor as actor_lib
+from agents.actor import ParamsStore
 from agents.timing import StageTimer
 from configs import atari_popart
 from configs.validation import validate
-from envs import registry
 from networks import centring
 from rl import rewards
 
@@ -79,11 +79,7 @@ def collect(config, plan, num_blocks: int, policy_scale: float = 1.0) -> Collect
   """Runs actor 0 of `plan` with Trainer's envs, seeds and fresh network for
   `num_blocks` unrolls. `policy_scale` multiplies the policy head's weights
   (tests: logits that differ between frames, so off-by-one errors show)."""
-  a = config.actors
-  env = RecordingEnv(registry.make_actor_envs(
-      plan.actor_env_groups[0], seed=builder.env_seed(config, 0),
-      envpool_threads=a.envpool_threads, nle_workers=a.nle_workers,
-      observation_keys=plan.observation_keys))
+  env = RecordingEnv(actor_lib.make_envs(config, plan, count=1)[0])
   agent = builder.build_agent(config, plan, env.num_actions, env.observation_spec,
                               with_update=False)
   network, variables = agent.network, agent.variables
@@ -91,13 +87,14 @@ def collect(config, plan, num_blocks: int, policy_scale: float = 1.0) -> Collect
     params = dict(variables['params'])
     params['policy_head'] = jax.tree.map(lambda w: w * policy_scale, params['policy_head'])
     variables = {**variables, 'params': params}
-  store, unrolls, episodes = ParamsStore(), queue.Queue(maxsize=a.queue_size), queue.SimpleQueue()
+  store = ParamsStore()
+  unrolls, episodes = queue.Queue(maxsize=config.actors.queue_size), queue.SimpleQueue()
   store.publish(variables, 0)
   stop = threading.Event()
-  actor_seed = builder.actor_seed(jax.random.key(config.seed), 0, 0)  # actor 0, a fresh run
-  actor = Actor(0, env, make_act_fn(network), network.initial_state(env.num_envs), store,
-                unrolls, episodes, StageTimer(), stop, config.unroll_length,
-                plan.actor_device, seed=actor_seed)
+  rng = jax.random.key(config.seed)   # a fresh run's: actor 0 at env step 0
+  actor, = actor_lib.make_actors(config, plan, network, [env], store, unrolls, episodes,
+                                 StageTimer(), stop, rng)
+  actor_seed = builder.actor_seed(rng, 0, 0)
   actor.start()
   blocks = []
   try:

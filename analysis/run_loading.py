@@ -25,6 +25,7 @@ from agents.builder import build_agent
 from agents import checkpoint
 from agents.checkpoint import CheckpointError, Checkpointer
 from configs import common, validation
+from configs.plan import RunPlan
 from envs import registry
 from networks import agent as agent_net
 from rundir import run_folder
@@ -35,7 +36,7 @@ class LoadedRun:
   """A run's config and the policy of one of its checkpoints."""
   workdir: str
   config: ml_collections.ConfigDict   # as trained, but for one learner device
-  plan: validation.RunPlan
+  plan: RunPlan
   network: agent_net.AgentNetwork
   variables: Dict[str, Any]           # {'params', 'popart'}: what network.apply takes
   env_steps: int                      # the checkpoint's env step

@@ -1,15 +1,16 @@
-"""Start-up checks of a config, and the sizes derived from it (computed once here).
+"""Start-up checks of a config; `validate` returns its run plan (configs/plan.py).
 
 Every user mistake becomes a `ConfigError` naming the field and what it
 allows, raised before any env, thread or compilation starts.
 """
 
-import dataclasses
 import math
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import jax
 
+from configs import plan as plan_lib
+from configs.plan import RunPlan
 from infra import multihost
 from rl.optimizers import OPTIMIZERS
 from rl import algorithms, impala, ppo
@@ -36,26 +37,6 @@ class ConfigError(ValueError):
   def __init__(self, field: str, message: str):
     super().__init__(f'config field {field}: {message}')
     self.field = field
-
-
-@dataclasses.dataclass(frozen=True)
-class RunPlan:
-  """Sizes and assignments derived from a valid config."""
-  task_names: Tuple[str, ...]
-  num_values: int                      # value outputs: tasks with PopArt, else 1
-  learner_devices: Tuple[jax.Device, ...]  # of every process: the learner mesh
-  actor_device: jax.Device             # local
-  actor_env_groups: Tuple[Tuple[registry.EnvGroup, ...], ...]  # per local actor
-  blocks_per_batch: int                # local actor unroll blocks per learner batch
-  env_steps_per_update: int            # T * batch_size
-  total_learner_steps: int
-  observation_keys: Tuple[str, ...]
-  frames_per_step: int                 # 4 for Atari (action repeat), else 1
-  task_games: Tuple[Optional[str], ...]  # Atari game of each task (None: not Atari)
-
-  @property
-  def num_tasks(self) -> int:
-    return len(self.task_names)
 
 
 def _field(config, name: str):
@@ -164,17 +145,17 @@ def atari_group_of(config):
   return group
 
 
-def _task_env_kwargs(config, t: dict, num_tasks: int) -> dict:
-  """A task's env kwargs: IMPALA's Atari protocol for Atari games (from the
-  `atari` group), then the task's own kwargs on top."""
-  own = dict(t.get('env_kwargs', {}))
-  if atari.game_of(t['env_id']) is None:
-    return own
-  group = atari_group_of(config)
-  if num_tasks > 1 and group.action_set == 'minimal':
-    raise ConfigError('atari.action_set', "'minimal' cannot hold several games (their action "
-                      "sets differ); use 'auto' or 'full'")
-  return {**atari.protocol_kwargs(group, num_tasks), **own}
+def task_env_kwargs(config, task: dict, num_tasks: int, training: bool = True) -> dict:
+  """A task's env kwargs (envs/registry.task_env_kwargs), the config's
+  `atari` group checked where the task is an Atari game; `training=False`:
+  for evaluation."""
+  group = None
+  if atari.game_of(task['env_id']) is not None:
+    group = atari_group_of(config)
+    if num_tasks > 1 and group.action_set == 'minimal':
+      raise ConfigError('atari.action_set', "'minimal' cannot hold several games (their action "
+                        "sets differ); use 'auto' or 'full'")
+  return registry.task_env_kwargs(task, num_tasks, group, training)
 
 
 def _random_character_tasks(tasks, env_kwargs):
@@ -350,7 +331,7 @@ def validate(config) -> RunPlan:
   if any(not isinstance(s, (int, float)) or not math.isfinite(s) for s in scales):
     raise ConfigError('reward_scales', f'must be finite numbers, got {scales}')
   scales = scales or (1.0,) * num_tasks
-  env_kwargs = [_task_env_kwargs(config, t, num_tasks) for t in tasks]
+  env_kwargs = [task_env_kwargs(config, t, num_tasks) for t in tasks]
   role_ids, random_tasks = _random_character_tasks(tasks, env_kwargs)
 
   obs_keys = OBS_KEYS[config.network.name] + _check_extra_inputs(config.network)
@@ -403,27 +384,8 @@ def validate(config) -> RunPlan:
                       f'of actor blocks of {envs} envs (actors.envs_per_actor)')
   check_distributed(config)
 
-  per_task = envs // num_tasks
-  groups = tuple(
-      tuple(registry.EnvGroup(task_id=i, env_id=t['env_id'],
-                              env_kwargs=env_kwargs[i],
-                              role_task_ids=role_ids if i in random_tasks else None,
-                              reward_scale=float(scales[i]), num_envs=per_task)
-            for i, t in enumerate(tasks))
-      for _ in range(config.actors.num_actors))
-  steps_per_update = config.unroll_length * config.batch_size
-  return RunPlan(
-      task_names=tuple(t['name'] for t in tasks),
-      num_values=num_tasks if config.popart.enabled else 1,
-      learner_devices=multihost.learner_devices(n_learn),
-      actor_device=devices[config.actor_device_id],
-      actor_env_groups=groups,
-      blocks_per_batch=local_batch // envs,
-      env_steps_per_update=steps_per_update,
-      total_learner_steps=max(1, -(-config.total_env_steps // steps_per_update)),
-      observation_keys=tuple(obs_keys),
-      frames_per_step=frames_per_step,
-      task_games=tuple(atari.game_of(t['env_id']) for t in tasks))
+  return plan_lib.make_plan(config, tasks, env_kwargs, scales, role_ids, random_tasks,
+                            tuple(obs_keys), frames_per_step, n_learn)
 
 
 def validate_everywhere(config) -> RunPlan:

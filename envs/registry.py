@@ -8,7 +8,9 @@ import envpool
 import gymnasium as gym
 import numpy as np
 
+from envs import atari
 from envs import catch
+from envs import nethack
 from envs.concat import ConcatEnv
 from envs.envpool_env import EnvPoolEnv, observation_key
 from envs.nle_env import NLE_ENV_IDS, NLEBatchedEnv, is_nle_env
@@ -187,3 +189,22 @@ def action_names(env_id: str, env_kwargs: Dict[str, Any], num_actions: int) -> t
   if names is None or len(names) != num_actions or len(set(names)) != len(names):
     names = [f'a{i}' for i in range(num_actions)]
   return tuple(names)
+
+
+def task_env_kwargs(task: Dict[str, Any], num_tasks: int, atari_group=None,
+                    training: bool = True) -> Dict[str, Any]:
+  """A task's env kwargs, the one recipe for training and evaluation.
+
+  Atari games get IMPALA's protocol (atari.protocol_kwargs of the config's
+  `atari` group, `atari_group`: needed for them), for training or, with
+  `training=False`, for evaluation (whole games, no life loss as an end);
+  the task's own kwargs go on top. In evaluation, a NetHack task named for
+  a role and playing random characters plays that role (race, alignment
+  and gender still random), so each such task gets exactly its episodes.
+  """
+  own = dict(task.get('env_kwargs', {}))
+  if atari.game_of(task['env_id']) is not None:
+    return {**atari.protocol_kwargs(atari_group, num_tasks, training=training), **own}
+  if not training and own.get('character') == nethack.RANDOM and task['name'] in nethack.ROLES:
+    own['character'] = task['name']
+  return own

@@ -40,6 +40,7 @@ from ml_collections import config_flags
 import jax
 import numpy as np
 
+from agents import actor as actor_lib
 from agents import builder
 from agents import learner as learner_lib
 from agents.rollout import policy_observation_spec
@@ -68,11 +69,7 @@ def _define_flags():
 
 
 def bench_raw(config, plan, seconds, warmup):
-  a = config.actors
-  envs = [registry.make_actor_envs(groups, seed=i, envpool_threads=a.envpool_threads,
-                                   nle_workers=a.nle_workers,
-                                   observation_keys=plan.observation_keys)
-          for i, groups in enumerate(plan.actor_env_groups)]
+  envs = actor_lib.make_envs(config, plan)
   counts = [0] * len(envs)
   stop = threading.Event()
 

@@ -15,7 +15,7 @@ from PIL import Image
 from analysis import evaluation
 from analysis import run_loading
 from analysis.run_loading import checkpoint_steps, load_config, load_run
-from configs import atari_single, cartpole, nethack_popart
+from configs import atari_single, cartpole, nethack_popart, validation
 from envs import render
 from envs.base import StepResult
 from launch.evaluate import run_evaluation
@@ -101,16 +101,16 @@ def test_quotas_add_up():
 
 def test_atari_evaluation_plays_whole_games():
   config = atari_single.get_config('game=Pong,smoke')
-  kwargs = evaluation.eval_env_kwargs(config, config.tasks[0], 1)
+  kwargs = validation.task_env_kwargs(config, config.tasks[0], 1, training=False)
   assert config.atari.episodic_life and kwargs['episodic_life'] is False
   assert kwargs['max_episode_steps'] == 27_000 and kwargs['reward_clip'] is False
   del config.atari  # runs whose config has no atari group get the protocol's defaults
-  assert evaluation.eval_env_kwargs(config, config.tasks[0], 1)['episodic_life'] is False
+  assert validation.task_env_kwargs(config, config.tasks[0], 1, training=False)['episodic_life'] is False
 
 
 def test_random_character_role_tasks_play_their_role():
   config = nethack_popart.get_config('chars=@')
-  kwargs = [evaluation.eval_env_kwargs(config, t, len(config.tasks)) for t in config.tasks]
+  kwargs = [validation.task_env_kwargs(config, t, len(config.tasks), training=False) for t in config.tasks]
   assert [k['character'] for k in kwargs] == [t['name'] for t in config.tasks]
 
 

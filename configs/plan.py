@@ -1,0 +1,72 @@
+"""The run plan: the sizes and assignments a valid config gives (configs/
+validation.py checks the config, then asks `make_plan`).
+
+Which devices learn and which acts, each actor's env groups (its share of
+every task, with the task's env kwargs and reward scale), how many actor
+blocks make this process's share of a learner batch, and the step counts.
+"""
+
+import dataclasses
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import jax
+
+from envs import atari
+from envs import registry
+from infra import multihost
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+  """Sizes and assignments derived from a valid config."""
+  task_names: Tuple[str, ...]
+  num_values: int                      # value outputs: tasks with PopArt, else 1
+  learner_devices: Tuple[jax.Device, ...]  # of every process: the learner mesh
+  actor_device: jax.Device             # local
+  actor_env_groups: Tuple[Tuple[registry.EnvGroup, ...], ...]  # per local actor
+  blocks_per_batch: int                # local actor unroll blocks per learner batch
+  env_steps_per_update: int            # T * batch_size
+  total_learner_steps: int
+  observation_keys: Tuple[str, ...]
+  frames_per_step: int                 # 4 for Atari (action repeat), else 1
+  task_games: Tuple[Optional[str], ...]  # Atari game of each task (None: not Atari)
+
+  @property
+  def num_tasks(self) -> int:
+    return len(self.task_names)
+
+
+def make_plan(config, tasks: List[dict], env_kwargs: List[dict], scales: Sequence[float],
+              role_ids: Optional[Dict], random_tasks: Tuple[int, ...],
+              observation_keys: Tuple[str, ...], frames_per_step: int,
+              learner_devices_per_process: int) -> RunPlan:
+  """The plan of a config that passed validation: `env_kwargs` per task
+  (validation.task_env_kwargs), `role_ids` the role -> task id table of the
+  tasks at `random_tasks` (NetHack's random characters), and the learner
+  devices of each process."""
+  devices = jax.local_devices()
+  processes = jax.process_count()
+  num_tasks = len(tasks)
+  envs = config.actors.envs_per_actor
+  local_batch = config.batch_size // processes
+  per_task = envs // num_tasks
+  groups = tuple(
+      tuple(registry.EnvGroup(task_id=i, env_id=t['env_id'],
+                              env_kwargs=env_kwargs[i],
+                              role_task_ids=role_ids if i in random_tasks else None,
+                              reward_scale=float(scales[i]), num_envs=per_task)
+            for i, t in enumerate(tasks))
+      for _ in range(config.actors.num_actors))
+  steps_per_update = config.unroll_length * config.batch_size
+  return RunPlan(
+      task_names=tuple(t['name'] for t in tasks),
+      num_values=num_tasks if config.popart.enabled else 1,
+      learner_devices=multihost.learner_devices(learner_devices_per_process),
+      actor_device=devices[config.actor_device_id],
+      actor_env_groups=groups,
+      blocks_per_batch=local_batch // envs,
+      env_steps_per_update=steps_per_update,
+      total_learner_steps=max(1, -(-config.total_env_steps // steps_per_update)),
+      observation_keys=observation_keys,
+      frames_per_step=frames_per_step,
+      task_games=tuple(atari.game_of(t['env_id']) for t in tasks))
