@@ -145,31 +145,10 @@ def train(config, stop_requested: threading.Event = None):
     if multihost.is_primary():
       for note in run_folder.adopt(workdir, resume_step, folder.allowed):
         _say(note)
-    note = resume.schedule_note(folder.allowed, trainer.version, trainer.schedule,
-                                plan.env_steps_per_update)
-    if note:
-      _say(note)
     logger = RunLogger(workdir, config, plan.task_names, primary=multihost.is_primary(),
                        process_index=jax.process_index(), resume_step=resume_step)
-    if multi:
-      logger.message(f'process {jax.process_index()} of {jax.process_count()}: '
-                     f'{len(plan.learner_devices)} learner devices in all')
-    if trainer.resumed_from is not None:
-      logger.message(f'resuming from the checkpoint at env step {trainer.resumed_from:,}')
-    if trainer.changed_hyperparameters:
-      logger.message('learner hyperparameters from this config, not the checkpoint: ' + '; '.join(
-          f'{key} {old:.4g} -> {new:.4g}'
-          for key, (old, new) in sorted(trainer.changed_hyperparameters.items())))
-    try:
-      state = trainer.run(logger.write)
-    except MetricsWriteError as e:
-      trainer.close()
-      if multi:  # process 0 alone writes metrics: the others are told, no collective save
-        raise RunStopped(f'{e.strerror}; the checkpoints written so far are in '
-                         f'{trainer.checkpointer.directory}') from None
-      _final_save(trainer)
-      raise RunStopped(f'{e.strerror}; {_saved_where(trainer)}') from None
-    _final_save(trainer)
+    _report_start(logger, trainer, plan, folder.allowed)
+    state = _train_and_save(trainer, logger)
     if multi:
       digest = trainer.check_replicas()
       logger.message(f'params digest {digest}: identical on all {len(plan.learner_devices)} '
@@ -185,14 +164,8 @@ def train(config, stop_requested: threading.Event = None):
     else:
       _say('interrupted during start-up, before the first update; nothing to save')
   except Exception as e:
-    if multi and not multihost.peer_stopping() and not isinstance(e, NonFiniteError):
-      if isinstance(e, jax.errors.JaxRuntimeError):
-        # A dead peer breaks the others' collectives (e.g. gloo's "connection
-        # reset by peer"): the watchdog names it within its timeout.
-        _say('a collective failed; waiting for the watchdog to tell which process stopped')
-        multihost.await_verdict(config.distributed.timeout_seconds + 5)
-      # Told before cleaning up, which may be slow: the others stop now, naming this one.
-      multihost.announce_failure(f'{type(e).__name__}: {e}')
+    if multi:
+      _tell_peers(e, config)
     raise
   finally:
     try:  # a second signal during the cleanup must not skip the rest of it
@@ -207,6 +180,56 @@ def train(config, stop_requested: threading.Event = None):
     finally:
       _restore_handlers(previous_handlers)
   return state, config.workdir
+
+
+def _report_start(logger, trainer, plan, allowed) -> None:
+  """The run's first lines: the schedule a resume changed, the processes,
+  where it resumes, the hyperparameters the config changed."""
+  note = resume.schedule_note(allowed, trainer.version, trainer.schedule,
+                              plan.env_steps_per_update)
+  if note:
+    _say(note)
+  if multihost.is_multiprocess():
+    logger.message(f'process {jax.process_index()} of {jax.process_count()}: '
+                   f'{len(plan.learner_devices)} learner devices in all')
+  if trainer.resumed_from is not None:
+    logger.message(f'resuming from the checkpoint at env step {trainer.resumed_from:,}')
+  if trainer.changed_hyperparameters:
+    logger.message('learner hyperparameters from this config, not the checkpoint: ' + '; '.join(
+        f'{key} {old:.4g} -> {new:.4g}'
+        for key, (old, new) in sorted(trainer.changed_hyperparameters.items())))
+
+
+def _train_and_save(trainer, logger):
+  """Trains to the end (or a stop) and saves the last checkpoint; returns
+  the learner state. metrics.jsonl failing to take a row stops the run with
+  RunStopped, after a checkpoint where one process runs (with several,
+  process 0 alone writes metrics: the others are told, no collective save)."""
+  try:
+    state = trainer.run(logger.write)
+  except MetricsWriteError as e:
+    trainer.close()
+    if multihost.is_multiprocess():
+      raise RunStopped(f'{e.strerror}; the checkpoints written so far are in '
+                       f'{trainer.checkpointer.directory}') from None
+    _final_save(trainer)
+    raise RunStopped(f'{e.strerror}; {_saved_where(trainer)}') from None
+  _final_save(trainer)
+  return state
+
+
+def _tell_peers(e: Exception, config) -> None:
+  """Tells the other processes this one failed (unless they are stopping
+  already, or the failure is a non-finite stop, which all share). A dead
+  peer breaks the others' collectives (e.g. gloo's "connection reset by
+  peer"): then the watchdog names it within its timeout."""
+  if multihost.peer_stopping() or isinstance(e, NonFiniteError):
+    return
+  if isinstance(e, jax.errors.JaxRuntimeError):
+    _say('a collective failed; waiting for the watchdog to tell which process stopped')
+    multihost.await_verdict(config.distributed.timeout_seconds + 5)
+  # Told before cleaning up, which may be slow: the others stop now, naming this one.
+  multihost.announce_failure(f'{type(e).__name__}: {e}')
 
 
 def _restore_handlers(previous) -> None:
