@@ -284,44 +284,47 @@ def run_population(config, population=None, address=None):
         f'({settings.cpus_per_member:g} CPU each), exploit/explore every '
         f'{settings.interval:,} env steps, ranked by '
         f'{settings.metric if settings.metric != "auto" else settings.score_kind}', flush=True)
-  ledger = _ledger_class(ray).remote()
-  starts = pbt_lib.starts(settings, config.seed)
-  chosen = {}
+  try:  # the driver leaves the cluster whatever happens: a driver still connected
+    # when a cluster it joined stops is ended by Ray itself (exit status 1)
+    ledger = _ledger_class(ray).remote()
+    starts = pbt_lib.starts(settings, config.seed)
+    chosen = {}
 
-  def start_value(name):
-    def sample(_):
-      i = chosen.setdefault(name, iter(range(settings.population)))
-      return starts[next(i)][name]
-    return tune.sample_from(sample)
+    def start_value(name):
+      def sample(_):
+        i = chosen.setdefault(name, iter(range(settings.population)))
+        return starts[next(i)][name]
+      return tune.sample_from(sample)
 
-  trainable = tune.with_resources(
-      tune.with_parameters(_trainable(tune), base=config, settings=settings,
-                           population_dir=population_dir, ledger=ledger),
-      {'cpu': settings.cpus_per_member})
-  storage = os.path.join(population_dir, 'ray')
-  name = 'tune'
-  run_config = tune.RunConfig(
-      name=name, storage_path=storage, verbose=1,
-      checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-      failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
-      stop={'env_steps': config.total_env_steps})
-  path = os.path.join(storage, name)
-  if tune.Tuner.can_restore(path):
-    print(f'resuming the population in {path}', flush=True)
-    tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True,
-                               resume_errored=False)
-  else:
-    tuner = tune.Tuner(
-        trainable,
-        param_space={k: start_value(k) for k in settings.ranges},
-        tune_config=tune.TuneConfig(
-            scheduler=_scheduler(tune, settings, population_dir, ledger),
-            num_samples=settings.population, reuse_actors=False),
-        run_config=run_config)
-  results = tuner.fit()
-  _write_missing_donor_rows(population_dir)
-  summary = _summarise(results, population_dir, settings)
-  ray.shutdown()
+    trainable = tune.with_resources(
+        tune.with_parameters(_trainable(tune), base=config, settings=settings,
+                             population_dir=population_dir, ledger=ledger),
+        {'cpu': settings.cpus_per_member})
+    storage = os.path.join(population_dir, 'ray')
+    name = 'tune'
+    run_config = tune.RunConfig(
+        name=name, storage_path=storage, verbose=1,
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+        failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
+        stop={'env_steps': config.total_env_steps})
+    path = os.path.join(storage, name)
+    if tune.Tuner.can_restore(path):
+      print(f'resuming the population in {path}', flush=True)
+      tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True,
+                                 resume_errored=False)
+    else:
+      tuner = tune.Tuner(
+          trainable,
+          param_space={k: start_value(k) for k in settings.ranges},
+          tune_config=tune.TuneConfig(
+              scheduler=_scheduler(tune, settings, population_dir, ledger),
+              num_samples=settings.population, reuse_actors=False),
+          run_config=run_config)
+    results = tuner.fit()
+    _write_missing_donor_rows(population_dir)
+    summary = _summarise(results, population_dir, settings)
+  finally:
+    ray.shutdown()
   return summary, (1 if summary['failed'] else 0)
 
 
@@ -359,7 +362,7 @@ def _summarise(results, population_dir, settings):
     trial_id = metrics.get('trial_id') or os.path.basename(result.path).split('_')[-2]
     name = metrics.get('member') or member_name(str(trial_id))
     row = {'member': name, 'score': metrics.get('score'), 'env_steps': metrics.get('env_steps'),
-           'values': {k: metrics.get(k, result.config.get(k)) for k in settings.ranges},
+           'values': {k: metrics.get(k, (result.config or {}).get(k)) for k in settings.ranges},
            'copied_from': [e['donor'] for e in events if e['recipient'] == name],
            'copied_to': [e['recipient'] for e in events if e['donor'] == name],
            'error': None}
