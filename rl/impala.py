@@ -104,8 +104,8 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
     baseline_loss = 0.5 * jnp.sum(mask * (norm_target - norm_value) ** 2)
 
     # rho_s (q_s - V(x_s)) / sigma_i: the per-task normalised advantage.
-    sigma_new = popart.sigma(new_stats)[task_tm1]
-    pg_advantage = jnp.minimum(rhos, 1.0) * (qs - e.values[:-1]) / sigma_new
+    pg_advantage = popart.scale(new_stats, jnp.minimum(rhos, 1.0) * (qs - e.values[:-1]),
+                                task_tm1)
     pg_advantage = jax.lax.stop_gradient(pg_advantage)
     raw_advantage_sq = jnp.sum(mask * pg_advantage ** 2)
     if normalize_advantages:

@@ -43,6 +43,12 @@ def unnormalize(stats: Stats, n: jax.Array, task_ids: jax.Array) -> jax.Array:
   return sigma(stats)[task_ids] * n + stats['mu'][task_ids]
 
 
+def scale(stats: Stats, x: jax.Array, task_ids: jax.Array) -> jax.Array:
+  """x / sigma_i: a difference of values (an advantage, a TD error) in task
+  i's normalised units; no shift, as mu cancels in a difference."""
+  return x / sigma(stats)[task_ids]
+
+
 def unnormalize_all(stats: Stats, n: jax.Array) -> jax.Array:
   """sigma * n + mu for outputs [..., K] of every task's value head."""
   return sigma(stats) * n + stats['mu']

@@ -130,7 +130,7 @@ def targets_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = N
     task = e.value_idx[:-1]
     new_stats = (popart.update_stats(stats, value_target, task, mask, cfg.popart_beta, axis_name)
                  if cfg.popart_enabled else stats)
-    t = Targets(advantage=advantage / popart.sigma(new_stats)[task],
+    t = Targets(advantage=popart.scale(new_stats, advantage, task),
                 norm_target=popart.normalize(new_stats, value_target, task),
                 old_norm_value=popart.rescaled_value(stats, new_stats, e.n[:-1], task),
                 behaviour_log_prob=e.log_mu_a, mask=mask)

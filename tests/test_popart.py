@@ -62,6 +62,12 @@ def test_preserve_outputs_keeps_unnormalised_values():
   assert not np.allclose(h @ rescaled['kernel'], h @ head['kernel'])
 
 
+def test_scale_divides_by_the_tasks_sigma_without_a_shift():
+  stats = _stats([2.0, 0.0], [13.0, 1.0])   # sigma 3 and 1
+  np.testing.assert_allclose(popart.scale(stats, jnp.asarray([6.0, 6.0]), jnp.asarray([0, 1])),
+                             [2.0, 6.0], rtol=1e-6)
+
+
 def test_unnormalize_all_gives_every_tasks_value():
   stats = _stats([2.0, 0.0], [13.0, 1.0])   # sigma 3 and 1
   n = jnp.asarray([[1.0, 1.0], [-1.0, 4.0]])   # [steps, K]
