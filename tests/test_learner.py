@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from agents import learner
-from rl import actor_critic, algorithms, impala, optimizers, popart, ppo
+from rl import actor_critic, algorithms, impala, optimizers, popart
 from networks import agent as agent_net
 from synthetic_unroll import random_unroll
 
