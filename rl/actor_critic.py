@@ -49,7 +49,6 @@ class LossOutput(NamedTuple):
 
 class Evaluation(NamedTuple):
   """One unroll through the network, per step [T + 1, B] or per transition [T, B]."""
-  logits: jax.Array        # [T + 1, B, A]
   n: jax.Array             # [T + 1, B] normalised value of each step's task head
   values: jax.Array        # [T + 1, B] sigma n + mu (in h-space for reward mode 'h')
   raw_values: jax.Array    # [T + 1, B] values in reward units (h^-1 applied)
@@ -89,7 +88,7 @@ def evaluate_unroll(apply_fn: Callable, cfg: LossConfig, params, stats: popart.S
   log_mu = jax.nn.log_softmax(batch.behaviour_logits[:-1])
   action = batch.action[:-1]
   return Evaluation(
-      logits=logits, n=n, values=values, raw_values=raw_values, value_idx=value_idx,
+      n=n, values=values, raw_values=raw_values, value_idx=value_idx,
       log_pi=log_pi, log_mu=log_mu, log_pi_a=take(log_pi, action), log_mu_a=take(log_mu, action),
       rewards=rewards_lib.transform_rewards(batch.reward[:-1], cfg.reward_mode),
       unit_max=unit_max)
