@@ -17,7 +17,7 @@ import optax
 from agents import learner as learner_lib
 from agents.rollout import example_observation
 from networks import agent as agent_net
-from rl import algorithms, optimizers
+from rl import algorithms, impala, optimizers, popart
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +29,10 @@ class Agent:
   mesh: Mesh                                # the learner devices
   state: learner_lib.LearnerState           # initial, replicated over the mesh
   update: Optional[Callable]                # jitted (state, batch) -> (state, metrics)
+  # jitted (params, stats, batch) -> each task's gradient norms on the shared
+  # torso (rl/impala.task_gradient_norms); None unless a multi-task V-trace
+  # run asks for them (log.task_gradients_seconds).
+  task_gradients: Optional[Callable] = None
 
 
 def build_agent(config, plan, num_actions: int, observation_spec: Dict[str, tuple],
@@ -42,17 +46,26 @@ def build_agent(config, plan, num_actions: int, observation_spec: Dict[str, tupl
   variables = agent_net.init_variables(network, jax.random.key(config.seed),
                                        example_observation(observation_spec),
                                        init=config.network.init)
+  if config.popart.enabled:   # the debiased start keeps a weight per task beside mu and nu
+    stats = popart.with_start(variables['popart'][agent_net.VALUE_HEAD],
+                              config.popart.get('start', 'identity'))  # absent in older runs
+    variables = {**variables, 'popart': {**variables['popart'], agent_net.VALUE_HEAD: stats}}
   optimizer, schedule = optimizers.optimizer_from_config(
       config, plan.total_learner_steps, algorithms.optimizer_steps_per_update(config))
   mesh = learner_lib.make_mesh(plan.learner_devices)
   state = learner_lib.init_state(variables, optimizer, mesh)
-  update = None
+  update = task_gradients = None
+  loss_cfg = algorithms.loss_config(config)
   if with_update:
     update = learner_lib.build_update(
         agent_net.apply_fn(network, with_health=True), optimizer, schedule,
-        algorithms.loss_config(config), agent_net.VALUE_HEAD, mesh, config.optimizer.max_grad_norm,
+        loss_cfg, agent_net.VALUE_HEAD, mesh, config.optimizer.max_grad_norm,
         seed=config.seed)
-  return Agent(network, variables, optimizer, schedule, mesh, state, update)
+    if (plan.num_tasks > 1 and loss_cfg.name == impala.NAME
+        and config.log.get('task_gradients_seconds', 0)):
+      task_gradients = learner_lib.build_task_gradients(
+          agent_net.apply_fn(network), loss_cfg, agent_net.VALUE_HEAD)
+  return Agent(network, variables, optimizer, schedule, mesh, state, update, task_gradients)
 
 
 def env_seed(config, actor_id: int, env_steps: int = 0) -> int:

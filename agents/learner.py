@@ -18,6 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from networks import centring
 from rl import algorithms
+from rl import impala
 from rl import optimizers as optimizers_lib
 from rl import popart
 from rl.actor_critic import LossConfig
@@ -86,6 +87,21 @@ def build_update(apply_fn: Callable, optimizer, schedule, loss_cfg: LossConfig,
   # (jax.export) records it too: the new state and the metrics are
   # replicated over the learner mesh.
   return jax.jit(sharded, out_shardings=NamedSharding(mesh, P()))
+
+
+def build_task_gradients(apply_fn: Callable, loss_cfg: LossConfig, value_head: str):
+  """Returns jitted report(params, stats, batch) -> {'task/grad_*': [K]}:
+  each task's policy-gradient and value gradient norms on the shared
+  modules (every top-level module but the two heads) of one device's
+  params, on a few host unrolls (rl/impala.task_gradient_norms)."""
+  heads = ('policy_head', value_head)
+
+  @jax.jit
+  def report(params, stats, batch: Unroll):
+    shared = tuple(name for name in params if name not in heads)
+    return impala.task_gradient_norms(apply_fn, loss_cfg, params, stats, batch, shared)
+
+  return report
 
 
 def _centred(params, batch: Unroll):

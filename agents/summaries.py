@@ -15,6 +15,7 @@ import numpy as np
 
 from agents.action_stats import ActionStats
 from envs import atari
+from rl.impala import TASK_COUNT
 
 
 class Summariser:
@@ -61,10 +62,16 @@ class Summariser:
       for p, r in enumerate(reports):
         out[f'process/{p}/actor_env_steps'] = r['actor_env_steps']
         out[f'process/{p}/episodes'] = len(r['episodes'])
-    for key in host[0]:
-      if key.startswith('popart/'):
+    for key in dict.fromkeys(k for m in host for k in m):   # every key, in first-seen order
+      if key.startswith('popart/') or key == TASK_COUNT:
         continue
-      out[key] = float(np.mean([m[key] for m in host]))
+      values = [m[key] for m in host if key in m]   # the task gradients: some updates only
+      if key.startswith('task/'):   # [K]: one per task, as '<name>/<task>'
+        mean = np.mean(values, axis=0)
+        for i, name in enumerate(plan.task_names):
+          out[f'{key[len("task/"):]}/{name}'] = float(mean[i])
+        continue
+      out[key] = float(np.mean(values))
     last = host[-1]
     for i, name in enumerate(plan.task_names):
       j = i if self._popart else 0

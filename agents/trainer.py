@@ -29,6 +29,7 @@ from agents.summaries import Summariser
 from agents.timing import StageTimer
 from envs import registry
 from infra import multihost
+from networks.agent import VALUE_HEAD
 from rl import optimizers
 from rl.types import Unroll
 
@@ -93,6 +94,7 @@ class Trainer:
     agent = builder.build_agent(config, plan, env.num_actions, env.observation_spec)
     self.network, self.mesh, self.schedule = agent.network, agent.mesh, agent.schedule
     self.update = agent.update   # (state, batch) -> (state, metrics); does not change self
+    self.task_gradients = agent.task_gradients   # None, or the per-task gradient report
     self.state = agent.state
     self.rng = jax.random.key(config.seed)
     self.env_steps = 0
@@ -202,14 +204,20 @@ class Trainer:
     self.start()
     window: List[Dict] = []
     lags: List[int] = []
-    last_log = time.perf_counter()
+    last_log = last_report = time.perf_counter()
     last_steps = self.env_steps
+    report_every = config.log.get('task_gradients_seconds', 0)
     try:
       while self.env_steps < target and not self.stop.is_set():
         unroll, batch_lags = self.next_batch()
         lags.extend(batch_lags)
         self.summariser.add_batch(unroll)
-        window.append(self.step(unroll))
+        report = {}
+        if self.task_gradients is not None and time.perf_counter() - last_report >= report_every:
+          with self.timer.time('task_gradients'):
+            report = self.task_gradient_report(unroll)
+          last_report = time.perf_counter()
+        window.append({**self.step(unroll), **report})
         if self.env_steps >= self._next_checkpoint:
           with self.timer.time('checkpoint'):
             self.save_checkpoint()
@@ -239,6 +247,20 @@ class Trainer:
         self.env_steps >= config.total_env_steps):
       self.close()
     return self.state
+
+  def task_gradient_report(self, unroll: Unroll, per_task: int = 2) -> Dict:
+    """Each task's policy and value gradient norms on the shared torso
+    (rl/impala.task_gradient_norms), at the current params, on `per_task`
+    unrolls of each task drawn from `unroll` (host arrays): a sample a
+    little larger than a minibatch, in which every task is present."""
+    tasks = np.asarray(unroll.task_id)[0]
+    rng = np.random.default_rng(int(self.state.step))
+    columns = np.concatenate([
+        rng.permutation(np.flatnonzero(tasks == t))[:per_task] for t in np.unique(tasks)])
+    sample = jax.tree.map(lambda x: x[:, columns], unroll._replace(core_state=None))
+    sample = sample._replace(core_state=jax.tree.map(lambda x: x[columns], unroll.core_state))
+    local = learner_lib.local_copy({'params': self.state.params, 'popart': self.state.popart})
+    return self.task_gradients(local['params'], local['popart'][VALUE_HEAD], sample)
 
   # Checkpoints and agreement between processes.
 

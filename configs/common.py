@@ -22,6 +22,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.seed = 0                    # seeds params, actors' sampling and envs
   c.total_env_steps = 50_000_000  # agent steps summed over all envs (Atari: 4 frames each)
   c.checkpoint_every_steps = 5_000_000  # env steps between checkpoints; 0 = only at the end
+  c.pause_at_env_steps = 0      # 0 = train to total_env_steps; else stop at this env step with a checkpoint (the learning rate still anneals over total_env_steps); the same command with a larger value, or 0, goes on
   c.keep_intermediate = False   # keep every checkpoint (for analyses); False = only the last 2
 
   # Learner.
@@ -46,6 +47,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.vtrace.epochs = 1           # passes over each batch
   c.vtrace.minibatches = 1      # optimiser steps per pass: the batch's unrolls shuffled and cut in this many parts, V-trace taken with each step's params
   c.vtrace.normalize_advantages = False  # the policy gradient's advantages mean 0, std 1 per minibatch (after PopArt's per-task scaling)
+  c.vtrace.normalize_advantages_per = 'minibatch'  # with normalize_advantages: over the whole 'minibatch', or each 'task''s steps in it apart
 
   # PPO (Schulman et al. 2017) on the same actors, PopArt head and sharded
   # update; read only when loss.name = 'ppo'. Defaults are cleanrl's Atari PPO.
@@ -69,11 +71,13 @@ def base_config() -> ml_collections.ConfigDict:
   c.optimizer.eps_in_sqrt = True     # sqrt(nu + eps) as TF/IMPALA; False: sqrt(nu) + eps as PyTorch/TorchBeast
   c.optimizer.rmsprop_initial_scale = 0.0  # where RMSProp's nu starts: 0 as optax/PyTorch, 1 as TF (recipe a2c)
   c.optimizer.momentum = 0.0         # RMSProp momentum
-  c.optimizer.max_grad_norm = 40.0   # global gradient-norm clip
+  c.optimizer.max_grad_norm = 40.0   # gradient-norm clip
+  c.optimizer.clip_by = 'global'     # 'global': the whole gradient's norm; 'term' (V-trace only): the policy's (policy gradient + entropy) and the value's gradients each clipped to max_grad_norm, then added
 
   c.popart = ml_collections.ConfigDict()
   c.popart.enabled = False      # one value output per task with PopArt; off = plain IMPALA
   c.popart.beta = 3e-4          # step size of the per-task moment updates
+  c.popart.start = 'identity'   # 'identity' (mu 0, sigma 1, then beta: the paper's) or 'debiased' (each task's first batch sets its statistics, step beta / (1 - (1 - beta)^t) after: rl/popart.py)
 
   c.network = ml_collections.ConfigDict()
   c.network.init = 'lecun'      # 'lecun' (Flax's defaults) or 'orthogonal' (hidden sqrt 2, policy 0.01, value 1; cleanrl, baselines)
@@ -101,6 +105,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.log.every_seconds = 10.0    # metrics.jsonl / wandb / progress-line cadence
   c.log.progress = True         # print a progress line at each log step
   c.log.tensorboard = True      # TensorBoard event files in the run folder (tensorboard --logdir runs/)
+  c.log.task_gradients_seconds = 30.0  # multi-task runs: every this many seconds, each task's policy and value gradient norms on the shared torso and their shares (grad_policy/<task>, grad_share_baseline/<task>, ...; V-trace); 0 = off
 
   c.wandb = ml_collections.ConfigDict()
   c.wandb.mode = 'offline'      # 'offline' (no account needed), 'online' or 'disabled'

@@ -12,8 +12,8 @@ import jax
 from configs import plan as plan_lib
 from configs.plan import RunPlan
 from infra import multihost
-from rl.optimizers import OPTIMIZERS
-from rl import algorithms, impala, ppo
+from rl.optimizers import CLIP_BY, OPTIMIZERS
+from rl import algorithms, impala, popart, ppo
 from rl.rewards import REWARD_MODES
 from configs import atari_common
 from envs import atari
@@ -254,6 +254,11 @@ def _check_vtrace(config) -> None:
   if not isinstance(config.vtrace.normalize_advantages, bool):
     raise ConfigError('vtrace.normalize_advantages',
                       f'must be True or False, got {config.vtrace.normalize_advantages!r}')
+  per = config.vtrace.normalize_advantages_per
+  _check_choice('vtrace.normalize_advantages_per', per, impala.ADVANTAGE_GROUPS)
+  if per == 'task' and not config.vtrace.normalize_advantages and config.loss.name == impala.NAME:
+    raise ConfigError('vtrace.normalize_advantages_per', "'task' needs "
+                      'vtrace.normalize_advantages=True (advantages are not normalised now)')
 
 
 def _check_minibatch_split(config, per_device_batch: int) -> None:
@@ -289,12 +294,16 @@ def validate(config) -> RunPlan:
     if not isinstance(value, bool):
       raise ConfigError(name, f'must be True or False, got {value!r}')
   for name in ('checkpoint_every_steps', 'baseline_cost', 'entropy_cost', 'optimizer.momentum',
+               'log.task_gradients_seconds', 'pause_at_env_steps',
                'optimizer.rmsprop_initial_scale', 'network.lstm_size',
                'actors.envpool_threads', 'log.every_seconds', 'num_learner_devices',
                'actor_device_id'):
     value = _field(config, name)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
       raise ConfigError(name, f'must be a number >= 0, got {value!r}')
+  if config.pause_at_env_steps > config.total_env_steps:
+    raise ConfigError('pause_at_env_steps', f'{config.pause_at_env_steps:,} is past '
+                      f'total_env_steps ({config.total_env_steps:,}); use at most that, or 0')
   _check_choice('loss_reduction', config.loss_reduction, LOSS_REDUCTIONS)
   _check_choice('loss.name', config.loss.name, algorithms.NAMES)
   _check_choice('optimizer.name', config.optimizer.name, OPTIMIZERS)
@@ -306,6 +315,14 @@ def validate(config) -> RunPlan:
       raise ConfigError(name, f'must be in [0, 1), got {value!r}')
   _check_ppo(config)
   _check_vtrace(config)
+  _check_choice('popart.start', config.popart.start, popart.STARTS)
+  if config.popart.start != 'identity' and not config.popart.enabled:
+    raise ConfigError('popart.start', f'{config.popart.start!r} needs popart.enabled=True '
+                      '(without PopArt there are no statistics to start)')
+  _check_choice('optimizer.clip_by', config.optimizer.clip_by, CLIP_BY)
+  if config.optimizer.clip_by == 'term' and config.loss.name != impala.NAME:
+    raise ConfigError('optimizer.clip_by', f"'term' is implemented for loss.name={impala.NAME!r} "
+                      f'(V-trace), not {config.loss.name!r}; use clip_by=global')
   if not 0.0 <= config.discount <= 1.0:
     raise ConfigError('discount', f'must be in [0, 1], got {config.discount}')
   if not 0.0 < config.popart.beta <= 1.0:

@@ -131,6 +131,12 @@ def train(config, stop_requested: threading.Event = None):
            f'{config.total_env_steps:,}); nothing to do. Raise --config.total_env_steps to '
            'train on')
       return None, workdir
+    pause = config.get('pause_at_env_steps', 0)
+    if pause and resume_step is not None and resume_step >= pause:
+      _say(f'{workdir} is at env step {resume_step:,}, at or past pause_at_env_steps '
+           f'{pause:,}; nothing to do. Raise --config.pause_at_env_steps (or set it to 0) to '
+           'train on')
+      return None, workdir
     if _stop_agreed(stop_requested):
       _say('stopped during start-up, before training; nothing to save')
       return None, workdir
@@ -155,6 +161,10 @@ def train(config, stop_requested: threading.Event = None):
                      f'learner devices of {jax.process_count()} processes')
     if trainer.interrupted:
       logger.message(_interrupted_line(trainer, workdir))
+    elif trainer.env_steps < config.total_env_steps:
+      logger.message(f'paused at env step {trainer.env_steps:,} (pause_at_env_steps); '
+                     f'{_saved_where(trainer)}; the same command with a larger '
+                     '--config.pause_at_env_steps, or 0, goes on')
   except KeyboardInterrupt:  # a second signal, from wherever it landed
     if trainer is not None:
       trainer.close()
@@ -206,7 +216,7 @@ def _train_and_save(trainer, logger):
   RunStopped, after a checkpoint where one process runs (with several,
   process 0 alone writes metrics: the others are told, no collective save)."""
   try:
-    state = trainer.run(logger.write)
+    state = trainer.run(logger.write, until=trainer.config.get('pause_at_env_steps', 0) or None)
   except MetricsWriteError as e:
     trainer.close()
     if multihost.is_multiprocess():

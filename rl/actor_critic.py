@@ -38,6 +38,11 @@ class LossConfig(NamedTuple):
   name: str = 'impala'   # the learner (rl/algorithms.py): 'impala' or 'ppo'
   ppo: Any = None        # rl/ppo.PPOConfig; None: its defaults
   vtrace: Any = None     # rl/impala.VTraceConfig; None: its defaults
+  num_tasks: int = 1     # tasks in the run (per-task metrics, per-task normalisation)
+  # Clip the policy-and-entropy gradient and the value gradient each to the
+  # clip, then add them (the config's optimizer.clip_by='term'; V-trace
+  # only), instead of clipping their sum in the optimiser.
+  clip_per_term: bool = False
 
 
 class LossOutput(NamedTuple):
@@ -132,6 +137,27 @@ def normalize(x, mask, axis_name: Optional[str] = None, eps: float = 1e-8):
   # mean would lose their spread to float32 rounding in E[x^2] - E[x]^2.
   s2 = global_sum(jnp.sum(mask * (x - mean) ** 2), axis_name)
   return mask * (x - mean) / (jnp.sqrt(s2 / count) + eps)
+
+
+def normalize_per_task(x, mask, task_ids, num_tasks: int, axis_name: Optional[str] = None,
+                       eps: float = 1e-8):
+  """`normalize` within each task: the valid entries of task i (task_ids ==
+  i) get (x - mean_i) / (std_i + eps) over task i's valid entries only, so
+  every task's advantages have mean 0 and std 1 whatever its reward scale;
+  masked entries come out 0. A task with one valid entry gets 0."""
+  weights = jax.nn.one_hot(task_ids, num_tasks) * mask[..., None]       # [..., K]
+  axes = tuple(range(x.ndim))
+  count = jnp.maximum(global_sum(jnp.sum(weights, axis=axes), axis_name), 1.0)
+  mean = global_sum(jnp.sum(weights * x[..., None], axis=axes), axis_name) / count
+  centred = x - mean[task_ids]
+  s2 = global_sum(jnp.sum(weights * (centred ** 2)[..., None], axis=axes), axis_name)
+  return mask * centred / (jnp.sqrt(s2 / count)[task_ids] + eps)
+
+
+def task_sums(x, mask, task_ids, num_tasks: int):
+  """Per-task sums [..., K] of x over its valid entries (x [T, B])."""
+  weights = jax.nn.one_hot(task_ids, num_tasks) * mask[..., None]
+  return jnp.sum(weights * x[..., None], axis=tuple(range(x.ndim)))
 
 
 def entropy(log_pi):

@@ -42,4 +42,7 @@ def loss_config(config) -> LossConfig:
       entropy_cost=config.entropy_cost, reward_mode=config.reward_mode,
       popart_enabled=config.popart.enabled, popart_beta=config.popart.beta,
       reduction=config.loss_reduction, name=config.loss.name,
-      ppo=ppo.settings_from(config.ppo), vtrace=impala.settings_from(config.vtrace))
+      ppo=ppo.settings_from(config.ppo), vtrace=impala.settings_from(config.vtrace),
+      num_tasks=len(config.tasks),
+      # Runs written before clip_by existed read 'global'.
+      clip_per_term=config.optimizer.get('clip_by', 'global') == 'term')

@@ -10,7 +10,7 @@ Reduction: losses are summed over time and batch, as in IMPALA's released code
 A2C's code. Reported loss metrics are per valid step either way.
 """
 
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -29,11 +29,24 @@ NAME = 'impala'
 CONFIG_GROUP = 'vtrace'   # the run config's group of VTraceConfig's fields
 
 
+# Over what the policy gradient's advantages are normalised: the whole
+# minibatch, or each task's steps in it.
+ADVANTAGE_GROUPS = ('minibatch', 'task')
+
+# The loss's terms, in the order of the by-term loss's rows (loss_fn(by_term=True)).
+TERMS = ('policy', 'baseline', 'entropy')
+# The two gradients optimizer.clip_by='term' clips apart: the policy's
+# (its policy-gradient and entropy terms) and the value's.
+CLIP_GROUPS = ((1.0, 0.0, 1.0), (0.0, 1.0, 0.0))
+CLIP_GROUP_NAMES = ('policy', 'baseline')
+
+
 class VTraceConfig(NamedTuple):
   """How the IMPALA update uses a batch (the config's `vtrace` group)."""
   epochs: int = 1                   # passes over each batch
   minibatches: int = 1              # optimiser steps per pass, on whole unrolls
   normalize_advantages: bool = False  # the policy gradient's advantages: mean 0, std 1 per minibatch
+  normalize_advantages_per: str = 'minibatch'  # ADVANTAGE_GROUPS: over the minibatch, or per task
 
 
 def settings(cfg: LossConfig) -> VTraceConfig:
@@ -42,8 +55,10 @@ def settings(cfg: LossConfig) -> VTraceConfig:
 
 def settings_from(group) -> VTraceConfig:
   """VTraceConfig of the run config's `vtrace` group."""
+  # Runs written before normalize_advantages_per existed read 'minibatch'.
   return VTraceConfig(epochs=group.epochs, minibatches=group.minibatches,
-                      normalize_advantages=group.normalize_advantages)
+                      normalize_advantages=group.normalize_advantages,
+                      normalize_advantages_per=group.get('normalize_advantages_per', 'minibatch'))
 
 
 def vtrace_returns(values, rewards, discounts, rhos, lambda_: float = 1.0):
@@ -75,16 +90,30 @@ def episode_aware_vtrace(raw_values, rewards, discounts, first, rhos, gamma,
   return vs, qs, mask
 
 
-def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None) -> Callable:
+def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None,
+            by_term: bool = False) -> Callable:
   """Returns loss(params, stats, batch, entropy_cost=None) -> (loss, LossOutput).
 
   `apply_fn(params, stats, obs, first, core_state)` returns logits [T+1, B, A]
   and normalised values [T+1, B, K]. `entropy_cost` (a traced scalar: the
   optimiser state's, rl/optimizers.py) replaces cfg.entropy_cost when given.
+
+  `by_term=True`: the loss is instead a [3, num_tasks] array, the weighted
+  (and reduced) sum of each term of TERMS over each task's steps; its
+  entries add up to the scalar loss, and the gradient of one entry is that
+  term's gradient from that task's steps (the per-term clip, rl/sgd.py; the
+  per-task gradient report, `task_gradient_norms`).
   """
-  normalize_advantages = settings(cfg).normalize_advantages
+  v = settings(cfg)
+  normalize_advantages = v.normalize_advantages
+  per_task = v.normalize_advantages_per == 'task'
+  num_tasks = cfg.num_tasks
 
   def loss(params, stats: popart.Stats, batch: Unroll, entropy_cost=None):
+    by_task, out = terms(params, stats, batch, entropy_cost)
+    return (by_task if by_term else jnp.sum(by_task)), out
+
+  def terms(params, stats: popart.Stats, batch: Unroll, entropy_cost=None):
     entropy_weight = cfg.entropy_cost if entropy_cost is None else entropy_cost
     e = ac.evaluate_unroll(apply_fn, cfg, params, stats, batch)
     rhos = jnp.exp(jax.lax.stop_gradient(e.log_pi_a) - e.log_mu_a)
@@ -107,21 +136,35 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
     pg_advantage = popart.scale(new_stats, jnp.minimum(rhos, 1.0) * (qs - e.values[:-1]),
                                 task_tm1)
     pg_advantage = jax.lax.stop_gradient(pg_advantage)
+    raw_advantage = pg_advantage
     raw_advantage_sq = jnp.sum(mask * pg_advantage ** 2)
-    if normalize_advantages:
+    task = batch.task_id[:-1]   # each step's task (not its value head: that is 0 without PopArt)
+    if normalize_advantages and per_task:
+      # Each task's steps apart: every task's advantages mean 0, std 1,
+      # however its rewards are scaled and however well its values fit.
+      pg_advantage = ac.normalize_per_task(pg_advantage, mask, task, num_tasks, axis_name)
+    elif normalize_advantages:
       # Per (mini)batch, over the valid steps of every device: the policy
       # term keeps a fixed size against the entropy bonus and the value
       # loss while the advantages shrink as the value fits (docs/pong.md).
       pg_advantage = ac.normalize(pg_advantage, mask, axis_name)
-    pg_loss = -jnp.sum(mask * pg_advantage * e.log_pi_a)
+    pg_steps = -mask * pg_advantage * e.log_pi_a
+    pg_loss = jnp.sum(pg_steps)
 
     entropy = ac.entropy(e.log_pi)
     entropy_loss = -jnp.sum(mask * entropy)
+    value_error_sq = mask * (norm_target - norm_value) ** 2
 
     total = (pg_loss + cfg.baseline_cost * baseline_loss
              + entropy_weight * entropy_loss)
     num_valid = ac.num_valid(mask, axis_name)
-    reduced = total / num_valid if cfg.reduction == 'mean' else total
+    divisor = num_valid if cfg.reduction == 'mean' else 1.0
+    reduced = total / divisor
+    # The same loss by term and task ([3, K]): it sums to `reduced`.
+    by_task = jnp.stack([
+        ac.task_sums(pg_steps, mask, task, num_tasks),
+        cfg.baseline_cost * 0.5 * ac.task_sums(value_error_sq, mask, task, num_tasks),
+        -entropy_weight * ac.task_sums(entropy, mask, task, num_tasks)]) / divisor
     log_mu, log_pi = e.log_mu, e.log_pi
     sums = {
         'loss/total': total,
@@ -145,12 +188,54 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
     # natural weight against the entropy bonus.
     metrics['pg_advantage_rms'] = jnp.sqrt(metrics['pg_advantage_rms'])
     metrics.update(health.metrics(e.unit_max, log_pi, mask, axis_name))
+    if num_tasks > 1:
+      metrics.update(task_metrics(value_error_sq, norm_target, raw_advantage, mask, task,
+                                  num_tasks, axis_name))
     extras = {'vs': vs, 'qs': qs, 'mask': mask, 'pg_advantage': pg_advantage,
               'norm_target': norm_target, 'norm_value': norm_value, 'rhos': rhos,
               'log_pi': log_pi}
-    return reduced, LossOutput(reduced, new_stats, metrics, extras)
+    return by_task, LossOutput(reduced, new_stats, metrics, extras)
 
   return loss
+
+
+# Per-task metrics ([K] each) of a multi-task loss, means over each task's
+# valid steps; 'task/count' (its valid steps) weighs them when an update's
+# minibatches are averaged (`mean_metrics`). agents/summaries.py logs
+# 'task/<name>' as '<name>/<task>'.
+TASK_COUNT = 'task/count'
+
+
+def task_metrics(value_error_sq, norm_target, advantage, mask, task, num_tasks: int,
+                 axis_name: Optional[str]) -> dict:
+  """Each task's value loss 0.5 (target - value)^2 (normalised units, before
+  the baseline cost), its normalised targets' mean and spread, and the rms
+  of its advantages before any normalisation (in sigma units)."""
+  sums = lambda x: ac.global_sum(ac.task_sums(x, mask, task, num_tasks), axis_name)
+  count = sums(jnp.ones_like(mask))
+  per_step = lambda x: sums(x) / jnp.maximum(count, 1.0)
+  target_mean = per_step(norm_target)
+  target_var = jnp.maximum(per_step(norm_target ** 2) - target_mean ** 2, 0.0)
+  return {'task/value_loss': 0.5 * per_step(value_error_sq),
+          'task/norm_target_mean': target_mean,
+          'task/norm_target_std': jnp.sqrt(target_var),
+          'task/advantage_rms': jnp.sqrt(per_step(advantage ** 2)),
+          TASK_COUNT: count}
+
+
+def mean_metrics(step_metrics: dict) -> dict:
+  """An update's metrics from its optimiser steps' (leading axis): means,
+  except per-task metrics, weighted by each task's valid steps in each
+  step (a minibatch without a task does not pull its mean to 0)."""
+  out = {k: jnp.mean(x, axis=0) for k, x in step_metrics.items() if not k.startswith('task/')}
+  if TASK_COUNT in step_metrics:
+    count = step_metrics[TASK_COUNT]
+    total = jnp.maximum(jnp.sum(count, axis=0), 1.0)
+    for k, x in step_metrics.items():
+      if k.startswith('task/') and k != TASK_COUNT:
+        out[k] = jnp.sum(x * count, axis=0) / total
+    out[TASK_COUNT] = jnp.sum(count, axis=0)
+  return out
 
 
 def split_unrolls(batch: Unroll, num: int, key) -> Unroll:
@@ -205,8 +290,10 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
   seed the shuffles.
   """
   v = settings(cfg)
-  sgd_step = sgd.make_sgd_step(loss_fn(apply_fn, cfg, axis_name), optimizer, value_head,
-                               axis_name, max_grad_norm, moves_statistics=cfg.popart_enabled)
+  sgd_step = sgd.make_sgd_step(
+      loss_fn(apply_fn, cfg, axis_name, by_term=cfg.clip_per_term), optimizer, value_head,
+      axis_name, max_grad_norm, moves_statistics=cfg.popart_enabled,
+      clip_groups=(CLIP_GROUPS, CLIP_GROUP_NAMES) if cfg.clip_per_term else None)
 
   def scan_step(carry, minibatch):
     params, opt_state, stats = carry
@@ -227,9 +314,40 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
       (params, opt_state, new_stats), (step_metrics, log_pis) = jax.lax.scan(
           scan_step, (params, opt_state, stats), minibatches)
       # Means over the update's epochs x minibatches optimiser steps.
-      metrics = jax.tree.map(jnp.mean, step_metrics)
+      metrics = mean_metrics(step_metrics)
       first, log_pi = jax.tree.map(lambda x: x[0], (minibatches, log_pis))
     metrics['kl_update'] = update_kl(apply_fn, params, new_stats, first, log_pi, axis_name)
     return params, opt_state, new_stats, metrics
 
   return update
+
+
+def task_gradient_norms(apply_fn: Callable, cfg: LossConfig, params, stats: popart.Stats,
+                        batch: Unroll, shared: Sequence[str]) -> dict:
+  """The gradient on the shared modules (`shared`: top-level param names,
+  e.g. the torso and the core) of each task's policy-gradient term and of
+  its value term, on `batch` (one device; the loss as training takes it,
+  advantages normalised over this batch as over a minibatch).
+
+  Returns [K] arrays: 'task/grad_policy', 'task/grad_baseline' (norms) and
+  'task/grad_share_policy', 'task/grad_share_baseline' (each norm over the
+  sum of the 2K norms: which task and term pull the shared torso most).
+  One forward pass, 2K backward passes.
+  """
+  k = cfg.num_tasks
+  terms = loss_fn(apply_fn, cfg, None, by_term=True)
+  _, vjp_fn, _ = jax.vjp(lambda p: terms(p, stats, batch), params, has_aux=True)
+  rows = (TERMS.index('policy'), TERMS.index('baseline'))
+  cotangents = jnp.zeros((len(rows) * k, len(TERMS), k))
+  for r, row in enumerate(rows):
+    cotangents = cotangents.at[r * k + jnp.arange(k), row, jnp.arange(k)].set(1.0)
+  (grads,) = jax.vmap(vjp_fn)(cotangents)
+  leaves = jax.tree.leaves({name: grads[name] for name in shared if name in grads})
+  norms = jnp.sqrt(sum(jnp.sum(x.reshape(x.shape[0], -1) ** 2, axis=1) for x in leaves))
+  total = jnp.maximum(jnp.sum(norms), 1e-12)
+  out = {}
+  for r, row in enumerate(rows):
+    part = norms[r * k:(r + 1) * k]
+    out[f'task/grad_{TERMS[row]}'] = part
+    out[f'task/grad_share_{TERMS[row]}'] = part / total
+  return out

@@ -17,6 +17,9 @@ import numpy as np
 import optax
 
 OPTIMIZERS = ('rmsprop', 'adam')
+# optimizer.clip_by: the clip on the whole gradient (in the chain), or on
+# each term's gradient (the learner's sgd step; V-trace only).
+CLIP_BY = ('global', 'term')
 
 # The hyperparameters that can change mid-run: their key in
 # opt_state.hyperparams -> the config field that sets them. 'eps' is the
@@ -40,7 +43,8 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
                    max_grad_norm: float, decay: float, eps: float,
                    momentum: float, eps_in_sqrt: bool = True, initial_scale: float = 0.0,
                    name: str = 'rmsprop', adam_b1: float = 0.9, adam_b2: float = 0.999,
-                   adam_eps: float = 1e-5, entropy_cost: Optional[float] = None):
+                   adam_eps: float = 1e-5, entropy_cost: Optional[float] = None,
+                   clip_in_chain: bool = True):
   """(optimizer, schedule): global-norm clip, then RMSProp or Adam, the
   learning rate annealed linearly to 0 over `total_learner_steps` optimiser
   steps; `schedule(step, base=learning_rate)` is the rate at optimiser step
@@ -67,6 +71,10 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
 
   Adam (optax.adam, PyTorch's form): bias-corrected moments, epsilon
   outside the square root (`adam_eps`; cleanrl's PPO uses 1e-5).
+
+  `clip_in_chain=False`: no global-norm clip in the chain; `max_grad_norm`
+  stays an injected hyperparameter for the learner, which clips each
+  term's gradient itself (rl/sgd.py, optimizer.clip_by='term').
   """
   if name not in OPTIMIZERS:
     raise ValueError(f'unknown optimizer {name!r}; choose one of {", ".join(OPTIMIZERS)}')
@@ -83,6 +91,8 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
       opt = optax.rmsprop(rate, decay=decay, eps=eps, eps_in_sqrt=eps_in_sqrt,
                           initial_scale=initial_scale,
                           momentum=momentum if momentum > 0 else None)
+    if not clip_in_chain:
+      return opt
     return optax.chain(optax.clip_by_global_norm(max_grad_norm), opt)
 
   values = {'learning_rate': float(learning_rate), 'max_grad_norm': float(max_grad_norm),
@@ -111,7 +121,9 @@ def optimizer_from_config(config, total_learner_steps: int, steps_per_update: in
       config.learning_rate, total_learner_steps * k, o.max_grad_norm, o.rmsprop_decay,
       o.rmsprop_eps, o.momentum, o.eps_in_sqrt, o.rmsprop_initial_scale, name=o.name,
       adam_b1=o.adam_b1, adam_b2=o.adam_b2, adam_eps=o.adam_eps,
-      entropy_cost=config.entropy_cost)
+      entropy_cost=config.entropy_cost,
+      # Runs written before clip_by existed read 'global'.
+      clip_in_chain=o.get('clip_by', 'global') == 'global')
   if k == 1:
     return optimizer, schedule
   return optimizer, lambda step, base=config.learning_rate: schedule(step * k, base)

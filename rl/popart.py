@@ -7,7 +7,21 @@ After the statistics move, the task's column of the value head is rescaled so
 the unnormalised outputs are unchanged ("preserve outputs").
 
 The statistics are a dict {'mu': [K], 'nu': [K]}, stored in the Flax variable
-collection `popart` of the network's value head.
+collection `popart` of the network's value head. With the debiased start
+(`popart.start='debiased'`) they also hold 'weight' [K], each task's
+debiasing term 1 - (1 - beta)^t after t updates of that task (the learner
+adds it; the network does not read it).
+
+Two starts (`STARTS`):
+- 'identity' (the paper's): mu 0, nu 1, then mu <- (1 - beta) mu + beta m
+  for a batch mean m. A task whose returns are in the hundreds needs
+  about 1 / beta updates before sigma reaches their scale.
+- 'debiased' (Adam's bias correction; MAPPO's ValueNorm): the same moving
+  averages started at 0 and divided by their weight, which makes the step
+  beta_t = beta / (1 - (1 - beta)^t): 1 at a task's first update (its
+  statistics become that batch's), about 1/t while t << 1 / beta (the
+  mean of the batches so far, as a count-based normaliser), and beta
+  after (the paper's rule).
 """
 
 from typing import Any, Dict, Optional
@@ -20,11 +34,26 @@ SIGMA_MAX = 1e6
 
 Stats = Dict[str, jax.Array]
 
+STARTS = ('identity', 'debiased')
 
-def init_stats(num_tasks: int) -> Stats:
-  """mu = 0 and nu = 1, so sigma starts at 1: the identity normalisation."""
-  return {'mu': jnp.zeros((num_tasks,), jnp.float32),
-          'nu': jnp.ones((num_tasks,), jnp.float32)}
+
+def init_stats(num_tasks: int, start: str = 'identity') -> Stats:
+  """mu = 0 and nu = 1, so sigma starts at 1: the identity normalisation;
+  with start 'debiased' also weight 0 (no update taken yet)."""
+  if start not in STARTS:
+    raise ValueError(f'unknown PopArt start {start!r}; choose one of {", ".join(STARTS)}')
+  stats = {'mu': jnp.zeros((num_tasks,), jnp.float32),
+           'nu': jnp.ones((num_tasks,), jnp.float32)}
+  return with_start(stats, start)
+
+
+def with_start(stats: Stats, start: str) -> Stats:
+  """`stats` ready for `start`: with a zero 'weight' per task for the
+  debiased start (the network's head makes only mu and nu), as given for
+  the identity start."""
+  if start == 'debiased' and 'weight' not in stats:
+    return {**stats, 'weight': jnp.zeros_like(stats['mu'])}
+  return stats
 
 
 def sigma(stats: Stats) -> jax.Array:
@@ -63,7 +92,9 @@ def update_stats(stats: Stats, targets: jax.Array, task_ids: jax.Array,
   the squared targets. The means run over every valid target of task i in the
   global batch (summed across `axis_name` devices), so the step is beta per
   update whatever the batch size; rlax.art instead sums its per-sample steps.
-  Tasks with no valid target in the batch keep their statistics.
+  Tasks with no valid target in the batch keep their statistics. With a
+  'weight' in `stats` (the debiased start) the step of task i is
+  beta / w_i', where w_i' = (1 - beta) w_i + beta is its new weight.
   """
   num_tasks = stats['mu'].shape[0]
   weights = jax.nn.one_hot(task_ids, num_tasks) * mask[..., None]
@@ -75,11 +106,15 @@ def update_stats(stats: Stats, targets: jax.Array, task_ids: jax.Array,
     count, sum1, sum2 = jax.lax.psum((count, sum1, sum2), axis_name)
   present = count > 0
   safe_count = jnp.maximum(count, 1.0)
-  mu = jnp.where(present, (1 - beta) * stats['mu'] + beta * sum1 / safe_count,
-                 stats['mu'])
-  nu = jnp.where(present, (1 - beta) * stats['nu'] + beta * sum2 / safe_count,
-                 stats['nu'])
-  return {'mu': mu, 'nu': nu}
+  new = {}
+  step = beta
+  if 'weight' in stats:
+    weight = (1 - beta) * stats['weight'] + beta
+    step = beta / weight
+    new['weight'] = jnp.where(present, weight, stats['weight'])
+  new['mu'] = jnp.where(present, (1 - step) * stats['mu'] + step * sum1 / safe_count, stats['mu'])
+  new['nu'] = jnp.where(present, (1 - step) * stats['nu'] + step * sum2 / safe_count, stats['nu'])
+  return new
 
 
 def preserve_outputs(head_params: Dict[str, jax.Array], old: Stats,

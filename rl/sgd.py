@@ -8,7 +8,7 @@ compare with are the optimiser state's injected hyperparameters
 (rl/optimizers.py), so changing them mid-run does not recompile.
 """
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +20,9 @@ from rl import popart
 
 def make_sgd_step(loss_fn: Callable, optimizer: optax.GradientTransformation, value_head: str,
                   axis_name: Optional[str], max_grad_norm: float = float('inf'),
-                  moves_statistics: bool = False) -> Callable:
+                  moves_statistics: bool = False,
+                  clip_groups: Optional[Tuple[Sequence[Sequence[float]], Sequence[str]]] = None
+                  ) -> Callable:
   """Returns step(params, opt_state, stats, minibatch) -> (params, opt_state, aux).
 
   `loss_fn(params, stats, minibatch, entropy_cost)` returns (loss, aux) with
@@ -30,20 +32,48 @@ def make_sgd_step(loss_fn: Callable, optimizer: optax.GradientTransformation, va
   global minibatch, so its gradient is the sum of the per-device gradients.
   `aux.metrics` gains 'grad_norm' and 'grad_clipped' (1 when the clip binds;
   `max_grad_norm` is the clip of an optimiser state without one).
+
+  `clip_groups` = (weights [G, terms], names [G]): the clip per term. The
+  loss then returns an array [terms, ...] (rl/impala.loss_fn(by_term=True))
+  whose entries sum to the loss; group g's gradient is that of the sum of
+  its terms weighted by weights[g] (one forward pass, G backward passes),
+  each group's gradient is clipped to the clip on its own, and their sum
+  goes to the optimiser (whose chain then does not clip:
+  optimizers.make_optimizer(clip_in_chain=False)). 'grad_norm/<name>' is
+  each group's norm before its clip; 'grad_clipped' is 1 when any binds.
   """
+
+  def gradient(params, stats, minibatch, entropy_cost, clip):
+    if clip_groups is None:
+      grads, aux = jax.grad(loss_fn, has_aux=True)(params, stats, minibatch, entropy_cost)
+      return _summed(grads), aux, {}
+    weights, names = clip_groups
+    by_term, vjp_fn, aux = jax.vjp(lambda p: loss_fn(p, stats, minibatch, entropy_cost),
+                                   params, has_aux=True)
+    weights = jnp.asarray(weights, by_term.dtype)
+    cotangents = weights.reshape(weights.shape + (1,) * (by_term.ndim - 1)) * jnp.ones_like(by_term)
+    (groups,) = jax.vmap(vjp_fn)(cotangents)       # each leaf [G, ...]
+    groups = _summed(groups)
+    norms = jax.vmap(optax.tree.norm)(groups)      # [G]
+    scales = jnp.minimum(1.0, clip / jnp.maximum(norms, 1e-12))
+    grads = jax.tree.map(lambda g: jnp.tensordot(scales, g, axes=1), groups)
+    extra = {f'grad_norm/{name}': norms[g] for g, name in enumerate(names)}
+    extra['grad_clipped'] = jnp.any(norms > clip).astype(jnp.float32)
+    return grads, aux, extra
+
+  def _summed(grads):
+    return grads if axis_name is None else jax.lax.psum(grads, axis_name)
 
   def step(params, opt_state, stats: popart.Stats, minibatch):
     entropy_cost = optimizers.hyperparameter(opt_state, 'entropy_cost')
-    grads, aux = jax.grad(loss_fn, has_aux=True)(params, stats, minibatch, entropy_cost)
-    if axis_name is not None:
-      grads = jax.lax.psum(grads, axis_name)
+    clip = optimizers.hyperparameter(opt_state, 'max_grad_norm', max_grad_norm)
+    grads, aux, extra = gradient(params, stats, minibatch, entropy_cost, clip)
     grad_norm = optax.tree.norm(grads)
     if moves_statistics:
       params = popart.rescale_head(params, value_head, stats, aux.new_stats)
       grads = popart.rescale_head_grads(grads, value_head, stats, aux.new_stats)
-    clip = optimizers.hyperparameter(opt_state, 'max_grad_norm', max_grad_norm)
     metrics = {**aux.metrics, 'grad_norm': grad_norm,
-               'grad_clipped': (grad_norm > clip).astype(jnp.float32)}
+               'grad_clipped': (grad_norm > clip).astype(jnp.float32), **extra}
     updates, opt_state = optimizer.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
     return params, opt_state, aux._replace(metrics=metrics)
