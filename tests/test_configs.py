@@ -211,6 +211,13 @@ def test_reward_scales_override_is_a_tuple():
     ('vtrace.epochs', 0, 'vtrace.epochs.*integer >= 1'),
     ('vtrace.minibatches', -1, 'vtrace.minibatches.*integer >= 1'),
     ('network.centre_frames', True, "network.centre_frames.*'mlp'"),
+    ('popart.start', 'warm', 'popart.start.*identity, debiased'),
+    ('optimizer.clip_by', 'layer', 'optimizer.clip_by.*global, term'),
+    ('vtrace.normalize_advantages_per', 'batch', 'vtrace.normalize_advantages_per.*minibatch, task'),
+    ('vtrace.normalize_advantages_per', 'task', 'vtrace.normalize_advantages_per.*needs '
+     'vtrace.normalize_advantages=True'),
+    ('log.task_gradients_seconds', -1.0, 'log.task_gradients_seconds'),
+    ('pause_at_env_steps', 10**12, 'pause_at_env_steps.*past total_env_steps'),
 ])
 def test_bad_fields_raise_config_error_naming_the_field(field, value, match):
   config = _load('cartpole_popart')
@@ -316,3 +323,16 @@ def test_multitask_rewards_and_steps_per_game_variants():
     _load('atari_multitask', 'rewards=h')
   with pytest.raises(ValueError, match='steps=-5'):
     _load('atari_single', 'steps=-5')
+
+
+def test_debiased_start_needs_popart_and_clip_per_term_needs_vtrace():
+  config = _load('cartpole')
+  config.popart.start = 'debiased'
+  with pytest.raises(ConfigError, match='popart.start.*needs popart.enabled=True'):
+    validate(config)
+  config = _load('cartpole')
+  config.loss.name = 'ppo'
+  config.optimizer.clip_by = 'term'
+  with pytest.raises(ConfigError, match="optimizer.clip_by.*'term' is implemented for "
+                     "loss.name='impala'"):
+    validate(config)

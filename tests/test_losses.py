@@ -161,3 +161,94 @@ def test_normalized_advantages_weight_the_policy_gradient():
   np.testing.assert_allclose(out.metrics['pg_advantage_rms'], np.sqrt(np.mean(a ** 2)), rtol=1e-6)
   # The value targets are not touched.
   np.testing.assert_allclose(out.extras['vs'], raw.extras['vs'], rtol=1e-6)
+
+
+def test_normalize_per_task_by_hand():
+  """Each task's valid entries apart: mean 0, std 1 within the task."""
+  x = jnp.asarray([[1.0, 10.0, 7.0], [3.0, 30.0, 9.0], [5.0, 1000.0, 0.0]])
+  tasks = jnp.asarray([[0, 1, 2]] * 3)
+  mask = jnp.asarray([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+  # task 0: 1, 3, 5 (mean 3, std sqrt(8/3)); task 1: 10, 30 (mean 20, std
+  # 10; the 1000 is masked); task 2: one entry, 7 - 7 = 0.
+  s0 = np.sqrt(8.0 / 3.0)
+  out = actor_critic.normalize_per_task(x, mask, tasks, 3)
+  np.testing.assert_allclose(out, [[-2.0 / s0, -1.0, 0.0], [0.0, 1.0, 0.0], [2.0 / s0, 0.0, 0.0]],
+                             rtol=1e-5, atol=1e-6)
+
+
+def _two_task_config(**vtrace):
+  return _config(False)._replace(num_tasks=2, vtrace=impala.VTraceConfig(**vtrace))
+
+
+def test_advantages_normalised_per_task():
+  """Column 0 plays task 0, column 1 task 1, whose rewards are 10x: over the
+  whole batch task 1's advantages would dwarf task 0's; per task both are
+  +-1."""
+  logits = jnp.zeros((3, 2, 2))
+  n = jnp.asarray([[[0.0]] * 2, [[1.0]] * 2, [[2.0]] * 2])
+  params, stats = {'scale': jnp.ones(())}, popart.init_stats(1)
+  cfg = _two_task_config(normalize_advantages=True, normalize_advantages_per='task')
+  _, out = impala.loss_fn(_fixed_apply(logits, n), cfg)(params, stats, _batch())
+  # Raw advantages [[2.5, 20.5], [2, 20]] (the test above): task 0 mean
+  # 2.25, std 0.25; task 1 mean 20.25, std 0.25.
+  np.testing.assert_allclose(out.extras['pg_advantage'], [[1.0, 1.0], [-1.0, -1.0]], rtol=1e-5)
+
+
+def test_by_term_loss_splits_the_loss_by_term_and_task():
+  logits = jnp.zeros((3, 2, 2))   # uniform, as the behaviour policy: rho 1
+  n = jnp.asarray([[[0.0]] * 2, [[1.0]] * 2, [[2.0]] * 2])
+  params, stats = {'scale': jnp.ones(())}, popart.init_stats(1)
+  cfg = _two_task_config(normalize_advantages=True)
+  apply = _fixed_apply(logits, n)
+  total, out = impala.loss_fn(apply, cfg)(params, stats, _batch())
+  by_term, _ = impala.loss_fn(apply, cfg, by_term=True)(params, stats, _batch())
+  assert by_term.shape == (3, 2)
+  np.testing.assert_allclose(jnp.sum(by_term), total, rtol=1e-5)
+  # Value term of task 0: 0.5 (baseline cost) x 0.5 x ((2.5 - 0)^2 + (3 - 1)^2);
+  # task 1: 0.5 x 0.5 x (20.5^2 + 20^2) (targets of the test above).
+  np.testing.assert_allclose(by_term[1], [0.25 * (6.25 + 4.0), 0.25 * (420.25 + 400.0)],
+                             rtol=1e-5)
+  # Policy term: -sum of advantage x log pi(a) = -A log 0.5 over the task's
+  # steps, the advantages [[2.5, 20.5], [2, 20]] normalised over the batch.
+  a = np.asarray([[2.5, 20.5], [2.0, 20.0]])
+  a = (a - a.mean()) / a.std()
+  np.testing.assert_allclose(by_term[0], -a.sum(axis=0) * np.log(0.5), rtol=1e-5)
+  # Entropy term: -0.01 x the entropies (log 2 each) of the task's two steps.
+  np.testing.assert_allclose(by_term[2], [-0.01 * 2 * np.log(2.0)] * 2, rtol=1e-5)
+  # The gradient of the rows' sum is the loss's gradient.
+  g = jax.grad(lambda p: impala.loss_fn(apply, cfg)(p, stats, _batch())[0])(params)
+  g_rows = jax.grad(lambda p: jnp.sum(impala.loss_fn(apply, cfg, by_term=True)(
+      p, stats, _batch())[0]))(params)
+  np.testing.assert_allclose(g_rows['scale'], g['scale'], rtol=1e-5)
+
+
+def test_task_metrics_by_hand():
+  """Value loss, normalised targets and raw advantages per task (no PopArt:
+  normalised units are reward units)."""
+  logits = jnp.zeros((3, 2, 2))
+  n = jnp.asarray([[[0.0]] * 2, [[1.0]] * 2, [[2.0]] * 2])
+  params, stats = {'scale': jnp.ones(())}, popart.init_stats(1)
+  _, out = impala.loss_fn(_fixed_apply(logits, n), _two_task_config(normalize_advantages=True))(
+      params, stats, _batch())
+  m = out.metrics
+  # Targets: task 0 [2.5, 3], task 1 [20.5, 21]; values [0, 1] in both.
+  np.testing.assert_allclose(m['task/value_loss'], [0.5 * (6.25 + 4.0) / 2,
+                                                    0.5 * (420.25 + 400.0) / 2], rtol=1e-5)
+  np.testing.assert_allclose(m['task/norm_target_mean'], [2.75, 20.75], rtol=1e-5)
+  np.testing.assert_allclose(m['task/norm_target_std'], [0.25, 0.25], rtol=1e-3)
+  np.testing.assert_allclose(m['task/advantage_rms'], np.sqrt([5.125, 410.125]), rtol=1e-5)
+  np.testing.assert_allclose(m['task/count'], [2.0, 2.0])
+  # One task: no per-task metrics.
+  _, single = impala.loss_fn(_fixed_apply(logits, n), _config(False))(params, stats, _batch())
+  assert not any(k.startswith('task/') for k in single.metrics)
+
+
+def test_an_updates_task_metrics_weigh_each_minibatch_by_the_tasks_steps():
+  steps = {'task/value_loss': jnp.asarray([[1.0, 5.0], [3.0, 0.0]]),
+           'task/count': jnp.asarray([[1.0, 4.0], [3.0, 0.0]]),
+           'loss/total': jnp.asarray([2.0, 4.0])}
+  out = impala.mean_metrics(steps)
+  # Task 0: (1 x 1 + 3 x 3) / 4; task 1: only the first step had it.
+  np.testing.assert_allclose(out['task/value_loss'], [2.5, 5.0])
+  np.testing.assert_allclose(out['task/count'], [4.0, 4.0])
+  np.testing.assert_allclose(out['loss/total'], 3.0)

@@ -1,6 +1,7 @@
 """PopArt statistics, normalisation and output preservation, by hand."""
 
 import jax.numpy as jnp
+import pytest
 import numpy as np
 
 from rl import popart
@@ -102,3 +103,41 @@ def test_rescaled_head_gradient_is_sigma_ratio_times_the_old_one():
   np.testing.assert_allclose(out['value_head']['kernel'], [[2 / 3, 4.0], [2 / 3, 4.0]], rtol=1e-6)
   np.testing.assert_allclose(out['value_head']['bias'], [2.0, 4.0], rtol=1e-6)
   np.testing.assert_allclose(out['torso']['w'], np.ones(3))
+
+
+def test_debiased_start_takes_the_first_batch_then_steps_by_beta_over_the_weight():
+  beta = 0.1
+  stats = popart.init_stats(2, start='debiased')
+  np.testing.assert_allclose(stats['weight'], [0.0, 0.0])
+  np.testing.assert_allclose(popart.sigma(stats), [1.0, 1.0])   # identity until a first batch
+  tasks, mask = jnp.asarray([0, 0]), jnp.ones(2)
+  first = popart.update_stats(stats, jnp.asarray([100.0, 300.0]), tasks, mask, beta)
+  # weight 0.9 * 0 + 0.1 = 0.1, step 0.1 / 0.1 = 1: the batch's mean 200 and
+  # mean square (1e4 + 9e4) / 2 = 5e4, so sigma = sqrt(5e4 - 4e4) = 100.
+  np.testing.assert_allclose(first['weight'], [0.1, 0.0], rtol=1e-6)
+  np.testing.assert_allclose(first['mu'], [200.0, 0.0], rtol=1e-6)
+  np.testing.assert_allclose(first['nu'], [5e4, 1.0], rtol=1e-6)
+  np.testing.assert_allclose(popart.sigma(first), [100.0, 1.0], rtol=1e-5)
+  second = popart.update_stats(first, jnp.asarray([0.0, 0.0]), tasks, mask, beta)
+  # weight 0.9 * 0.1 + 0.1 = 0.19, step 0.1 / 0.19 = 10/19: mu = 200 * 9/19,
+  # the mean of the two batches weighted 0.09 : 0.1 (Adam's bias correction).
+  np.testing.assert_allclose(second['weight'], [0.19, 0.0], rtol=1e-6)
+  np.testing.assert_allclose(second['mu'], [200.0 * 9 / 19, 0.0], rtol=1e-5)
+  np.testing.assert_allclose(second['nu'], [5e4 * 9 / 19, 1.0], rtol=1e-5)
+
+
+def test_debiased_step_tends_to_beta():
+  beta = 0.01
+  stats = popart.init_stats(1, start='debiased')
+  for _ in range(2000):
+    stats = popart.update_stats(stats, jnp.asarray([1.0]), jnp.asarray([0]), jnp.ones(1), beta)
+  # weight 1 - 0.99^2000 ~ 1: the next step is beta, the paper's rule.
+  np.testing.assert_allclose(stats['weight'], [1.0], atol=1e-5)   # float32 sums
+  step = popart.update_stats(stats, jnp.asarray([101.0]), jnp.asarray([0]), jnp.ones(1), beta)
+  np.testing.assert_allclose(step['mu'], [1.0 + beta * 100.0], rtol=1e-4)
+
+
+def test_identity_start_has_no_weight_and_unknown_starts_fail():
+  assert set(popart.init_stats(3)) == {'mu', 'nu'}
+  with pytest.raises(ValueError, match="unknown PopArt start 'fast'.*identity, debiased"):
+    popart.init_stats(3, start='fast')

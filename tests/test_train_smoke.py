@@ -4,6 +4,7 @@ import glob
 import json
 import os
 
+import numpy as np
 import pytest
 
 from configs import (atari_multitask, atari_popart, atari_single, cartpole, cartpole_popart,
@@ -112,3 +113,49 @@ def test_wandb_offline_writes_inside_the_workdir(tmp_path):
   _check_run(config, tmp_path)
   assert (tmp_path / 'run' / 'wandb_run_id.txt').read_text() == run_id
   assert all(p.endswith(run_id) for p in glob.glob(str(tmp_path / 'run' / 'wandb' / 'offline-run-*')))
+
+
+def test_multi_task_diagnostics_and_separating_options_train(tmp_path):
+  """Two tasks with the debiased start, per-task advantages and the clip per
+  term: every log step has each task's value loss, targets and advantages,
+  and the task gradient report reaches the log."""
+  config = cartpole_popart.get_config('smoke')
+  config.popart.start = 'debiased'
+  config.vtrace.normalize_advantages = True
+  config.vtrace.normalize_advantages_per = 'task'
+  config.optimizer.clip_by = 'term'
+  config.log.task_gradients_seconds = 1e-9   # at every update
+  config.total_env_steps = 3 * config.unroll_length * config.batch_size
+  records = _check_run(config, tmp_path)
+  last = records[-1]
+  for task in config.tasks:
+    name = task['name']
+    for key in ('value_loss', 'norm_target_mean', 'norm_target_std', 'advantage_rms',
+                'grad_policy', 'grad_baseline', 'grad_share_policy', 'grad_share_baseline'):
+      assert np.isfinite(last[f'{key}/{name}']), (key, name)
+  assert 'grad_norm/policy' in last and 'grad_norm/baseline' in last
+  assert 'task/count' not in last and not any(k.startswith('task/') for k in last)
+
+
+def test_pause_stops_with_a_checkpoint_and_the_same_command_goes_on(tmp_path):
+  config = cartpole.get_config('smoke')
+  per_update = config.unroll_length * config.batch_size
+  config.total_env_steps = 4 * per_update
+  config.pause_at_env_steps = 2 * per_update
+  records = _check_run_until(config, tmp_path)
+  assert records[-1]['env_steps'] == 2 * per_update
+  # The rate anneals over the whole run: the second of four updates takes
+  # 3/4 of the base rate (with the pause as the total it would be 1/2).
+  assert records[-1]['learning_rate'] == pytest.approx(config.learning_rate * 3 / 4, rel=1e-5)
+  config.pause_at_env_steps = 0
+  state, _ = train(config)
+  assert int(state.step) == 4
+
+
+def _check_run_until(config, tmp_path):
+  with config.unlocked():
+    config.workdir = str(tmp_path / 'run')
+  state, workdir = train(config)
+  assert int(state.step) == config.pause_at_env_steps // (config.unroll_length * config.batch_size)
+  assert os.path.isdir(os.path.join(workdir, 'checkpoints', str(config.pause_at_env_steps)))
+  return _metrics(workdir)
