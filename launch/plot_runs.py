@@ -38,7 +38,7 @@ import numpy as np
 from analysis import run_metrics
 
 _OUTPUT = _LABELS = _WINDOW = _RANDOM = _THRESHOLD = _TITLE = _THRESHOLDS = _REFERENCES = None
-_PANELS = _MAX_STEPS = None
+_PANELS = _MAX_STEPS = _SMOOTH = None
 
 # Titles of the metric panels; other metrics are titled by their key.
 PANEL_TITLES = {
@@ -49,6 +49,14 @@ PANEL_TITLES = {
     'kl_behaviour': 'KL(behaviour || learner)',
     'popart/mu/*': 'PopArt mu per task',
     'popart/sigma/*': 'PopArt sigma per task',
+    'grad_policy/*': "each task's policy-gradient norm on the shared torso",
+    'grad_baseline/*': "each task's value-gradient norm on the shared torso",
+    'grad_share_policy/*': "each task's share of the torso gradient: policy",
+    'grad_share_baseline/*': "each task's share of the torso gradient: value",
+    'value_loss/*': "each task's value loss (normalised units)",
+    'norm_target_mean/*': "each task's normalised targets: mean",
+    'norm_target_std/*': "each task's normalised targets: spread",
+    'advantage_rms/*': "each task's advantages (rms, sigma units)",
 }
 
 # Agent steps (4 frames each) at which published implementations' mean
@@ -70,7 +78,7 @@ def _define_flags():
   """The script's flags, defined only when it runs as a script: tests import
   this module beside other launch/ modules with flags of the same names."""
   global _OUTPUT, _LABELS, _WINDOW, _RANDOM, _THRESHOLD, _TITLE, _THRESHOLDS, _REFERENCES, _PANELS
-  global _MAX_STEPS, _PER_TASK_STEPS, _UNIFORM
+  global _MAX_STEPS, _PER_TASK_STEPS, _UNIFORM, _SMOOTH
   _OUTPUT = flags.DEFINE_string('output', 'curves.png', 'PNG to write.')
   _LABELS = flags.DEFINE_list('labels', [], 'One label per run folder (default: folder names).')
   _WINDOW = flags.DEFINE_integer('window', 100_000, 'Env steps the smoothed return averages over.')
@@ -80,6 +88,8 @@ def _define_flags():
   _THRESHOLDS = flags.DEFINE_list('thresholds', [], 'Returns to report first crossings of.')
   _PANELS = flags.DEFINE_list('panels', ['entropy', 'sps'], 'Metrics drawn in panels of their own.')
   _MAX_STEPS = flags.DEFINE_integer('max_steps', 0, 'Draw only env steps up to this (0: all).')
+  _SMOOTH = flags.DEFINE_integer('smooth', 1, 'Panel metrics as the mean of this many logged '
+                                 'values up to each (1: as logged).', lower_bound=1)
   _PER_TASK_STEPS = flags.DEFINE_bool(
       'per_task_steps', False, "x axis: a run's agent steps per task (env steps / its tasks).")
   _UNIFORM = flags.DEFINE_list('uniform', [], "Uniform play's score per task, as "
@@ -125,6 +135,15 @@ def smoothed_returns(run, task: str, window: int) -> Tuple[np.ndarray, np.ndarra
   return steps, np.asarray(out)
 
 
+def rolling_mean(x: np.ndarray, y: np.ndarray, n: int) -> Tuple[np.ndarray, np.ndarray]:
+  """(x, the mean of the last n values of y up to each point); as given for n = 1."""
+  if n <= 1 or not len(y):
+    return x, y
+  sums = np.cumsum(np.concatenate([[0.0], y]))
+  counts = np.minimum(np.arange(1, len(y) + 1), n)
+  return x, (sums[1:] - sums[np.arange(len(y)) + 1 - counts]) / counts
+
+
 def first_crossing(steps: np.ndarray, values: np.ndarray, threshold: float) -> Optional[float]:
   above = np.flatnonzero(values >= threshold)
   return float(steps[above[0]]) if len(above) else None
@@ -153,7 +172,7 @@ def draw_references(ax, references, xmax: Optional[float] = None):
 def plot(runs, labels: List[str], output: str, window: int, random_score=None,
          threshold=None, title: str = '', references=None,
          panels: Tuple[str, ...] = ('entropy', 'sps'), uniform: Optional[Dict[str, float]] = None,
-         xlabel: str = 'agent steps'):
+         xlabel: str = 'agent steps', smooth: int = 1):
   import matplotlib
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt
@@ -200,17 +219,19 @@ def plot(runs, labels: List[str], output: str, window: int, random_score=None,
     for run, label in zip(runs, labels):
       if '*' in key:   # one line per task: e.g. popart/sigma/*
         for task in run.task_names:
-          x, y = run.series(key.replace('*', task))
+          x, y = rolling_mean(*run.series(key.replace('*', task)), smooth)
           if len(x):
             ax.plot(x, y, label=f'{label}: {task}' if len(runs) > 1 else task, lw=0.8)
       else:
-        x, y = run.series(key)
+        x, y = rolling_mean(*run.series(key), smooth)
         ax.plot(x, y, label=label, lw=0.8, color=f'C{runs.index(run)}')
     if key.startswith('popart/'):   # games' scales differ 100x; mu may be negative
       ax.set_yscale('symlog', linthresh=1.0)
     if key.startswith('dead/'):
       ax.set_ylim(0, 1)
-    if key.startswith('kl'):   # collapses jump by 100x: a log scale keeps the rest readable
+    if key.startswith(('kl', 'grad_policy', 'grad_baseline', 'value_loss')):
+      # collapses jump by 100x, and tasks' gradients and value losses differ
+      # by as much: a log scale keeps the rest readable
       ax.set_yscale('log')
     ax.set_title(PANEL_TITLES.get(key, key.replace('dead/', 'share of units dead: ')), fontsize=8)
     ax.set_xlabel(xlabel)
@@ -245,7 +266,8 @@ def main(argv):
     raise app.UsageError(f'{len(labels)} labels for {len(runs)} runs')
   tasks = plot(runs, labels, _OUTPUT.value, _WINDOW.value, _RANDOM.value, _THRESHOLD.value,
                _TITLE.value, REFERENCES.get(_REFERENCES.value), tuple(_PANELS.value), uniform,
-               'agent steps per task' if _PER_TASK_STEPS.value else 'agent steps')
+               'agent steps per task' if _PER_TASK_STEPS.value else 'agent steps',
+               _SMOOTH.value)
   thresholds = [float(t) for t in _THRESHOLDS.value]
   if _THRESHOLD.value is not None:
     thresholds.insert(0, _THRESHOLD.value)

@@ -143,3 +143,10 @@ def test_a_folder_that_is_not_a_run_is_one_line(tmp_path):
     assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr
     assert out.stderr.strip() == (f"error: {foreign / 'metrics.jsonl'} line 2 is not a JSON "
                                   "metrics row: 'not json at all'")
+
+
+def test_rolling_mean_by_hand():
+  x = np.arange(5.0)
+  _, y = plot_runs.rolling_mean(x, np.asarray([1.0, 3.0, 5.0, 7.0, 9.0]), 3)
+  np.testing.assert_allclose(y, [1.0, 2.0, 3.0, 5.0, 7.0])
+  np.testing.assert_allclose(plot_runs.rolling_mean(x, x, 1)[1], x)
