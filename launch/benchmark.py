@@ -10,6 +10,10 @@ Each stage uses the config's own envs, actor threads and batch sizes, and
 reports after a warm-up (compilation excluded):
   raw      agent steps/s, every actor's envs stepped by its own thread with random actions
   actors   agent steps/s, the real actor threads with policy inference, no learner
+  loop     one actor thread's own cost, in microseconds per agent step: the real
+           Actor with a stand-in env and policy that cost nothing
+           (agents/standin.py), so only its bookkeeping, unroll buffers,
+           unroll assembly and queue remain; also its agent steps/s
   learner  learner updates/s (and the agent steps/s they consume) on one
            synthetic batch kept on the learner devices: the learner's own
            ceiling, whatever the actors do; also the compiled update's memory
@@ -28,6 +32,7 @@ in minutes on a CPU: CI covers it that way (tests/test_benchmark.py).
 import importlib
 import json
 import os
+import queue
 import resource
 import tempfile
 import threading
@@ -43,7 +48,9 @@ import numpy as np
 from agents import actor as actor_lib
 from agents import builder
 from agents import learner as learner_lib
+from agents import standin
 from agents.rollout import policy_observation_spec
+from agents.timing import StageTimer
 from agents.trainer import Trainer
 from configs.validation import validate
 from envs import registry
@@ -60,7 +67,7 @@ def _define_flags():
   global _CONFIG, _STAGES, _SUITE, _SMALL, _SECONDS, _WARMUP, _OUTPUT
   _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file[:variant]')
   _STAGES = flags.DEFINE_list('stages', ['raw', 'actors', 'train'],
-                              'Stages to measure (raw, actors, learner, train).')
+                              'Stages to measure (raw, actors, loop, learner, train).')
   _SUITE = flags.DEFINE_enum('suite', None, ['gpu'], 'Measure a suite of configs instead of --config.')
   _SMALL = flags.DEFINE_bool('small', False, "--suite: every config at smoke size (CI's size).")
   _SECONDS = flags.DEFINE_float('seconds', 30.0, 'Measured seconds per stage.')
@@ -108,6 +115,52 @@ def bench_actors(config, plan, seconds, warmup):
     return (sum(a.env_steps for a in trainer.actors) - s0) / (time.perf_counter() - start)
   finally:
     trainer.close()
+
+
+def bench_loop(config, plan, seconds, warmup):
+  """One actor thread's own cost: (microseconds per agent step, agent
+  steps/s), with actor 0's spaces and env count, a stand-in env and policy
+  (agents/standin.py), no core state, and a thread that drains its queue."""
+  group = plan.actor_env_groups[0][0]
+  num_actions, obs_spec = registry.env_spaces(group.env_id, group.env_kwargs,
+                                              plan.observation_keys)
+  n = config.actors.envs_per_actor
+  env = standin.StandInEnv(n, num_actions, obs_spec, num_tasks=plan.num_tasks)
+  store = actor_lib.ParamsStore()
+  store.publish({}, 0)
+  unrolls, episodes = queue.Queue(maxsize=config.actors.queue_size), queue.SimpleQueue()
+  stop = threading.Event()
+  actor = actor_lib.Actor(0, env, standin.standin_act_fn(n, num_actions), (), store, unrolls,
+                          episodes, StageTimer(), stop, config.unroll_length,
+                          plan.actor_device, seed=0)
+
+  def drain():
+    while not stop.is_set():
+      try:
+        unrolls.get(timeout=0.1)
+      except queue.Empty:
+        continue
+      while True:
+        try:
+          episodes.get_nowait()
+        except queue.Empty:
+          break
+
+  drainer = threading.Thread(target=drain, daemon=True)
+  drainer.start()
+  actor.start()
+  try:
+    time.sleep(min(warmup, 2.0))
+    start, s0 = time.perf_counter(), actor.env_steps
+    time.sleep(seconds)
+    sps = (actor.env_steps - s0) / (time.perf_counter() - start)
+  finally:
+    stop.set()
+    actor.join()
+    drainer.join()
+  if actor.error is not None:
+    raise actor.error
+  return 1e6 / sps, sps
 
 
 def synthetic_batch(config, plan, num_actions: int, obs_spec, seed: int = 0) -> Unroll:
@@ -288,11 +341,16 @@ def main(argv):
              'batch_size': config.batch_size, 'unroll_length': config.unroll_length,
              'cpu_count': os.cpu_count()}
   for stage in _STAGES.value:
-    fn = {'raw': bench_raw, 'actors': bench_actors, 'learner': bench_learner,
-          'train': bench_train}.get(stage)
+    fn = {'raw': bench_raw, 'actors': bench_actors, 'loop': bench_loop,
+          'learner': bench_learner, 'train': bench_train}.get(stage)
     if fn is None:
-      raise app.UsageError(f'unknown stage {stage!r}; choose from raw, actors, learner, train')
+      raise app.UsageError(f'unknown stage {stage!r}; choose from raw, actors, loop, learner, train')
     out = fn(config, plan, _SECONDS.value, _WARMUP.value)
+    if stage == 'loop':
+      us, out = out
+      results['loop_us_per_agent_step'] = round(us, 3)
+      print(f'   loop: {us:10,.2f} microseconds per agent step (one actor thread, '
+            f'stand-in env and policy)', flush=True)
     if stage == 'learner':
       ups, results['learner_memory_mib'] = out
       results['learner_updates_per_s'] = round(ups, 2)
