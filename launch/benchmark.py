@@ -117,13 +117,17 @@ def bench_actors(config, plan, seconds, warmup):
     trainer.close()
 
 
+def _actor_spaces(plan):
+  """(num_actions, observation spec) of actor 0's first env group."""
+  group = plan.actor_env_groups[0][0]
+  return registry.env_spaces(group.env_id, group.env_kwargs, plan.observation_keys)
+
+
 def bench_loop(config, plan, seconds, warmup):
   """One actor thread's own cost: (microseconds per agent step, agent
   steps/s), with actor 0's spaces and env count, a stand-in env and policy
   (agents/standin.py), no core state, and a thread that drains its queue."""
-  group = plan.actor_env_groups[0][0]
-  num_actions, obs_spec = registry.env_spaces(group.env_id, group.env_kwargs,
-                                              plan.observation_keys)
+  num_actions, obs_spec = _actor_spaces(plan)
   n = config.actors.envs_per_actor
   env = standin.StandInEnv(n, num_actions, obs_spec, num_tasks=plan.num_tasks)
   store = actor_lib.ParamsStore()
@@ -198,9 +202,7 @@ def bench_learner(config, plan, seconds, warmup):
   outputs and temporaries; None where the backend does not say)). No
   `warmup` is needed: the update is compiled, and one update run, before
   the timing starts."""
-  group = plan.actor_env_groups[0][0]
-  num_actions, obs_spec = registry.env_spaces(group.env_id, group.env_kwargs,
-                                              plan.observation_keys)
+  num_actions, obs_spec = _actor_spaces(plan)
   agent = builder.build_agent(config, plan, num_actions, obs_spec)
   batch = synthetic_batch(config, plan, num_actions, obs_spec)
   batch = batch._replace(core_state=jax.tree.map(
