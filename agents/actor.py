@@ -190,7 +190,7 @@ def make_envs(config, plan, first_actor: int = 0, env_steps: int = 0, count=None
   groups = plan.actor_env_groups if count is None else plan.actor_env_groups[:count]
   return [registry.make_actor_envs(
       g, seed=builder.env_seed(config, first_actor + i, env_steps),
-      envpool_threads=a.envpool_threads, nle_workers=a.nle_workers,
+      envpool_threads=plan.actors.envpool_threads, nle_workers=plan.actors.nle_workers,
       observation_keys=plan.observation_keys,
       nle_savedir=(f'{config.workdir}/nle' if a.nle_ttyrecs else None))
       for i, g in enumerate(groups)]

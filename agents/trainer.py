@@ -83,7 +83,7 @@ class Trainer:
     self.stop_requested = stop_requested or threading.Event()
     self.interrupted = False
     a = config.actors
-    first_actor = jax.process_index() * a.num_actors  # actor ids are global
+    first_actor = jax.process_index() * plan.num_actors  # actor ids are global
     self.checkpointer = Checkpointer(config.workdir, config.keep_intermediate,
                                      primary=multihost.is_primary())
     # A resumed run continues from its latest checkpoint; its envs and actors

@@ -161,7 +161,7 @@ def make_task_env(run: LoadedRun, task_id: int, num_envs: int, seed: int, video:
   keys = tuple(run.plan.observation_keys)
   if video:  # the terminal screen, for the video only
     keys += tuple(k for k in ('tty_chars', 'tty_colors') if k not in keys)
-  workers = max(1, min(run.config.actors.nle_workers, num_envs))
+  workers = max(1, min(run.plan.actors.nle_workers or 1, num_envs))
   env = NLEBatchedEnv(task['env_id'], num_envs, task_ids=[task_id] * num_envs,
                       env_kwargs=[kwargs] * num_envs, observation_keys=keys,
                       num_workers=workers, seed=seed)

@@ -40,8 +40,8 @@ def atari_config(name: str, games, variant: dict, *, popart: bool,
   # IMPALA: the LSTM core is optional for the CNNs; the attention agent is recurrent.
   c.network.lstm_size = 256 if (variant['lstm'] or variant['net'] == 'attention') else 0
   c.tasks = tuple(common.task(g, atari.env_id(g)) for g in games)
-  c.actors.num_actors = 2
-  c.actors.envpool_threads = 2
+  # Actor threads and EnvPool threads: sized to the machine (configs/actor_sizing.py;
+  # 2 threads x 2 EnvPool threads for one game on 2 cores).
   if len(games) == 1:
     c.total_env_steps = 50_000_000   # 200M frames, IMPALA's single-task budget
     c.actors.envs_per_actor = 16

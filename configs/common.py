@@ -93,10 +93,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.tasks = ()                  # tuple of task(...) dicts; their order gives the task ids
 
   c.actors = ml_collections.ConfigDict()
-  c.actors.num_actors = 1       # actor threads
+  c.actors.num_actors = 0       # actor threads; 0 = sized to the machine (configs/actor_sizing.py)
   c.actors.envs_per_actor = 16  # envs per actor thread, split evenly over the tasks
-  c.actors.envpool_threads = 0  # EnvPool threads per pool; 0 = EnvPool's default
-  c.actors.nle_workers = 2      # NLE worker processes per actor
+  c.actors.envpool_threads = 0  # EnvPool threads per pool (a pool per task per actor); 0 = sized to the machine
+  c.actors.nle_workers = 0      # NLE worker processes per actor; 0 = sized to the machine
+  c.actors.cores = 0            # the cores the 0s above are sized for; 0 = those this process may use
   c.actors.queue_size = 4       # unroll blocks the actors may have waiting for the learner
   c.actors.wait_for_learner = False  # after queueing, wait for queue room before acting on: params at most ~1 update old (PPO)
   c.actors.nle_ttyrecs = False  # write NLE ttyrecs into <workdir>/nle
@@ -269,6 +270,9 @@ def _ppo(c) -> None:
   c.network.init = 'orthogonal'
   c.actors.queue_size = 1
   c.actors.wait_for_learner = True
+  # Two actor threads unless the config chose: not sized to the machine, so
+  # that the behaviour policy stays 1-2 updates old on any machine.
+  c.actors.num_actors = c.actors.num_actors or 2
 
 
 # The words a boolean variant accepts (any case).

@@ -138,9 +138,9 @@ def get_config(arg=None):
     raise ValueError(f"net={variant['net']} reads no extra inputs; inputs= needs net= one of "
                      f"{', '.join(torsos.EXTRA_INPUT_NETWORKS)}")
   c.tasks = tasks
-  c.actors.num_actors = 1
+  # Actor threads and NLE workers: sized to the machine (configs/actor_sizing.py;
+  # 1 actor x 2 workers on 2 cores).
   c.actors.envs_per_actor = envs_per_task * len(tasks)
-  c.actors.nle_workers = 2
   c.batch_size = c.actors.envs_per_actor
   c.log.every_seconds = 10.0
   common.apply_recipe(c, variant['recipe'], RECIPES)

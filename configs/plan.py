@@ -1,7 +1,8 @@
 """The run plan: the sizes and assignments a valid config gives (configs/
 validation.py checks the config, then asks `make_plan`).
 
-Which devices learn and which acts, each actor's env groups (its share of
+Which devices learn and which acts, how many actor threads, env threads and
+NLE workers (configs/actor_sizing.py), each actor's env groups (its share of
 every task, with the task's env kwargs and reward scale), how many actor
 blocks make this process's share of a learner batch, and the step counts.
 """
@@ -11,6 +12,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import jax
 
+from configs import actor_sizing
 from envs import atari
 from envs import registry
 from infra import multihost
@@ -30,33 +32,47 @@ class RunPlan:
   observation_keys: Tuple[str, ...]
   frames_per_step: int                 # 4 for Atari (action repeat), else 1
   task_games: Tuple[Optional[str], ...]  # Atari game of each task (None: not Atari)
+  actors: actor_sizing.ActorSizing     # actor threads, EnvPool threads, NLE workers
+  envpool_pools: int                   # EnvPool pools per actor (its EnvPool tasks)
+  policy_lag_bound: int                # actor_sizing.lag_bound of this plan
 
   @property
   def num_tasks(self) -> int:
     return len(self.task_names)
 
+  @property
+  def num_actors(self) -> int:
+    return self.actors.num_actors
+
+  def describe_actors(self) -> str:
+    """The start-up line saying how the actors are sized."""
+    envs = sum(g.num_envs for g in self.actor_env_groups[0])
+    return self.actors.describe(envs, self.num_tasks, self.envpool_pools, self.policy_lag_bound)
+
 
 def make_plan(config, tasks: List[dict], env_kwargs: List[dict], scales: Sequence[float],
               role_ids: Optional[Dict], random_tasks: Tuple[int, ...],
               observation_keys: Tuple[str, ...], frames_per_step: int,
-              learner_devices_per_process: int) -> RunPlan:
+              learner_devices_per_process: int, families: Sequence[str]) -> RunPlan:
   """The plan of a config that passed validation: `env_kwargs` per task
   (validation.task_env_kwargs), `role_ids` the role -> task id table of the
-  tasks at `random_tasks` (NetHack's random characters), and the learner
-  devices of each process."""
+  tasks at `random_tasks` (NetHack's random characters), the learner
+  devices of each process, and each task's env family (registry.env_family)."""
   devices = jax.local_devices()
   processes = jax.process_count()
   num_tasks = len(tasks)
   envs = config.actors.envs_per_actor
   local_batch = config.batch_size // processes
   per_task = envs // num_tasks
+  blocks_per_batch = local_batch // envs
+  sizing = actor_sizing.resolve(config, families, blocks_per_batch)
   groups = tuple(
       tuple(registry.EnvGroup(task_id=i, env_id=t['env_id'],
                               env_kwargs=env_kwargs[i],
                               role_task_ids=role_ids if i in random_tasks else None,
                               reward_scale=float(scales[i]), num_envs=per_task)
             for i, t in enumerate(tasks))
-      for _ in range(config.actors.num_actors))
+      for _ in range(sizing.num_actors))
   steps_per_update = config.unroll_length * config.batch_size
   return RunPlan(
       task_names=tuple(t['name'] for t in tasks),
@@ -64,9 +80,13 @@ def make_plan(config, tasks: List[dict], env_kwargs: List[dict], scales: Sequenc
       learner_devices=multihost.learner_devices(learner_devices_per_process),
       actor_device=devices[config.actor_device_id],
       actor_env_groups=groups,
-      blocks_per_batch=local_batch // envs,
+      blocks_per_batch=blocks_per_batch,
       env_steps_per_update=steps_per_update,
       total_learner_steps=max(1, -(-config.total_env_steps // steps_per_update)),
       observation_keys=observation_keys,
       frames_per_step=frames_per_step,
-      task_games=tuple(atari.game_of(t['env_id']) for t in tasks))
+      task_games=tuple(atari.game_of(t['env_id']) for t in tasks),
+      actors=sizing,
+      envpool_pools=sum(f == 'envpool' for f in families),
+      policy_lag_bound=actor_sizing.lag_bound(sizing.num_actors, config.actors.queue_size,
+                                              blocks_per_batch))

@@ -285,8 +285,7 @@ def validate(config) -> RunPlan:
   """Checks every field a run depends on; returns the derived RunPlan."""
   _check_finite(config)
   _positive(config, ['total_env_steps', 'batch_size', 'unroll_length', 'learning_rate',
-                     'actors.num_actors', 'actors.envs_per_actor', 'actors.queue_size',
-                     'actors.nle_workers', 'optimizer.max_grad_norm',
+                     'actors.envs_per_actor', 'actors.queue_size', 'optimizer.max_grad_norm',
                      'optimizer.rmsprop_eps', 'popart.beta'])
   for name in ('keep_intermediate', 'optimizer.eps_in_sqrt', 'actors.wait_for_learner',
                'log.progress', 'log.tensorboard'):
@@ -296,7 +295,8 @@ def validate(config) -> RunPlan:
   for name in ('checkpoint_every_steps', 'baseline_cost', 'entropy_cost', 'optimizer.momentum',
                'log.task_gradients_seconds', 'pause_at_env_steps',
                'optimizer.rmsprop_initial_scale', 'network.lstm_size',
-               'actors.envpool_threads', 'log.every_seconds', 'num_learner_devices',
+               'actors.num_actors', 'actors.envpool_threads', 'actors.nle_workers',
+               'actors.cores', 'log.every_seconds', 'num_learner_devices',
                'actor_device_id'):
     value = _field(config, name)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -353,8 +353,10 @@ def validate(config) -> RunPlan:
 
   obs_keys = OBS_KEYS[config.network.name] + _check_extra_inputs(config.network)
   frames_per_step = 1
+  families = []
   for i, t in enumerate(tasks):
     family = registry.env_family(t['env_id'])
+    families.append(family)
     if family == 'envpool':
       key, = _observation_spec(t['env_id'], env_kwargs[i], f'tasks[{i}].env_kwargs')
       if key == 'frames':
@@ -402,7 +404,7 @@ def validate(config) -> RunPlan:
   check_distributed(config)
 
   return plan_lib.make_plan(config, tasks, env_kwargs, scales, role_ids, random_tasks,
-                            tuple(obs_keys), frames_per_step, n_learn)
+                            tuple(obs_keys), frames_per_step, n_learn, tuple(families))
 
 
 def validate_everywhere(config) -> RunPlan:

@@ -338,8 +338,12 @@ def main(argv):
     raise app.UsageError('give --config (or --suite)')
   config = _quiet(_CONFIG.value)
   plan = validate(config)
-  results = {'config': config.config_name, 'num_actors': config.actors.num_actors,
-             'envs_per_actor': config.actors.envs_per_actor, 'network': config.network.name,
+  print(plan.describe_actors())
+  results = {'config': config.config_name, 'num_actors': plan.num_actors,
+             'envs_per_actor': config.actors.envs_per_actor,
+             'envpool_threads': plan.actors.envpool_threads,
+             'nle_workers': plan.actors.nle_workers, 'actors_chosen': list(plan.actors.chosen),
+             'network': config.network.name,
              'batch_size': config.batch_size, 'unroll_length': config.unroll_length,
              'cpu_count': os.cpu_count()}
   for stage in _STAGES.value:

@@ -265,6 +265,10 @@ def run_population(config, population=None, address=None):
   with config.unlocked():
     if not config.workdir:
       config.workdir = run_folder.resolve_workdir(config).rstrip('/') + '-pbt'
+    if not config.actors.cores:
+      # Members train side by side: each sizes its actors (the fields left
+      # at 0) for the CPUs Ray gives it, not for the whole machine.
+      config.actors.cores = max(1, math.ceil(settings.cpus_per_member))
   population_dir = os.path.abspath(config.workdir)
   run_folder.check_path_length(os.path.join(population_dir, MEMBERS, 'member_00000'))
   os.makedirs(population_dir, exist_ok=True)

@@ -199,6 +199,7 @@ def _report_start(logger, trainer, plan, allowed) -> None:
                               plan.env_steps_per_update)
   if note:
     _say(note)
+  logger.message(plan.describe_actors())
   if multihost.is_multiprocess():
     logger.message(f'process {jax.process_index()} of {jax.process_count()}: '
                    f'{len(plan.learner_devices)} learner devices in all')
@@ -376,6 +377,7 @@ def main(argv):
       print(config.to_json_best_effort(sort_keys=True))
       print(f'config OK: {plan.num_tasks} task(s), {plan.total_learner_steps:,} learner steps',
             file=sys.stderr)
+      print(plan.describe_actors(), file=sys.stderr)
       return
     train(config, _STOP)
     # The run's last line is out: a signal now would only break the exit
