@@ -5,11 +5,14 @@ bounded policy lag."""
 
 import importlib
 
+import numpy as np
 import pytest
 
-from configs import actor_sizing
+from configs import actor_sizing, atari_common
 from configs.actor_sizing import lag_bound, size
 from configs.validation import ConfigError, validate
+from envs import atari
+from envs.envpool_env import EnvPoolEnv
 
 CORE_COUNTS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256]
 SHIPPED = [('atari_single', 'game=Pong'), ('atari_single', 'game=Pong,net=resnet'),
@@ -178,3 +181,26 @@ def test_the_start_up_line_says_what_was_chosen_and_why():
   assert plan.describe_actors() == (
       'actors: 1 actor thread x 32 envs (8 per task); 2 NLE worker processes per actor; '
       'policy lag at most about 5 updates [all set by the config]')
+
+
+def test_envpool_threads_change_speed_not_the_games():
+  """The rule may give a run other EnvPool thread counts than it had (the
+  two-game runs had 2 per pool, the rule gives 1 on 2 cores): each env keeps
+  its own emulator and seed, so the frames and rewards are the same."""
+  kwargs = atari.protocol_kwargs(atari_common.atari_group(), 1)   # sticky actions included
+  rng = np.random.default_rng(0)
+  actions = rng.integers(0, 6, size=(150, 4)).astype(np.int32)
+  runs = []
+  for threads in (1, 4):
+    env = EnvPoolEnv(atari.env_id('Pong'), 4, task_id=0, env_kwargs=kwargs, seed=3,
+                     num_threads=threads)
+    try:
+      out = [env.reset()]
+      out += [env.step(a) for a in actions]
+    finally:
+      env.close()
+    runs.append(out)
+  for a, b in zip(*runs):
+    np.testing.assert_array_equal(a.obs['frames'], b.obs['frames'])
+    np.testing.assert_array_equal(a.reward, b.reward)
+    np.testing.assert_array_equal(a.terminated, b.terminated)

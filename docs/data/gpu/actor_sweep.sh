@@ -1,6 +1,6 @@
 #!/bin/bash
-# Issue [22], prepared for the next lent GPU machine: the whole loop's agent steps/s as the actor counts
-# grow, for Pong (Nature CNN), the six-game PopArt config and the main job; one device call of about 8
+# Issue [22], prepared for the next lent GPU machine: the whole loop's agent steps/s at the auto sizes
+# (configs/actor_sizing.py) and as the actor counts grow, for Pong (Nature CNN), the six-game PopArt config and the main job; one device call of about 8
 # minutes. Here first: bash docs/data/gpu/make_gpusite.sh. Then the device tool, carry [".gpusite"]:
 #   bash docs/data/gpu/actor_sweep.sh
 # Each line of $OUT/sweep.jsonl is one launch/benchmark.py result (its --output JSON).
@@ -21,13 +21,16 @@ bench() {  # config, stages, overrides...
   tail -1 "$OUT/sweep.jsonl" | cut -c1-300
 }
 P=configs/atari_single.py:game=Pong
-bench $P raw,loop,train --config.actors.num_actors=2 --config.actors.envpool_threads=2
+bench $P raw,loop,train   # the auto sizes (configs/actor_sizing.py): 16 cores -> 4 actors x 4 threads
+bench $P train --config.actors.num_actors=2 --config.actors.envpool_threads=2
 bench $P raw,train --config.actors.num_actors=4 --config.actors.envpool_threads=3
 bench $P raw,train --config.actors.num_actors=8 --config.actors.envpool_threads=2
 S=configs/atari_popart.py
+bench $S train
 bench $S train --config.actors.num_actors=2 --config.actors.envpool_threads=2
 bench $S train --config.actors.num_actors=6 --config.actors.envpool_threads=2
 N=configs/nethack_popart.py
+bench $N train
 bench $N train --config.actors.num_actors=1 --config.actors.nle_workers=2
 bench $N train --config.actors.num_actors=2 --config.actors.nle_workers=6
 ls -la "$OUT"
