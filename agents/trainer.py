@@ -214,8 +214,8 @@ class Trainer:
         self.summariser.add_batch(unroll)
         report = {}
         if self.task_gradients is not None and time.perf_counter() - last_report >= report_every:
-          with self.timer.time('task_gradients'):
-            report = self.task_gradient_report(unroll)
+          with self.timer.time('task_gradients'):  # waited for: its time is its own, not the next update's
+            report = jax.block_until_ready(self.task_gradient_report(unroll))
           last_report = time.perf_counter()
         window.append({**self.step(unroll), **report})
         if self.env_steps >= self._next_checkpoint:

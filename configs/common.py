@@ -106,7 +106,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.log.every_seconds = 10.0    # metrics.jsonl / wandb / progress-line cadence
   c.log.progress = True         # print a progress line at each log step
   c.log.tensorboard = True      # TensorBoard event files in the run folder (tensorboard --logdir runs/)
-  c.log.task_gradients_seconds = 30.0  # multi-task runs: every this many seconds, each task's policy and value gradient norms on the shared torso and their shares (grad_policy/<task>, grad_share_baseline/<task>, ...; V-trace); 0 = off
+  c.log.task_gradients_seconds = 120.0  # multi-task runs: every this many seconds, each task's policy and value gradient norms on the shared torso and their shares (grad_policy/<task>, grad_share_baseline/<task>, ...; V-trace); 0 = off
 
   c.wandb = ml_collections.ConfigDict()
   c.wandb.mode = 'offline'      # 'offline' (no account needed), 'online' or 'disabled'
