@@ -1,0 +1,46 @@
+#!/bin/bash
+# Issue [22] item 2: a real six-game run's agent steps/s beside a real Pong run's, on one quiet machine,
+# alternating, each run the first SECS seconds of a fresh training run (stopped with SIGINT), two rounds;
+# the six games both with the sizes configs/actor_sizing.py gives and with the 2 EnvPool threads per pool
+# they had before; then the learner alone (launch/benchmark.py --stages=learner) for both configs.
+# Usage: bash docs/data/speed/multitask_speed.sh OUT_DIR   (SECS=150 ROUNDS=2 by default)
+set -u
+cd "$(dirname "$0")/../../.."
+OUT=${1:?give an output folder}; mkdir -p "$OUT"
+SECS=${SECS:-150}; ROUNDS=${ROUNDS:-2}
+PY=${PY:-python}
+{ date -u; nproc; lscpu | grep -E 'Model name|CPU family|^Model:'; uptime; } > "$OUT/machine.txt"
+COMMON="--config.wandb.mode=disabled --config.log.tensorboard=False --config.checkpoint_every_steps=0"
+real() {  # name, config, overrides...
+  local name=$1 cfg=$2; shift 2
+  local w=/tmp/mts_$name; rm -rf $w
+  timeout -s INT $SECS $PY launch/train.py --config="$cfg" $COMMON --config.workdir=$w "$@" \
+      > "$OUT/$name.log" 2>&1
+  sleep 5
+  cp $w/metrics.jsonl "$OUT/$name.metrics.jsonl" 2>/dev/null
+  echo "$name: $(grep -m1 '^actors:' "$OUT/$name.log")"
+  rm -rf $w
+}
+for r in $(seq 1 $ROUNDS); do
+  real pong_r$r configs/atari_single.py:game=Pong
+  real six_auto_r$r configs/atari_popart.py
+  real six_threads2_r$r configs/atari_popart.py --config.actors.envpool_threads=2
+done
+for cfg in configs/atari_single.py:game=Pong configs/atari_popart.py; do
+  $PY launch/benchmark.py --config=$cfg --stages=learner --seconds=20 --warmup=5 \
+      --output="$OUT/learner_$(basename ${cfg%%:*} .py).json" > /dev/null 2>&1
+done
+$PY - "$OUT" <<'PYEOF'
+import glob, json, os, statistics, sys
+out = sys.argv[1]
+for path in sorted(glob.glob(os.path.join(out, '*.metrics.jsonl'))):
+  rows = [json.loads(l) for l in open(path)]
+  rows = [r for r in rows if r.get('time', 0) >= 40 and 'sps' in r]   # past start-up and compilation
+  sps = [r['sps'] for r in rows]
+  learn = [r['timing/learner_step_ms'] for r in rows if 'timing/learner_step_ms' in r]
+  print(f"{os.path.basename(path).split('.')[0]:18s} median sps {statistics.median(sps):7.0f} "
+        f"over {len(sps)} log steps; learner step {statistics.median(learn):6.0f} ms")
+for path in sorted(glob.glob(os.path.join(out, 'learner_*.json'))):
+  r = json.load(open(path))
+  print(os.path.basename(path), {k: v for k, v in r.items() if 'learner' in k})
+PYEOF
