@@ -7,9 +7,12 @@ CPU affinity) and the envs it steps; a field a config sets is kept. The rule
 
 - EnvPool tasks: one actor thread per 4 cores, at least 2 and at most 8.
   Two or more threads overlap: while one runs its policy step, another's
-  envs step. EnvPool threads, at least 1 per pool, share max(cores, 4)
-  threads over every pool of every actor (a pool per task per actor):
-  `max(1, max(cores, 4) // (actors * pools))`, never more than a pool's envs.
+  envs step. EnvPool threads per pool: max(cores, 4) threads shared over
+  every pool of every actor (a pool per task per actor), but at least 2:
+  `max(2, max(cores, 4) // (actors * pools))`, never more than a pool's
+  envs. (Six games' pools of 2 envs with 1 thread each stepped at 0.62x
+  the speed of 2 threads each on 2 cores: EnvPool's threads sleep when
+  idle, so more of them than cores costs little.)
 - NLE tasks: 1 actor thread below 8 cores, else one per 8 cores up to 4;
   worker processes `max(2, cores // actors)` per actor, never more than its
   envs (each worker steps a share of them).
@@ -19,8 +22,8 @@ CPU affinity) and the envs it steps; a field a config sets is kept. The rule
   queue of 4 (the A2C recipe) takes at most 4 threads.
 
 On this project's 2-core machine the rule gives the settings its recipes
-were tuned with (2 actors x 2 EnvPool threads for one Atari game, 1 actor x
-2 NLE workers for the main job), so their curves stand.
+were tuned with (2 actors x 2 EnvPool threads per pool for the Atari
+configs, 1 actor x 2 NLE workers for the main job), so their curves stand.
 
 Pure: `size` takes the counts and returns the sizing; `resolve` reads a
 config. The learner's step count per block of actors' data and the queue
@@ -37,6 +40,7 @@ CORES_PER_ENVPOOL_ACTOR = 4
 MIN_ENVPOOL_ACTORS = 2
 MAX_ENVPOOL_ACTORS = 8
 MIN_ENVPOOL_THREAD_BUDGET = 4
+MIN_ENVPOOL_THREADS_PER_POOL = 2
 CORES_PER_NLE_ACTOR = 8
 MAX_NLE_ACTORS = 4
 MIN_NLE_WORKERS = 2
@@ -109,7 +113,8 @@ def size(cores: int, envs_per_actor: int, envpool_pools: int, nle_tasks: bool,
     chosen.append('envpool_threads')
     budget = max(cores, MIN_ENVPOOL_THREAD_BUDGET)
     envs_per_pool = max(1, envs_per_actor // envpool_pools)
-    envpool_threads = min(envs_per_pool, max(1, budget // (num_actors * envpool_pools)))
+    envpool_threads = min(envs_per_pool, max(MIN_ENVPOOL_THREADS_PER_POOL,
+                                             budget // (num_actors * envpool_pools)))
   if nle_tasks and not nle_workers:
     chosen.append('nle_workers')
     nle_workers = min(envs_per_actor, max(MIN_NLE_WORKERS, cores // num_actors))

@@ -3,11 +3,12 @@
 # alternating, each run the first SECS seconds of a fresh training run (stopped with SIGINT), two rounds;
 # the six games both with the sizes configs/actor_sizing.py gives and with the 2 EnvPool threads per pool
 # they had before; then the learner alone (launch/benchmark.py --stages=learner) for both configs.
-# Usage: bash docs/data/speed/multitask_speed.sh OUT_DIR   (SECS=150 ROUNDS=2 by default)
+# Usage: bash docs/data/speed/multitask_speed.sh OUT_DIR   (SECS=150 ROUNDS=2 LEARNER=1 by default;
+# LEARNER=0 skips the learner benchmarks; SIX_BEFORE=0 skips the six games with 2 threads per pool)
 set -u
 cd "$(dirname "$0")/../../.."
 OUT=${1:?give an output folder}; mkdir -p "$OUT"
-SECS=${SECS:-150}; ROUNDS=${ROUNDS:-2}
+SECS=${SECS:-150}; ROUNDS=${ROUNDS:-2}; LEARNER=${LEARNER:-1}; SIX_BEFORE=${SIX_BEFORE:-1}
 PY=${PY:-python}
 { date -u; nproc; lscpu | grep -E 'Model name|CPU family|^Model:'; uptime; } > "$OUT/machine.txt"
 COMMON="--config.wandb.mode=disabled --config.log.tensorboard=False --config.checkpoint_every_steps=0"
@@ -24,9 +25,9 @@ real() {  # name, config, overrides...
 for r in $(seq 1 $ROUNDS); do
   real pong_r$r configs/atari_single.py:game=Pong
   real six_auto_r$r configs/atari_popart.py
-  real six_threads2_r$r configs/atari_popart.py --config.actors.envpool_threads=2
+  [ "$SIX_BEFORE" = 1 ] && real six_threads2_r$r configs/atari_popart.py --config.actors.envpool_threads=2
 done
-for cfg in configs/atari_single.py:game=Pong configs/atari_popart.py; do
+[ "$LEARNER" = 1 ] && for cfg in configs/atari_single.py:game=Pong configs/atari_popart.py; do
   $PY launch/benchmark.py --config=$cfg --stages=learner --seconds=20 --warmup=5 \
       --output="$OUT/learner_$(basename ${cfg%%:*} .py).json" > /dev/null 2>&1
 done
