@@ -46,8 +46,6 @@ MAX_NLE_ACTORS = 4
 MIN_NLE_WORKERS = 2
 MAX_POLICY_LAG = 8   # learner updates; the Atari runs measure 1-2
 
-FIELDS = ('num_actors', 'envpool_threads', 'nle_workers')
-
 
 @dataclasses.dataclass(frozen=True)
 class ActorSizing:
@@ -59,7 +57,7 @@ class ActorSizing:
   chosen: Tuple[str, ...]  # fields the rule chose (the others came from the config)
 
   def describe(self, envs_per_actor: int, num_tasks: int, envpool_pools: int,
-               lag: Optional[float] = None) -> str:
+               lag: Optional[int] = None) -> str:
     """One start-up line: what the actors are and where each count came from."""
     per_task = envs_per_actor // max(num_tasks, 1)
     parts = [f'{self.num_actors} actor thread{"s" * (self.num_actors != 1)} x '
@@ -129,7 +127,7 @@ def resolve(config, families: Sequence[str], blocks_per_batch: int) -> ActorSizi
   'envpool', 'nle', 'synthetic') are `families`, in task order, and whose
   learner batch takes `blocks_per_batch` actor blocks (of this process)."""
   a = config.actors
-  cores = a.get('cores', 0) or available_cores()
+  cores = a.cores or available_cores()   # old run folders read 0 (analysis/run_loading)
   return size(cores, a.envs_per_actor, envpool_pools=sum(f == 'envpool' for f in families),
               nle_tasks='nle' in families, num_actors=a.num_actors,
               envpool_threads=a.envpool_threads, nle_workers=a.nle_workers,
