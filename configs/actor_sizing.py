@@ -33,7 +33,7 @@ bound the policy lag, which `lag_bound` states.
 import dataclasses
 import math
 import os
-from typing import Optional, Sequence, Tuple
+from typing import Sequence, Tuple
 
 # The rule's constants (see the module docstring).
 CORES_PER_ENVPOOL_ACTOR = 4
@@ -55,10 +55,12 @@ class ActorSizing:
   nle_workers: int         # NLE worker processes per actor; 0 = none stepped
   cores: int               # the cores the rule sized for
   chosen: Tuple[str, ...]  # fields the rule chose (the others came from the config)
+  envpool_pools: int = 0   # EnvPool pools per actor (its EnvPool tasks)
+  lag_bound: int = 1       # lag_bound(num_actors, queue_size, blocks_per_batch)
 
-  def describe(self, envs_per_actor: int, num_tasks: int, envpool_pools: int,
-               lag: Optional[int] = None) -> str:
+  def describe(self, envs_per_actor: int, num_tasks: int) -> str:
     """One start-up line: what the actors are and where each count came from."""
+    envpool_pools, lag = self.envpool_pools, self.lag_bound
     per_task = envs_per_actor // max(num_tasks, 1)
     parts = [f'{self.num_actors} actor thread{"s" * (self.num_actors != 1)} x '
              f'{envs_per_actor} envs' + (f' ({per_task} per task)' if num_tasks > 1 else '')]
@@ -69,8 +71,7 @@ class ActorSizing:
                    f'{total} threads in all)')
     if self.nle_workers:
       parts.append(f'{self.nle_workers} NLE worker processes per actor')
-    if lag is not None:
-      parts.append(f'policy lag at most about {lag:g} updates')
+    parts.append(f'policy lag at most about {lag} update{"s" * (lag != 1)}')
     origin = (f'auto for {self.cores} cores: {", ".join(self.chosen)}' if self.chosen
               else 'all set by the config')
     return f'actors: {"; ".join(parts)} [{origin}]'
@@ -119,7 +120,8 @@ def size(cores: int, envs_per_actor: int, envpool_pools: int, nle_tasks: bool,
   return ActorSizing(num_actors=num_actors,
                      envpool_threads=envpool_threads if envpool_pools else 0,
                      nle_workers=nle_workers if nle_tasks else 0,
-                     cores=cores, chosen=tuple(chosen))
+                     cores=cores, chosen=tuple(chosen), envpool_pools=envpool_pools,
+                     lag_bound=lag_bound(num_actors, queue_size, blocks_per_batch))
 
 
 def resolve(config, families: Sequence[str], blocks_per_batch: int) -> ActorSizing:

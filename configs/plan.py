@@ -32,9 +32,7 @@ class RunPlan:
   observation_keys: Tuple[str, ...]
   frames_per_step: int                 # 4 for Atari (action repeat), else 1
   task_games: Tuple[Optional[str], ...]  # Atari game of each task (None: not Atari)
-  actors: actor_sizing.ActorSizing     # actor threads, EnvPool threads, NLE workers
-  envpool_pools: int                   # EnvPool pools per actor (its EnvPool tasks)
-  policy_lag_bound: int                # actor_sizing.lag_bound of this plan
+  actors: actor_sizing.ActorSizing     # actor threads, EnvPool threads, NLE workers, lag bound
 
   @property
   def num_tasks(self) -> int:
@@ -44,10 +42,18 @@ class RunPlan:
   def num_actors(self) -> int:
     return self.actors.num_actors
 
+  @property
+  def envpool_pools(self) -> int:
+    return self.actors.envpool_pools
+
+  @property
+  def policy_lag_bound(self) -> int:
+    return self.actors.lag_bound
+
   def describe_actors(self) -> str:
     """The start-up line saying how the actors are sized."""
     envs = sum(g.num_envs for g in self.actor_env_groups[0])
-    return self.actors.describe(envs, self.num_tasks, self.envpool_pools, self.policy_lag_bound)
+    return self.actors.describe(envs, self.num_tasks)
 
 
 def make_plan(config, tasks: List[dict], env_kwargs: List[dict], scales: Sequence[float],
@@ -86,7 +92,4 @@ def make_plan(config, tasks: List[dict], env_kwargs: List[dict], scales: Sequenc
       observation_keys=observation_keys,
       frames_per_step=frames_per_step,
       task_games=tuple(atari.game_of(t['env_id']) for t in tasks),
-      actors=sizing,
-      envpool_pools=sum(f == 'envpool' for f in families),
-      policy_lag_bound=actor_sizing.lag_bound(sizing.num_actors, config.actors.queue_size,
-                                              blocks_per_batch))
+      actors=sizing)
