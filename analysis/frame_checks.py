@@ -8,7 +8,7 @@ on the queue (what the learner gets) and every env step's flags. The
 stack order, frozen frames, reset stacks, EnvPool's max-pool, unroll overlap,
 discounts and reset steps, rewards, lives, sticky actions, action sets,
 behaviour logits, the torso's input scaling. launch/inspect_frames.py prints
-them for a config; tests/test_frames.py runs them on short real unrolls.
+them for a config; tests/unit/test_frames.py runs them on short real unrolls.
 """
 
 import dataclasses

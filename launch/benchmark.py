@@ -26,7 +26,7 @@ Pong (IMPALA ResNet), the six-game PopArt config and the main job, each at
 network.dtype float32 and bfloat16, and prints one markdown table with the
 device, its kind and the CPU count (docs/gpu.md). --small shrinks every
 config to smoke size (configs/common.apply_smoke), so that the suite runs
-in minutes on a CPU: CI covers it that way (tests/test_benchmark.py).
+in minutes on a CPU: CI covers it that way (tests/system/test_benchmark_suite.py).
 """
 
 import importlib

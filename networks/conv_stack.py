@@ -21,7 +21,7 @@ Here:
   matmuls instead of two full-size ones and a 32-wide scatter.
 
 The math is the plain network's; only the float summation order differs
-(tests/test_nethack_networks.py checks values and gradients). Calls that
+(tests/unit/test_nethack_networks.py checks values and gradients). Calls that
 are not differentiated (the actors) run the table lookups and then XLA's
 convs on the whole batch, without chunks. `glyph_conv_stack(...,
 impl=...)` runs this op only where networks/kernels.py says so (with

@@ -28,7 +28,7 @@ and the same math:
   benchmarks, or a CPU whose XLA convolutions happen to be fast).
 
 Parameters are the same under both, so a checkpoint trained on one path
-evaluates or resumes on the other (tests/test_kernels.py).
+evaluates or resumes on the other (tests/unit/test_kernels.py).
 """
 
 from typing import Callable

@@ -39,7 +39,7 @@ fusions are slow. So here:
 
 Parameters are the plain layers' (conv kernels [kh, kw, cin, cout], biases
 [cout]); the math is the plain network's, up to float summation order
-(tests/test_nature_cnn.py). Only [N, 4, 84, 84] uint8 frames take this
+(tests/unit/test_nature_cnn.py). Only [N, 4, 84, 84] uint8 frames take this
 path (`supported`); the torso falls back to `Conv2D` for anything else.
 `xla_convs` is the same function as three XLA convolutions: what the torso
 runs where networks/kernels.py does not choose the CPU ops (accelerators).

@@ -22,7 +22,7 @@ how a batch is used:
 
 With one epoch, one minibatch, the behaviour policy equal to the learner's
 and no clip active (r = 1 at the first step), the surrogate's gradient is
-the plain policy gradient sum A grad log pi (tests/test_ppo.py).
+the plain policy gradient sum A grad log pi (tests/unit/test_ppo.py).
 
 Shapes are time-major: values [T + 1, B], everything per transition [T, B].
 Written for one device's shard; global sums cross `axis_name`.

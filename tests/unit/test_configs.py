@@ -10,7 +10,7 @@ import pytest
 from configs import common
 from configs.validation import ConfigError, validate
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIGS = ['cartpole', 'cartpole_popart', 'atari_single', 'atari_multitask', 'atari_popart',
            'nethack_popart']
 

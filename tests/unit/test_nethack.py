@@ -12,7 +12,7 @@ from configs.validation import validate
 from envs import nethack
 from envs.nethack import Character, parse_character
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_valid_characters_parse():

@@ -1,5 +1,5 @@
 """launch/train.py with a fault injected into its envs, for tests that run
-the command: `python tests/train_with_faults.py --nan_reward_step=K
+the command: `python tests/support/train_with_faults.py --nan_reward_step=K
 <train.py's flags>` makes every actor's rewards NaN from its K-th env step
 on (faults.make_rewards_nan; faults.nan_reward_call gives K for an update)."""
 
@@ -9,7 +9,7 @@ import sys
 
 import faults
 
-TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                      'launch', 'train.py')
 
 if __name__ == '__main__':

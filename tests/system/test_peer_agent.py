@@ -19,7 +19,7 @@ from analysis.run_loading import load_run
 from launch.evaluate import run_evaluation
 from launch.train import train
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MONK = 'mon-hum-neu-mal'
 
 

@@ -26,7 +26,7 @@ from launch.train import RunStopped, train
 from training_runs import read_records as _records
 from training_runs import smoke_config as _smoke
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _command(workdir, *overrides):

@@ -18,7 +18,7 @@ from configs import cartpole, cartpole_popart
 from faults import make_env_step_fail, make_rewards_nan, nan_reward_call
 from launch.train import train
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _metrics(workdir):
@@ -58,7 +58,7 @@ def test_nan_rewards_stop_the_run_after_saving_the_last_good_state(tmp_path, mon
 def test_nan_stop_from_the_command_line_is_one_line(tmp_path):
   env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
   proc = subprocess.run(
-      [sys.executable, 'tests/train_with_faults.py', f'--nan_reward_step={nan_reward_call(2, 4)}',
+      [sys.executable, 'tests/support/train_with_faults.py', f'--nan_reward_step={nan_reward_call(2, 4)}',
        '--config=configs/cartpole.py:smoke', f'--config.workdir={tmp_path / "run"}',
        '--config.total_env_steps=320'],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)

@@ -11,7 +11,7 @@ import pytest
 
 from analysis import saliency as sal
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_blur_keeps_constants_and_masks_peak_at_their_centre():

@@ -21,7 +21,7 @@ from envs.base import StepResult
 from launch.evaluate import run_evaluation
 from launch.train import train
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _train(config, workdir):

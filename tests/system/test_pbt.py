@@ -19,7 +19,7 @@ import pytest
 from configs import cartpole, cartpole_popart, pbt as pbt_lib
 from configs.validation import ConfigError, validate
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _config(tmp_path=None, **pbt):

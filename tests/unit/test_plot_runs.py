@@ -11,7 +11,7 @@ import numpy as np
 from analysis import run_metrics
 from launch import plot_runs
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _run():

@@ -1,8 +1,8 @@
-"""One process of a multi-process test (tests/test_multihost.py starts two).
+"""One process of a multi-process test (tests/system/test_multihost.py starts two).
 
-  python tests/multihost_worker.py update OUT --coordinator_address=... \
+  python tests/support/multihost_worker.py update OUT --coordinator_address=... \
       --num_processes=2 --process_id=I
-  python tests/multihost_worker.py actor_fails OUT ...
+  python tests/support/multihost_worker.py actor_fails OUT ...
 
 `update`: two learner updates on a fixed global batch, this process feeding
 its half; writes its copy of the learner state to OUT/update_<I>.npz.
@@ -16,7 +16,7 @@ one-process reference with.
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 T, B, A, TASKS = 5, 8, 3, 2
 
 

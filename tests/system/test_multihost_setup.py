@@ -12,7 +12,7 @@ from infra import multihost
 from configs import cartpole, validation
 from configs.validation import ConfigError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SLURM = {'SLURM_JOB_ID': '4242', 'SLURM_STEP_NODELIST': 'node[007-008]', 'SLURM_NTASKS': '2',
          'SLURM_PROCID': '1', 'SLURM_LOCALID': '0', 'SLURM_STEP_ID': '0'}
 

@@ -11,7 +11,7 @@ import pytest
 
 from launch.compare_filters import conv_kernels, filter_distances, pick_steps
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_permuted_filters_are_far_by_index_and_equal_after_matching():

@@ -12,7 +12,7 @@ import pytest
 
 from analysis import peer_curves
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # What python -m nle.agent.agent prints (abridged): a line every 5 s, some repeated.
 STDOUT = """\

@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SWEEPS = sorted(glob.glob(os.path.join(ROOT, 'launch', 'sweeps', '*.yaml')))
 
 

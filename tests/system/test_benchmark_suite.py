@@ -1,0 +1,19 @@
+"""launch/benchmark.py --suite=gpu at CI size on this CPU: every config's
+learner stage, both dtypes, one table (a compilation per entry: minutes)."""
+
+from launch import benchmark
+
+
+def test_gpu_suite_runs_at_ci_size_on_a_cpu():
+  # Every config at float32, and bfloat16 for two of them (each entry is a
+  # compilation; CI's time is kept for the rest).
+  entries = [(name, 'float32') for name, _, _ in benchmark.GPU_SUITE] + [
+      ('Pong, Nature CNN', 'bfloat16'), ('main job (NetHack)', 'bfloat16')]
+  lines = []
+  rows = benchmark.run_suite(small=True, seconds=0.1, warmup=0.0, stages=('learner',),
+                             out=lines.append, entries=entries)
+  assert sorted((r['config'], r['dtype']) for r in rows) == sorted(entries)
+  assert all(r['learner_ups'] > 0 and r['learner_sps'] > 0 for r in rows)
+  table = lines[-1].splitlines()
+  assert 'cpu device' in table[0] and 'CPU cores' in table[0]
+  assert table[2].startswith('| config | dtype |') and len(table) == 4 + len(rows)
