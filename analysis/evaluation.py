@@ -29,12 +29,8 @@ from configs import validation
 from envs import atari
 from envs import registry
 from envs import render
-from envs.envpool_env import EnvPoolEnv
-from envs.nle_env import NLEBatchedEnv
 
 DEFAULT_NUM_ENVS = 8       # envs per task stepped together
-NLE_VIDEO_FPS = 8.0        # NetHack has no clock; slow enough to read the screen
-CLASSIC_VIDEO_FPS = 50.0   # CartPole's 0.02 s time step
 STATS = ('mean', 'sem', 'median', 'std', 'min', 'max')
 
 
@@ -148,30 +144,9 @@ def make_task_env(run: LoadedRun, task_id: int, num_envs: int, seed: int, video:
   """
   task = run.config.tasks[task_id]
   kwargs = validation.task_env_kwargs(run.config, task, run.plan.num_tasks, training=False)
-  family = registry.env_family(task['env_id'])
-  if family == 'synthetic':
-    env = registry.make_synthetic_env(task['env_id'], num_envs, task_id, kwargs, seed=seed)
-    fps = registry.SYNTHETIC_ENVS[task['env_id']].VIDEO_FPS
-    return env, (lambda result: env.render([0])[0]) if video else None, fps
-  if family == 'envpool':
-    env = EnvPoolEnv(task['env_id'], num_envs, task_id, kwargs, seed=seed, render=video)
-    game = atari.game_of(task['env_id'])
-    fps = 60.0 / kwargs.get('frame_skip', atari.FRAME_SKIP) if game else CLASSIC_VIDEO_FPS
-    return env, (lambda result: env.render([0])[0]) if video else None, fps
-  keys = tuple(run.plan.observation_keys)
-  if video:  # the terminal screen, for the video only
-    keys += tuple(k for k in ('tty_chars', 'tty_colors') if k not in keys)
-  workers = max(1, min(run.plan.actors.nle_workers or 1, num_envs))
-  env = NLEBatchedEnv(task['env_id'], num_envs, task_ids=[task_id] * num_envs,
-                      env_kwargs=[kwargs] * num_envs, observation_keys=keys,
-                      num_workers=workers, seed=seed)
-
-  def frame_fn(result):
-    return render.TtyFrame(result.obs['tty_chars'][0].copy(), result.obs['tty_colors'][0].copy())
-
-  return env, frame_fn if video else None, NLE_VIDEO_FPS
-
-
+  workers = run.plan.actors.nle_workers or 1
+  return registry.evaluation_env(task['env_id'], task_id, kwargs, num_envs, seed, video,
+                                 tuple(run.plan.observation_keys), workers)
 
 
 def reward_scale(run: LoadedRun, task_id: int) -> float:

@@ -125,7 +125,7 @@ def size(cores: int, envs_per_actor: int, envpool_pools: int, nle_tasks: bool,
 
 
 def resolve(config, families: Sequence[str], blocks_per_batch: int) -> ActorSizing:
-  """The sizing of a config whose tasks' env families (registry.env_family:
+  """The sizing of a config whose tasks' actor kinds (registry.actor_kind:
   'envpool', 'nle', 'synthetic') are `families`, in task order, and whose
   learner batch takes `blocks_per_batch` actor blocks (of this process)."""
   a = config.actors

@@ -63,7 +63,7 @@ def make_plan(config, tasks: List[dict], env_kwargs: List[dict], scales: Sequenc
   """The plan of a config that passed validation: `env_kwargs` per task
   (validation.task_env_kwargs), `role_ids` the role -> task id table of the
   tasks at `random_tasks` (NetHack's random characters), the learner
-  devices of each process, and each task's env family (registry.env_family)."""
+  devices of each process, and each task's actor kind (registry.actor_kind)."""
   devices = jax.local_devices()
   processes = jax.process_count()
   num_tasks = len(tasks)

@@ -19,6 +19,7 @@ from configs import atari_common
 from envs import atari
 from envs import nethack
 from envs import registry
+from envs.family import EnvKwargsError
 from networks.agent import DTYPES
 from networks.init import INITS
 from networks.kernels import KERNELS
@@ -103,7 +104,7 @@ def _observation_spec(env_id: str, env_kwargs: dict, field: str) -> dict:
   """The env's observation spec, checking its kwargs on the way."""
   try:
     return registry.env_spaces(env_id, env_kwargs, with_num_actions=False)[1]
-  except registry.EnvKwargsError as e:
+  except EnvKwargsError as e:
     raise ConfigError(field, str(e))
 
 
@@ -164,7 +165,7 @@ def _random_character_tasks(tasks, env_kwargs):
   Returns (role -> task id table or None, indices of the '@' tasks)."""
   random_tasks = {}
   for i, t in enumerate(tasks):
-    if registry.env_family(t['env_id']) != 'nle' or 'character' not in env_kwargs[i]:
+    if not registry.family_of(t['env_id']).deals_roles or 'character' not in env_kwargs[i]:
       continue
     try:
       if nethack.parse_character(env_kwargs[i]['character']) is None:
@@ -355,23 +356,15 @@ def validate(config) -> RunPlan:
   frames_per_step = 1
   families = []
   for i, t in enumerate(tasks):
-    family = registry.env_family(t['env_id'])
-    families.append(family)
-    if family == 'envpool':
-      key, = _observation_spec(t['env_id'], env_kwargs[i], f'tasks[{i}].env_kwargs')
-      if key == 'frames':
-        frames_per_step = int(env_kwargs[i].get('frame_skip', 4))
-      provided = (key,)
-    elif family == 'synthetic':
-      spec = _observation_spec(t['env_id'], env_kwargs[i], f'tasks[{i}].env_kwargs')
-      frame_size = spec['frames'][0][1:] if 'frames' in spec else None
-      if config.network.name == 'shallow' and frame_size and min(frame_size) < NATURE_CNN_MIN_SIZE:
-        raise ConfigError(f'tasks[{i}].env_kwargs', f'frames of {frame_size[0]}x{frame_size[1]} '
-                          f"are too small for 'shallow' (the Nature CNN's valid convolutions "
-                          f'need at least {NATURE_CNN_MIN_SIZE}x{NATURE_CNN_MIN_SIZE})')
-      provided = tuple(spec)
-    else:
-      provided = registry.NLE_OBSERVATION_KEYS
+    families.append(registry.actor_kind(t['env_id']))
+    spec = _observation_spec(t['env_id'], env_kwargs[i], f'tasks[{i}].env_kwargs')
+    frames_per_step = max(frames_per_step, registry.frames_per_step(t['env_id'], env_kwargs[i]))
+    frame_size = spec['frames'][0][1:] if 'frames' in spec else None
+    if config.network.name == 'shallow' and frame_size and min(frame_size) < NATURE_CNN_MIN_SIZE:
+      raise ConfigError(f'tasks[{i}].env_kwargs', f'frames of {frame_size[0]}x{frame_size[1]} '
+                        f"are too small for 'shallow' (the Nature CNN's valid convolutions "
+                        f'need at least {NATURE_CNN_MIN_SIZE}x{NATURE_CNN_MIN_SIZE})')
+    provided = tuple(spec)
     missing = [k for k in obs_keys if k not in provided]
     if missing:
       raise ConfigError('network.name', f'{config.network.name!r} reads {missing} but '

@@ -1,0 +1,220 @@
+"""The built-in environment families (envs/family.py): EnvPool, NLE, and the
+small numpy envs stepped in the actor thread (Catch)."""
+
+from typing import Any, Dict, List, Tuple
+
+import envpool
+import gymnasium as gym
+import numpy as np
+
+from envs import atari
+from envs import catch
+from envs import render
+from envs.envpool_env import EnvPoolEnv, observation_key
+from envs.family import EnvFamily, EnvKwargsError
+from envs.nle_env import NLE_ENV_IDS, NLEBatchedEnv, is_nle_env
+from envs.nle_worker import DERIVED_OBS, observation_desc
+
+NLE_VIDEO_FPS = 8.0        # NetHack has no clock; slow enough to read the screen
+CLASSIC_VIDEO_FPS = 50.0   # CartPole's 0.02 s time step
+
+# EnvPool config fields that are the batch's, not a task's env_kwargs.
+_ENVPOOL_BATCH_FIELDS = ('num_envs', 'batch_size', 'num_threads', 'seed', 'max_num_players',
+                         'thread_affinity_offset', 'base_path', 'env_seed',
+                         'gym_reset_return_info')
+
+# ALE's full action set, in its action-id order.
+ATARI_FULL_ACTIONS = (
+    'NOOP', 'FIRE', 'UP', 'RIGHT', 'LEFT', 'DOWN', 'UPRIGHT', 'UPLEFT', 'DOWNRIGHT',
+    'DOWNLEFT', 'UPFIRE', 'RIGHTFIRE', 'LEFTFIRE', 'DOWNFIRE', 'UPRIGHTFIRE',
+    'UPLEFTFIRE', 'DOWNRIGHTFIRE', 'DOWNLEFTFIRE')
+
+# The observation keys an NLE env can give (NLE's own and DERIVED_OBS).
+NLE_OBSERVATION_KEYS = ('glyphs', 'chars', 'colors', 'specials', 'blstats', 'message',
+                        'inv_glyphs', 'inv_letters', 'inv_oclasses', 'inv_strs',
+                        'tty_chars', 'tty_colors', 'tty_cursor', 'under_hero')
+
+
+def _draw_env_0(env):
+  return lambda result: env.render([0])[0]
+
+
+class EnvPoolFamily(EnvFamily):
+  """Every id EnvPool lists: Atari games ('<Game>-v5', frames) and classic
+  control (a state vector). One EnvPool pool per task per actor."""
+
+  name = 'envpool'
+  actor_kind = 'envpool'
+
+  def __init__(self):
+    self.ids = tuple(envpool.list_all_envs())
+
+  def matches(self, env_id):
+    return env_id in self.ids
+
+  def ids_hint(self):
+    classic = [e for e in self.ids if not e.endswith('-v5')]
+    return (f'an EnvPool id (e.g. {", ".join(classic[:4])}, or any Atari "<Game>-v5" '
+            f'such as Pong-v5)')
+
+  def spaces(self, env_id, env_kwargs, observation_keys=None, with_num_actions=True):
+    try:
+      spec = envpool.make_spec(env_id, **env_kwargs)
+    except TypeError:
+      allowed = ', '.join(k for k in envpool.make_spec(env_id).config._fields
+                          if k not in _ENVPOOL_BATCH_FIELDS)
+      raise EnvKwargsError(f'{env_kwargs} is not valid for {env_id}; allowed keys: '
+                           f'{allowed}') from None
+    space = spec.observation_space
+    return (int(spec.action_space.n),
+            {observation_key(space.shape): (tuple(space.shape), np.dtype(space.dtype))})
+
+  def frames_per_step(self, env_id, env_kwargs):
+    if atari.game_of(env_id) is None:
+      return 1
+    return int(env_kwargs.get('frame_skip', atari.FRAME_SKIP))
+
+  def make_batches(self, groups, seed, settings):
+    threads = settings['envpool_threads']
+    return [EnvPoolEnv(g.env_id, g.num_envs, g.task_id, dict(g.env_kwargs), g.reward_scale,
+                       seed=seed + 1000 * i,
+                       num_threads=min(threads, g.num_envs) if threads else 0)
+            for i, g in groups]
+
+  def action_names(self, env_id, env_kwargs):
+    # EnvPool does not expose the minimal sets' meanings; classic control has none.
+    return ATARI_FULL_ACTIONS if env_kwargs.get('full_action_space') else None
+
+  def evaluation_env(self, env_id, task_id, env_kwargs, num_envs, seed, video,
+                     observation_keys, workers):
+    env = EnvPoolEnv(env_id, num_envs, task_id, env_kwargs, seed=seed, render=video)
+    if atari.game_of(env_id):
+      fps = 60.0 / env_kwargs.get('frame_skip', atari.FRAME_SKIP)
+    else:
+      fps = CLASSIC_VIDEO_FPS
+    return env, _draw_env_0(env) if video else None, fps
+
+
+class NLEFamily(EnvFamily):
+  """NetHack (NLE's gym ids), stepped in worker processes: an actor's NLE
+  tasks of one env id share one set of workers."""
+
+  name = 'nle'
+  actor_kind = 'nle'
+  batches_together = True
+  deals_roles = True
+
+  def matches(self, env_id):
+    return is_nle_env(env_id)
+
+  def ids_hint(self):
+    return f'an NLE id ({", ".join(NLE_ENV_IDS)})'
+
+  def spaces(self, env_id, env_kwargs, observation_keys=None, with_num_actions=True):
+    keys = NLE_OBSERVATION_KEYS if observation_keys is None else tuple(observation_keys)
+    spec = {k: observation_desc(k) for k in keys}  # what NLEBatchedEnv reports
+    if not with_num_actions:
+      return None, spec
+    kwargs = {k: v for k, v in env_kwargs.items() if k not in ('max_episode_steps', 'savedir')}
+    nle_keys = tuple(k for k in keys if k not in DERIVED_OBS)
+    env = gym.make(env_id, observation_keys=nle_keys, save_ttyrec_every=0,
+                   disable_env_checker=True, **kwargs)
+    num_actions = int(env.action_space.n)
+    env.close()
+    return num_actions, spec
+
+  def make_batches(self, groups, seed, settings):
+    by_id: Dict[str, List] = {}
+    for _, g in groups:
+      by_id.setdefault(g.env_id, []).append(g)
+    parts = []
+    for j, (env_id, gs) in enumerate(by_id.items()):
+      num_envs = sum(g.num_envs for g in gs)
+      parts.append(NLEBatchedEnv(
+          env_id, num_envs,
+          task_ids=[g.task_id for g in gs for _ in range(g.num_envs)],
+          env_kwargs=[dict(g.env_kwargs) for g in gs for _ in range(g.num_envs)],
+          observation_keys=tuple(settings['observation_keys']),
+          reward_scales=[g.reward_scale for g in gs for _ in range(g.num_envs)],
+          role_task_ids=[g.role_task_ids for g in gs for _ in range(g.num_envs)],
+          num_workers=max(1, min(settings['nle_workers'], num_envs)),
+          seed=seed + 7919 * (j + 1), savedir=settings['nle_savedir']))
+    return parts
+
+  def action_names(self, env_id, env_kwargs):
+    import nle.env.tasks
+    import nle.nethack
+    actions = env_kwargs.get('actions') or (
+        nle.nethack.ACTIONS if 'Challenge' in env_id else nle.env.tasks.TASK_ACTIONS)
+    return [_nle_action_name(a) for a in actions]
+
+  def evaluation_env(self, env_id, task_id, env_kwargs, num_envs, seed, video,
+                     observation_keys, workers):
+    keys = tuple(observation_keys)
+    if video:  # the terminal screen, for the video only
+      keys += tuple(k for k in ('tty_chars', 'tty_colors') if k not in keys)
+    env = NLEBatchedEnv(env_id, num_envs, task_ids=[task_id] * num_envs,
+                        env_kwargs=[env_kwargs] * num_envs, observation_keys=keys,
+                        num_workers=max(1, min(workers, num_envs)), seed=seed)
+
+    def frame_fn(result):
+      return render.TtyFrame(result.obs['tty_chars'][0].copy(),
+                             result.obs['tty_colors'][0].copy())
+
+    return env, frame_fn if video else None, NLE_VIDEO_FPS
+
+
+def _nle_action_name(action) -> str:
+  kind = type(action).__name__
+  if kind == 'CompassDirection':
+    return f'move_{action.name}'
+  if kind == 'CompassDirectionLonger':
+    return f'run_{action.name}'
+  return action.name.lower()
+
+
+class ModuleFamily(EnvFamily):
+  """Small numpy envs of our own, one module each, stepped in the actor
+  thread. A module has ENV_ID, ACTION_NAMES, VIDEO_FPS,
+  `observation_spec(env_kwargs)` (ValueError for bad kwargs) and an env
+  class `make(env_id, num_envs, task_id, env_kwargs, reward_scale, seed)`."""
+
+  name = 'synthetic'
+  actor_kind = 'synthetic'
+
+  def __init__(self, modules: Dict[str, Tuple[Any, Any]]):
+    self.modules = dict(modules)   # env id -> (module, env class)
+
+  def matches(self, env_id):
+    return env_id in self.modules
+
+  def ids_hint(self):
+    return f'a control task ({", ".join(self.modules)})'
+
+  def spaces(self, env_id, env_kwargs, observation_keys=None, with_num_actions=True):
+    module = self.modules[env_id][0]
+    try:
+      return len(module.ACTION_NAMES), module.observation_spec(env_kwargs)
+    except ValueError as e:
+      raise EnvKwargsError(f'{env_kwargs} is not valid for {env_id}: {e}') from None
+
+  def make(self, env_id, num_envs, task_id, env_kwargs, reward_scale=1.0, seed=0):
+    return self.modules[env_id][1](env_id, num_envs, task_id, env_kwargs, reward_scale,
+                                   seed=seed)
+
+  def make_batches(self, groups, seed, settings):
+    return [self.make(g.env_id, g.num_envs, g.task_id, dict(g.env_kwargs), g.reward_scale,
+                      seed=seed + 1000 * i) for i, g in groups]
+
+  def action_names(self, env_id, env_kwargs):
+    return self.modules[env_id][0].ACTION_NAMES
+
+  def evaluation_env(self, env_id, task_id, env_kwargs, num_envs, seed, video,
+                     observation_keys, workers):
+    env = self.make(env_id, num_envs, task_id, env_kwargs, seed=seed)
+    return env, _draw_env_0(env) if video else None, self.modules[env_id][0].VIDEO_FPS
+
+
+def builtin() -> Tuple[EnvFamily, ...]:
+  """The families every run knows, in lookup order."""
+  return (EnvPoolFamily(), NLEFamily(), ModuleFamily({catch.ENV_ID: (catch, catch.CatchEnv)}))
