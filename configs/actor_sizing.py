@@ -55,8 +55,8 @@ class ActorSizing:
   nle_workers: int         # NLE worker processes per actor; 0 = none stepped
   cores: int               # the cores the rule sized for
   chosen: Tuple[str, ...]  # fields the rule chose (the others came from the config)
-  envpool_pools: int = 0   # EnvPool pools per actor (its EnvPool tasks)
-  lag_bound: int = 1       # lag_bound(num_actors, queue_size, blocks_per_batch)
+  envpool_pools: int       # EnvPool pools per actor (its EnvPool tasks)
+  lag_bound: int           # lag_bound(num_actors, queue_size, blocks_per_batch)
 
   def describe(self, envs_per_actor: int, num_tasks: int) -> str:
     """One start-up line: what the actors are and where each count came from."""

@@ -88,10 +88,8 @@ class EnvPoolFamily(EnvFamily):
   def evaluation_env(self, env_id, task_id, env_kwargs, num_envs, seed, video,
                      observation_keys, workers):
     env = EnvPoolEnv(env_id, num_envs, task_id, env_kwargs, seed=seed, render=video)
-    if atari.game_of(env_id):
-      fps = 60.0 / env_kwargs.get('frame_skip', atari.FRAME_SKIP)
-    else:
-      fps = CLASSIC_VIDEO_FPS
+    # Atari's 60 emulator frames a second over its action repeat.
+    fps = 60.0 / self.frames_per_step(env_id, env_kwargs) if atari.game_of(env_id) else CLASSIC_VIDEO_FPS
     return env, _draw_env_0(env) if video else None, fps
 
 
