@@ -171,13 +171,15 @@ def test_worker_restart_after_timeout():
 
 
 def test_close_leaves_no_children():
+  # Children that earlier tests in this process left (a Ray or subprocess helper) are not ours to judge.
+  before = set(child_pids())
   env = make()
   env.reset()
   pids = env.worker_pids
   assert set(pids) <= set(child_pids())
   env.close()
   env.close()  # idempotent
-  assert child_pids() == []
+  assert set(child_pids()) - before == set()
   with pytest.raises(RuntimeError):
     env.step(np.zeros(4, np.int64))
 
@@ -185,7 +187,7 @@ def test_close_leaves_no_children():
   env = make(num_envs=2)
   del env
   gc.collect()
-  assert child_pids() == []
+  assert set(child_pids()) - before == set()
 
 
 # Each role's rank title at experience levels 1-2 (NetHack 3.6 src/role.c,
