@@ -3,7 +3,6 @@ each member's training return and hyperparameter schedule against env
 steps, and the copies between members. Pure functions over metrics rows;
 launch/plot_pbt.py draws them."""
 
-import json
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -14,26 +13,14 @@ MEMBERS = 'members'
 EVENTS = 'events.jsonl'
 
 
-def read_jsonl(path: str) -> List[Dict]:
-  """The rows of a JSON-lines file; a torn last line (a killed writer) is skipped."""
-  rows = []
-  with open(path) as f:
-    for line in f:
-      try:
-        rows.append(json.loads(line))
-      except ValueError:
-        continue
-  return rows
-
-
 def load_population(population_dir: str) -> Tuple[Dict[str, List[Dict]], List[Dict]]:
   """({member: its metrics rows}, the copies in events.jsonl)."""
   root = os.path.join(population_dir, MEMBERS)
-  members = {name: read_jsonl(run_folder.metrics_path(os.path.join(root, name)))
+  members = {name: run_folder.read_jsonl(run_folder.metrics_path(os.path.join(root, name)))
              for name in sorted(os.listdir(root))
              if os.path.isfile(run_folder.metrics_path(os.path.join(root, name)))}
   events_path = os.path.join(population_dir, EVENTS)
-  events = read_jsonl(events_path) if os.path.exists(events_path) else []
+  events = run_folder.read_jsonl(events_path) if os.path.exists(events_path) else []
   return members, events
 
 

@@ -20,7 +20,7 @@ from absl import flags
 
 from analysis import run_compare
 from analysis import run_metrics
-from launch import plot_runs
+from analysis import run_plots
 
 _LABELS = flags.DEFINE_list('labels', None, 'One label per run (default: folder names).')
 _STEPS = flags.DEFINE_list('steps', ['500000', '750000'], 'Agent steps per task to compare at.')
@@ -38,7 +38,7 @@ def main(argv):
     raise app.UsageError(f'{len(labels)} labels for {len(workdirs)} runs')
   try:
     steps = [float(s) for s in _STEPS.value]
-    thresholds = plot_runs.parse_uniform(_THRESHOLD.value)
+    thresholds = run_plots.parse_uniform(_THRESHOLD.value)
   except ValueError as e:
     raise app.UsageError(f'--steps and --threshold take numbers: {e}')
   try:

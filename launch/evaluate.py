@@ -12,8 +12,6 @@ one GIF per task of its first episode in <workdir>/eval/<env_steps>_video/.
 A missing run, checkpoint or step stops it with one line and exit status 2.
 """
 
-import json
-import os
 import sys
 import warnings
 
@@ -22,10 +20,8 @@ from absl import flags
 from absl import logging
 
 from agents.checkpoint import CheckpointError
-from analysis import evaluation
-from analysis.run_loading import load_run
+from analysis.run_evaluation import run_evaluation
 from configs.validation import ConfigError
-from envs import render
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Run folder written by launch/train.py.')
 _STEP = flags.DEFINE_integer('step', None, 'Env step of the checkpoint; default: the latest.')
@@ -44,45 +40,6 @@ _NUM_ENVS = flags.DEFINE_integer('num_envs', 8, 'Envs per task stepped in parall
 _SEED = flags.DEFINE_integer('seed', 0, 'Seeds the envs and the action sampling.')
 _OVERWRITE = flags.DEFINE_bool('overwrite', False, 'Replace eval/<step>.json if it exists '
                                'instead of writing eval/<step>.<n>.json beside it.')
-
-
-def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
-                   max_video_frames=2000, max_steps=None, num_envs=8, seed=0, out=print,
-                   uniform=False, overwrite=False):
-  """Loads, evaluates every task, writes the JSON (and GIFs); returns the record."""
-  run = load_run(workdir, step)
-  for bad_step, what in run.skipped:
-    out(f'skipped the checkpoint at env step {bad_step:,}: damaged ({what})')
-  out(f'loaded {workdir} at env step {run.env_steps:,}; playing {episodes} episodes '
-      f'of each of {run.plan.num_tasks} task(s)')
-  eval_dir = os.path.join(workdir, 'eval')
-  video_dir = os.path.join(eval_dir, f'{run.env_steps}_video')
-  if video:
-    os.makedirs(video_dir, exist_ok=True)
-  results = []
-  for task_id in range(run.plan.num_tasks):
-    result = evaluation.evaluate_task(
-        run, task_id, episodes, greedy=greedy, uniform=uniform, seed=seed, video=video,
-        max_video_frames=max_video_frames, max_steps=max_steps, num_envs=num_envs)
-    if result.frames:
-      path = os.path.join(video_dir, f'{result.name}.gif')
-      render.write_gif(path, result.frames, result.video_fps)
-      out(f'video: {path} ({len(result.frames)} frames)')
-    result.frames = []  # GIF written: free the memory before the next task
-    results.append(result)
-  settings = {'episodes': episodes, 'greedy': greedy, 'uniform': uniform, 'step': step,
-              'seed': seed,
-              'max_steps': max_steps, 'num_envs': num_envs}
-  record = evaluation.summary(run, results, settings)
-  os.makedirs(eval_dir, exist_ok=True)
-  path = evaluation.result_path(eval_dir, f'{run.env_steps}{"_uniform" if uniform else ""}',
-                                overwrite)
-  with open(path, 'w') as f:
-    json.dump(record, f, indent=2)
-  out(evaluation.format_table(record))
-  out(f'written: {path}')
-  return record
-
 
 def main(argv):
   if len(argv) > 1:

@@ -29,360 +29,21 @@ exit status is then 1. A mistake in the settings stops it before any work
 with one line naming the field (exit status 2).
 """
 
-import datetime
-import json
-import math
 import os
-import shutil
 import sys
 
 from absl import app
 from absl import flags
 
-from configs import pbt as pbt_lib
+from configs import command_line
 from configs import validation
+from rundir import population
 from rundir import run_folder
-from rundir import session as session_lib
-from launch import train as train_lib  # its --config flag is this script's too
 
 _POPULATION = flags.DEFINE_integer('population', None, 'Members (default: config.pbt.population)')
 _ADDRESS = flags.DEFINE_string(
     'address', None, "An existing Ray cluster to run on ('auto' or host:port); unset: Ray "
     'starts on this machine')
-
-MEMBERS = 'members'
-EVENTS = 'events.jsonl'
-SUMMARY = 'population.json'
-MEMBER_INFO = 'member.json'
-STATE = 'state'
-REPLACED = 'checkpoints.replaced'
-
-
-def member_name(trial_id: str) -> str:
-  """A member's folder name from its Ray trial id ('a1b2c_00003' -> 'member_00003')."""
-  return 'member_' + trial_id.rsplit('_', 1)[-1]
-
-
-def member_index(trial_id: str) -> int:
-  suffix = trial_id.rsplit('_', 1)[-1]
-  return int(suffix) if suffix.isdigit() else 0
-
-
-def install_checkpoint(state_dir: str, workdir: str, step: int, own: bool) -> None:
-  """Makes the checkpoint in `state_dir` (an orbax step folder with its
-  manifest) the newest of `workdir`'s at `step`: the member's own newer
-  checkpoints, and one at the same step unless it is the member's own and
-  intact, move to checkpoints.replaced/."""
-  from agents import checkpoint  # pylint: disable=import-outside-toplevel
-  root = checkpoint.directory(workdir)
-  os.makedirs(root, exist_ok=True)
-  for existing in checkpoint.steps_on_disk(workdir):
-    keep = own and existing == step and checkpoint.damage(os.path.join(root, str(step))) is None
-    if existing >= step and not keep:
-      dest_dir = os.path.join(os.path.abspath(workdir), REPLACED)
-      os.makedirs(dest_dir, exist_ok=True)
-      dest = os.path.join(dest_dir, f'{existing}.{datetime.datetime.now():%Y%m%d-%H%M%S-%f}')
-      shutil.move(os.path.join(root, str(existing)), dest)
-  target = os.path.join(root, str(step))
-  if not os.path.exists(target):
-    shutil.copytree(state_dir, target + '.copying')
-    os.replace(target + '.copying', target)
-
-
-def _trainable(tune):
-  """The member class (Ray imported by the caller)."""
-
-  class Member(tune.Trainable):
-    """One member: a run folder trained interval by interval."""
-
-    def setup(self, tune_config, base=None, settings=None, population_dir=None, ledger=None):
-      self.settings, self.ledger = settings, ledger
-      self.name = member_name(self.trial_id)
-      config = base.copy_and_resolve_references()
-      with config.unlocked():
-        config.workdir = os.path.join(population_dir, MEMBERS, self.name)
-        config.seed = base.seed + member_index(self.trial_id)
-        config.log.progress = False
-        config.wandb.group = config.wandb.group or os.path.basename(population_dir)
-        self.values = {k: float(tune_config[k]) for k in settings.ranges}
-        pbt_lib.apply(config, self.values, settings)
-      self.config = config
-      self.session = None
-      self.copied_from = None
-      self.last_score = -math.inf
-
-    def load_checkpoint(self, checkpoint_dir):
-      with open(os.path.join(checkpoint_dir, MEMBER_INFO)) as f:
-        info = json.load(f)
-      own = info['member'] == self.name
-      install_checkpoint(os.path.join(checkpoint_dir, STATE), self.config.workdir,
-                         int(info['env_steps']), own)
-      if not own:
-        self.copied_from = info
-      else:
-        self.last_score = info.get('score', self.last_score)
-
-    def _open(self):
-      self.session = session_lib.Session(self.config)
-      for note in self.session.notes:
-        print(f'{self.name}: {note}', flush=True)
-      if self.copied_from is not None:
-        donor = self.copied_from
-        self.session.logger.write({
-            'env_steps': int(donor['env_steps']), 'pbt/copied_from': donor['member'],
-            'pbt/donor_score': donor.get('score'),
-            **{f'pbt/{k}': v for k, v in self.values.items()}})
-
-    def step(self):
-      if self.session is None:
-        self._open()
-      total = self.config.total_env_steps
-      interval = self.settings.interval
-      target = min(total, (self.session.env_steps // interval + 1) * interval)
-      rows = []
-      self.session.train_until(target, rows.append)
-      plan = self.session.plan
-      score = pbt_lib.score(rows, plan, self.settings, tuple(self.config.reward_scales))
-      if score is None:  # no episode ended in the interval: the last score stands
-        score = self.last_score
-      self.last_score = score
-      steps = self.session.env_steps
-      self.session.logger.write({'env_steps': steps, 'pbt/score': score,
-                                 **{f'pbt/{k}': v for k, v in self.values.items()}})
-      for row in self._copies_of_mine():
-        # At this member's own step: metrics.jsonl's env steps never go back
-        # (a step back reads as a resume, run_metrics.stitch_resumed).
-        self.session.logger.write({**row, 'env_steps': steps})
-      return {'score': score, 'env_steps': steps, 'member': self.name,
-              'done': steps >= total, **self.values}
-
-    def _copies_of_mine(self):
-      """Rows for the copies other members made of this one since its last
-      interval; none when the ledger cannot be reached (the population's
-      end writes what is missing from events.jsonl)."""
-      if self.ledger is None:
-        return []
-      import ray  # pylint: disable=import-outside-toplevel
-      try:
-        return ray.get(self.ledger.take.remote(self.name), timeout=60)
-      except Exception as e:  # noqa: BLE001 -- Ray raises several kinds; the member goes on
-        print(f'{self.name}: warning: the copy ledger is unreachable ({type(e).__name__}); '
-              'copies of this member are written when the population ends', flush=True)
-        self.ledger = None
-        return []
-
-    def save_checkpoint(self, checkpoint_dir):
-      from agents import checkpoint  # pylint: disable=import-outside-toplevel
-      step, _ = checkpoint.find_intact(self.config.workdir)
-      shutil.copytree(os.path.join(checkpoint.directory(self.config.workdir), str(step)),
-                      os.path.join(checkpoint_dir, STATE))
-      with open(os.path.join(checkpoint_dir, MEMBER_INFO), 'w') as f:
-        json.dump({'member': self.name, 'env_steps': step, 'score': self.last_score,
-                   'workdir': self.config.workdir, 'values': self.values}, f)
-
-    def reset_config(self, new_config):
-      return False  # a new member process for every change: its run folder reopens
-
-    def cleanup(self):
-      if self.session is not None:
-        self.session.close()
-        self.session = None
-
-  return Member
-
-
-def _scheduler(tune, settings, population_dir, ledger):
-  from ray.tune.schedulers import PopulationBasedTraining  # pylint: disable=import-outside-toplevel
-
-  class RecordedPBT(PopulationBasedTraining):
-    """Ray's PBT, with every copy written to events.jsonl and queued for
-    the donor's metrics (it writes them at its next interval)."""
-
-    def _exploit(self, tune_controller, trial, trial_to_clone):
-      donor_state = self._trial_state[trial_to_clone]
-      super()._exploit(tune_controller, trial, trial_to_clone)
-      result = donor_state.last_result or {}
-      event = {'time': datetime.datetime.now().isoformat(timespec='seconds'),
-               'donor': member_name(trial_to_clone.trial_id),
-               'recipient': member_name(trial.trial_id),
-               'env_steps': result.get('env_steps'), 'donor_score': donor_state.last_score,
-               'recipient_score': self._trial_state[trial].last_score,
-               'new_values': {k: trial.config[k] for k in settings.ranges}}
-      with open(os.path.join(population_dir, EVENTS), 'a') as f:
-        f.write(json.dumps(event) + '\n')
-      print(f'pbt: {event["recipient"]} (score {event["recipient_score"]:.4g}) copies '
-            f'{event["donor"]} (score {event["donor_score"]:.4g}) at env step '
-            f'{event["env_steps"]:,}; now ' + ', '.join(
-                f'{k}={v:.3g}' for k, v in event['new_values'].items()), flush=True)
-      try:
-        ledger.add.remote(event['donor'], _donor_row(event))
-      except Exception:  # noqa: BLE001 -- the end writes it from events.jsonl
-        pass
-
-  return RecordedPBT(
-      time_attr='env_steps', metric='score', mode='max',
-      # Members report at interval boundaries, give or take one update: every
-      # report is a perturbation point, none is two.
-      perturbation_interval=max(1, settings.interval // 2),
-      hyperparam_mutations={k: tune.loguniform(lo, hi) for k, (lo, hi) in settings.ranges.items()},
-      quantile_fraction=settings.quantile, resample_probability=settings.resample_probability,
-      perturbation_factors=settings.perturb_factors,
-      custom_explore_fn=lambda c: {**c, **pbt_lib.clip(
-          {k: c[k] for k in settings.ranges}, settings)},
-      log_config=True)
-
-
-def _donor_row(event):
-  """The donor's record of a copy; written at the donor's env step then,
-  the copied checkpoint's step is 'pbt/copied_step'."""
-  return {'pbt/copied_to': event['recipient'], 'pbt/copied_step': event['env_steps'],
-          'pbt/recipient_score': event['recipient_score']}
-
-
-def _ledger_class(ray):
-
-  @ray.remote(num_cpus=0)
-  class Ledger:
-    """Copies waiting to be written into their donors' metrics."""
-
-    def __init__(self):
-      self._pending = {}
-
-    def add(self, donor, row):
-      self._pending.setdefault(donor, []).append(row)
-
-    def take(self, member):
-      return self._pending.pop(member, [])
-
-  return Ledger
-
-
-def run_population(config, population=None, address=None):
-  """Runs the population; returns (summary dict, exit status). ConfigError
-  on a bad setting, before Ray starts."""
-  plan = validation.validate(config)
-  settings = pbt_lib.check(config, plan, population)
-  with config.unlocked():
-    if not config.workdir:
-      config.workdir = run_folder.resolve_workdir(config).rstrip('/') + '-pbt'
-    if not config.actors.cores:
-      # Members train side by side: each sizes its actors (the fields left
-      # at 0) for the CPUs Ray gives it, not for the whole machine.
-      config.actors.cores = max(1, math.ceil(settings.cpus_per_member))
-  population_dir = os.path.abspath(config.workdir)
-  run_folder.check_path_length(os.path.join(population_dir, MEMBERS, 'member_00000'))
-  os.makedirs(population_dir, exist_ok=True)
-
-  import ray  # pylint: disable=import-outside-toplevel
-  from ray import tune  # pylint: disable=import-outside-toplevel
-
-  if address:
-    ray.init(address=address, include_dashboard=False, log_to_driver=True)
-  else:
-    # Ray starts its workers at nice 15; members are this job's main work
-    # (and a run beside them would starve them at start-up).
-    os.environ.setdefault('RAY_worker_niceness', '0')
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=True)
-  at_once = int(ray.cluster_resources().get('CPU', 1) // settings.cpus_per_member)
-  print(f'population of {settings.population} in {population_dir}: {at_once} member(s) at once '
-        f'({settings.cpus_per_member:g} CPU each), exploit/explore every '
-        f'{settings.interval:,} env steps, ranked by '
-        f'{settings.metric if settings.metric != "auto" else settings.score_kind}', flush=True)
-  try:  # the driver leaves the cluster whatever happens: a driver still connected
-    # when a cluster it joined stops is ended by Ray itself (exit status 1)
-    ledger = _ledger_class(ray).remote()
-    starts = pbt_lib.starts(settings, config.seed)
-    chosen = {}
-
-    def start_value(name):
-      def sample(_):
-        i = chosen.setdefault(name, iter(range(settings.population)))
-        return starts[next(i)][name]
-      return tune.sample_from(sample)
-
-    trainable = tune.with_resources(
-        tune.with_parameters(_trainable(tune), base=config, settings=settings,
-                             population_dir=population_dir, ledger=ledger),
-        {'cpu': settings.cpus_per_member})
-    storage = os.path.join(population_dir, 'ray')
-    name = 'tune'
-    run_config = tune.RunConfig(
-        name=name, storage_path=storage, verbose=1,
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-        failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
-        stop={'env_steps': config.total_env_steps})
-    path = os.path.join(storage, name)
-    if tune.Tuner.can_restore(path):
-      print(f'resuming the population in {path}', flush=True)
-      tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True,
-                                 resume_errored=False)
-    else:
-      tuner = tune.Tuner(
-          trainable,
-          param_space={k: start_value(k) for k in settings.ranges},
-          tune_config=tune.TuneConfig(
-              scheduler=_scheduler(tune, settings, population_dir, ledger),
-              num_samples=settings.population, reuse_actors=False),
-          run_config=run_config)
-    results = tuner.fit()
-    _write_missing_donor_rows(population_dir)
-    summary = _summarise(results, population_dir, settings)
-  finally:
-    ray.shutdown()
-  return summary, (1 if summary['failed'] else 0)
-
-
-def _write_missing_donor_rows(population_dir):
-  """Each copy in events.jsonl that its donor did not record (it finished
-  before its next interval, or the ledger was unreachable): written into
-  the donor's metrics now, at its last env step (its run folder is closed)."""
-  from analysis import pbt_curves  # pylint: disable=import-outside-toplevel
-  events_path = os.path.join(population_dir, EVENTS)
-  if not os.path.exists(events_path):
-    return
-  for event in pbt_curves.read_jsonl(events_path):
-    path = run_folder.metrics_path(os.path.join(population_dir, MEMBERS, event['donor']))
-    if not os.path.exists(path):
-      continue
-    rows = pbt_curves.read_jsonl(path)
-    row = _donor_row(event)
-    if any(r.get('pbt/copied_to') == row['pbt/copied_to'] and
-           r.get('pbt/copied_step') == row['pbt/copied_step'] for r in rows):
-      continue
-    last = max((int(r['env_steps']) for r in rows if 'env_steps' in r), default=0)
-    with open(path, 'a') as f:
-      f.write(json.dumps({**row, 'env_steps': last}) + '\n')
-
-
-def _summarise(results, population_dir, settings):
-  events = []
-  events_path = os.path.join(population_dir, EVENTS)
-  if os.path.exists(events_path):
-    with open(events_path) as f:
-      events = [json.loads(line) for line in f if line.strip()]
-  members, failed = [], []
-  for result in results:
-    metrics = result.metrics or {}
-    trial_id = metrics.get('trial_id') or os.path.basename(result.path).split('_')[-2]
-    name = metrics.get('member') or member_name(str(trial_id))
-    row = {'member': name, 'score': metrics.get('score'), 'env_steps': metrics.get('env_steps'),
-           'values': {k: metrics.get(k, (result.config or {}).get(k)) for k in settings.ranges},
-           'copied_from': [e['donor'] for e in events if e['recipient'] == name],
-           'copied_to': [e['recipient'] for e in events if e['donor'] == name],
-           'error': None}
-    if result.error is not None:
-      first = next((line for line in str(result.error).splitlines() if line.strip()), '')
-      row['error'] = f'{type(result.error).__name__}: {first}'[:500]
-      failed.append(name)
-    members.append(row)
-  members.sort(key=lambda r: r['member'])
-  scores = [r['score'] for r in members if r['score'] is not None and r['error'] is None]
-  summary = {'members': members, 'copies': len(events), 'failed': failed,
-             'best_score': max(scores) if scores else None, 'score_kind': settings.score_kind
-             if settings.metric == 'auto' else settings.metric}
-  with open(os.path.join(population_dir, SUMMARY), 'w') as f:
-    json.dump(summary, f, indent=1)
-  return summary
 
 
 def _print_summary(summary, population_dir):
@@ -394,7 +55,7 @@ def _print_summary(summary, population_dir):
     print(f'{r["member"]}: {state}; {values}; copied from {r["copied_from"] or "none"}',
           flush=True)
   print(f'{summary["copies"]} copies; best score {summary["best_score"]}; '
-        f'{os.path.join(population_dir, SUMMARY)}', flush=True)
+        f'{os.path.join(population_dir, population.SUMMARY)}', flush=True)
   for name in summary['failed']:
     print(f'error: {name} failed; the other members went on', file=sys.stderr, flush=True)
 
@@ -402,9 +63,9 @@ def _print_summary(summary, population_dir):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  config = train_lib.load_config()
+  config = command_line.load_config()
   try:
-    summary, status = run_population(config, _POPULATION.value, _ADDRESS.value)
+    summary, status = population.run_population(config, _POPULATION.value, _ADDRESS.value)
   except (validation.ConfigError, run_folder.RunFolderError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
@@ -414,4 +75,4 @@ def main(argv):
 
 if __name__ == '__main__':
   flags.mark_flag_as_required('config')
-  app.run(main, flags_parser=train_lib.parse_flags)
+  app.run(main, flags_parser=command_line.parse_flags)

@@ -63,7 +63,7 @@ def main(argv):
     print(f'{name}: return {final:.2f} (last {_EPISODES.value} games) at env step '
           f'{steps[-1] if steps else 0:,}; copied {", ".join(made) or "no one"}')
   if _BASELINE.value:
-    rows = pbt_curves.read_jsonl(run_folder.metrics_path(_BASELINE.value))
+    rows = run_folder.read_jsonl(run_folder.metrics_path(_BASELINE.value))
     steps, values = pbt_curves.rolling_return(rows, task, _EPISODES.value)
     axes[0].plot(steps, values, color='black', ls='--', label='fixed hyperparameters')
     if values:

@@ -29,218 +29,30 @@ dashed line on its panel (--random does that for a single task).
 """
 
 import sys
-from typing import Dict, List, Optional, Tuple
 
 from absl import app
 from absl import flags
-import numpy as np
 
 from analysis import run_metrics
+from analysis import run_plots
 
-_OUTPUT = _LABELS = _WINDOW = _RANDOM = _THRESHOLD = _TITLE = _THRESHOLDS = _REFERENCES = None
-_PANELS = _MAX_STEPS = _SMOOTH = None
-
-# Titles of the metric panels; other metrics are titled by their key.
-PANEL_TITLES = {
-    'entropy': 'policy entropy',
-    'sps': 'agent steps / s',
-    'policy/logit_std': "log-probabilities' spread over states",
-    'kl_update': 'KL of one update',
-    'kl_behaviour': 'KL(behaviour || learner)',
-    'popart/mu/*': 'PopArt mu per task',
-    'popart/sigma/*': 'PopArt sigma per task',
-    'grad_policy/*': "each task's policy-gradient norm on the shared torso",
-    'grad_baseline/*': "each task's value-gradient norm on the shared torso",
-    'grad_share_policy/*': "each task's share of the torso gradient: policy",
-    'grad_share_baseline/*': "each task's share of the torso gradient: value",
-    'value_loss/*': "each task's value loss (normalised units)",
-    'norm_target_mean/*': "each task's normalised targets: mean",
-    'norm_target_std/*': "each task's normalised targets: spread",
-    'advantage_rms/*': "each task's advantages (rms, sigma units)",
-}
-
-# Agent steps (4 frames each) at which published implementations' mean
-# training return on Pong first reaches -15, 0 and +18 (low, high), read from
-# their plots (docs/results.md, Pong; cleanrl docs/rl-algorithms/ppo, Cleanba
-# static/cleanba main_10CPU.csv, moolib docs/atari_2.png, openai/baselines-results).
-PONG_REFERENCES = {
-    'cleanrl PPO': {-15: (0.75e6, 0.84e6), 0: (1.34e6, 1.44e6), 18: (3.2e6, 3.5e6)},
-    'baselines PPO2': {-15: (0.5e6, 0.9e6), 0: (1.15e6, 1.5e6), 18: (2.2e6, 2.8e6)},
-    'Cleanba IMPALA (ResNet)': {-15: (0.9e6, 0.9e6), 0: (2e6, 3e6), 18: (16e6, 16e6)},
-    'TorchBeast IMPALA': {-15: (1e6, 1e6), 0: (1.4e6, 1.4e6), 18: (3.2e6, 3.2e6)},
-    'moolib IMPALA': {-15: (2.2e6, 2.2e6), 0: (3.4e6, 3.4e6), 18: (8.8e6, 8.8e6)},
-    'baselines A2C': {-15: (2.1e6, 2.5e6), 0: (2.8e6, 4.2e6), 18: (5e6, 8.4e6)},
-}
-REFERENCES = {'pong': PONG_REFERENCES}
-
-
-def _define_flags():
-  """The script's flags, defined only when it runs as a script: tests import
-  this module beside other launch/ modules with flags of the same names."""
-  global _OUTPUT, _LABELS, _WINDOW, _RANDOM, _THRESHOLD, _TITLE, _THRESHOLDS, _REFERENCES, _PANELS
-  global _MAX_STEPS, _PER_TASK_STEPS, _UNIFORM, _SMOOTH
-  _OUTPUT = flags.DEFINE_string('output', 'curves.png', 'PNG to write.')
-  _LABELS = flags.DEFINE_list('labels', [], 'One label per run folder (default: folder names).')
-  _WINDOW = flags.DEFINE_integer('window', 100_000, 'Env steps the smoothed return averages over.')
-  _RANDOM = flags.DEFINE_float('random', None, 'Random play\'s score: a dashed line.')
-  _THRESHOLD = flags.DEFINE_float('threshold', None, 'A return to report first crossings of.')
-  _TITLE = flags.DEFINE_string('title', '', 'Figure title.')
-  _THRESHOLDS = flags.DEFINE_list('thresholds', [], 'Returns to report first crossings of.')
-  _PANELS = flags.DEFINE_list('panels', ['entropy', 'sps'], 'Metrics drawn in panels of their own.')
-  _MAX_STEPS = flags.DEFINE_integer('max_steps', 0, 'Draw only env steps up to this (0: all).')
-  _SMOOTH = flags.DEFINE_integer('smooth', 1, 'Panel metrics as the mean of this many logged '
-                                 'values up to each (1: as logged).', lower_bound=1)
-  _PER_TASK_STEPS = flags.DEFINE_bool(
-      'per_task_steps', False, "x axis: a run's agent steps per task (env steps / its tasks).")
-  _UNIFORM = flags.DEFINE_list('uniform', [], "Uniform play's score per task, as "
-                               '<task>=<return>: a dashed line on that task\'s panel.')
-  _REFERENCES = flags.DEFINE_enum('references', None, list(REFERENCES),
-                                  "Published steps to given returns to draw (one task only).")
-
-
-def per_task_steps(run):
-  """The run with env_steps divided by its number of tasks: the agent steps
-  each task got (the actors step every task's envs equally)."""
-  n = max(1, len(run.task_names))
-  return run_metrics.Run(run.name, [dict(r, env_steps=r['env_steps'] / n) for r in run.records],
-                     run.config)
-
-
-def parse_uniform(items: List[str]) -> Dict[str, float]:
-  """['Pong=-20.2', 'Carnival=770'] -> {'Pong': -20.2, 'Carnival': 770.0}."""
-  out = {}
-  for item in items:
-    task, sep, value = item.partition('=')
-    try:
-      out[task] = float(value)
-    except ValueError:
-      sep = ''
-    if not sep or not task:
-      raise ValueError(f'--uniform takes <task>=<return>, got {item!r}')
-  return out
-
-
-def smoothed_returns(run, task: str, window: int) -> Tuple[np.ndarray, np.ndarray]:
-  """(env steps, mean return of the games that ended in the preceding
-  `window` env steps), at every log step with at least one such game."""
-  rows = [(r['env_steps'], r[f'episode_return/{task}'], r[f'episodes/{task}'])
-          for r in run.records if f'episode_return/{task}' in r]
-  if not rows:
-    return np.zeros(0), np.zeros(0)
-  steps, means, counts = (np.asarray(v, float) for v in zip(*rows))
-  out = []
-  for s in steps:
-    inside = (steps > s - window) & (steps <= s)
-    out.append(np.sum(means[inside] * counts[inside]) / np.sum(counts[inside]))
-  return steps, np.asarray(out)
-
-
-def rolling_mean(x: np.ndarray, y: np.ndarray, n: int) -> Tuple[np.ndarray, np.ndarray]:
-  """(x, the mean of the last n values of y up to each point); as given for n = 1."""
-  if n <= 1 or not len(y):
-    return x, y
-  sums = np.cumsum(np.concatenate([[0.0], y]))
-  counts = np.minimum(np.arange(1, len(y) + 1), n)
-  return x, (sums[1:] - sums[np.arange(len(y)) + 1 - counts]) / counts
-
-
-def first_crossing(steps: np.ndarray, values: np.ndarray, threshold: float) -> Optional[float]:
-  above = np.flatnonzero(values >= threshold)
-  return float(steps[above[0]]) if len(above) else None
-
-
-def draw_references(ax, references, xmax: Optional[float] = None):
-  """Each implementation's (low, high) agent steps to each return level as
-  a horizontal bar with end marks (a point where low = high); bars past
-  `xmax` are left out."""
-  import matplotlib.pyplot as plt
-  colours = plt.rcParams['axes.prop_cycle'].by_key()['color']
-  for k, (name, levels) in enumerate(references.items()):
-    colour = colours[(k + 4) % len(colours)]
-    offset = (k - (len(references) - 1) / 2) * 0.6   # keep the bars of one level apart
-    first = True
-    for level, (lo, hi) in sorted(levels.items()):
-      if xmax is not None and lo > xmax:
-        continue
-      mid = (lo + hi) / 2
-      ax.errorbar([mid], [level + offset], xerr=[[mid - lo], [hi - mid]], fmt='s', ms=3,
-                  color=colour, capsize=3, lw=1, alpha=0.8,
-                  label=f'{name} (published)' if first else None)
-      first = False
-
-
-def plot(runs, labels: List[str], output: str, window: int, random_score=None,
-         threshold=None, title: str = '', references=None,
-         panels: Tuple[str, ...] = ('entropy', 'sps'), uniform: Optional[Dict[str, float]] = None,
-         xlabel: str = 'agent steps', smooth: int = 1):
-  import matplotlib
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
-  tasks = sorted({t for run in runs for t in run.task_names})
-  cols = max(min(3, len(tasks)), min(3, len(panels)))
-  task_rows = -(-len(tasks) // cols)
-  rows = task_rows + -(-len(panels) // cols)
-  fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False)
-  if len(tasks) == 1 and cols > 1:   # one task: its return panel spans the first row
-    spanning = fig.add_subplot(axes[0][0].get_gridspec()[0, :])
-    for ax in axes[0]:
-      ax.remove()
-    axes[0] = [spanning] * cols
-  for i, task in enumerate(tasks):
-    ax = axes[i // cols][i % cols]
-    for k, (run, label) in enumerate(zip(runs, labels)):
-      x, y = smoothed_returns(run, task, window)
-      if len(x):
-        ax.plot(x, y, label=label, color=f'C{k}')   # a run's colour in every panel
-    if random_score is not None and len(tasks) == 1:
-      ax.axhline(random_score, color='grey', ls='--', lw=1, label='random')
-    if uniform and task in uniform:
-      ax.axhline(uniform[task], color='grey', ls='--', lw=1, label='uniform play')
-    if threshold is not None and len(tasks) == 1:
-      ax.axhline(threshold, color='red', ls=':', lw=1, label=f'{threshold:g}')
-    if references and len(tasks) == 1:
-      xmax = max((run.records[-1]['env_steps'] for run in runs if run.records), default=None)
-      draw_references(ax, references, 1.1 * xmax if xmax else None)
-    ax.set_title(f'{task}: return (games ending in the last {window // 1000:g}k steps)', fontsize=8)
-    ax.set_xlabel(xlabel)
-    if references and len(tasks) == 1:   # many entries: beside the panel, not over the curves
-      ax.legend(fontsize=7, loc='upper left', bbox_to_anchor=(1.01, 1.0))
-    else:
-      ax.legend(fontsize=7)
-  for i in range(len(tasks), task_rows * cols):
-    if not (len(tasks) == 1 and i < cols):
-      axes[i // cols][i % cols].axis('off')
-  for row in axes[task_rows:]:
-    for ax in row:
-      ax.axis('off')
-  for j, key in enumerate(panels):
-    ax = axes[task_rows + j // cols][j % cols]
-    ax.axis('on')
-    for run, label in zip(runs, labels):
-      if '*' in key:   # one line per task: e.g. popart/sigma/*
-        for task in run.task_names:
-          x, y = rolling_mean(*run.series(key.replace('*', task)), smooth)
-          if len(x):
-            ax.plot(x, y, label=f'{label}: {task}' if len(runs) > 1 else task, lw=0.8)
-      else:
-        x, y = rolling_mean(*run.series(key), smooth)
-        ax.plot(x, y, label=label, lw=0.8, color=f'C{runs.index(run)}')
-    if key.startswith('popart/'):   # games' scales differ 100x; mu may be negative
-      ax.set_yscale('symlog', linthresh=1.0)
-    if key.startswith('dead/'):
-      ax.set_ylim(0, 1)
-    if key.startswith(('kl', 'grad_policy', 'grad_baseline', 'value_loss')):
-      # collapses jump by 100x, and tasks' gradients and value losses differ
-      # by as much: a log scale keeps the rest readable
-      ax.set_yscale('log')
-    ax.set_title(PANEL_TITLES.get(key, key.replace('dead/', 'share of units dead: ')), fontsize=8)
-    ax.set_xlabel(xlabel)
-    ax.legend(fontsize=7)
-  if title:
-    fig.suptitle(title, fontsize=10)
-  fig.tight_layout()
-  fig.savefig(output, dpi=90)
-  return tasks
+_OUTPUT = flags.DEFINE_string('output', 'curves.png', 'PNG to write.')
+_LABELS = flags.DEFINE_list('labels', [], 'One label per run folder (default: folder names).')
+_WINDOW = flags.DEFINE_integer('window', 100_000, 'Env steps the smoothed return averages over.')
+_RANDOM = flags.DEFINE_float('random', None, 'Random play\'s score: a dashed line.')
+_THRESHOLD = flags.DEFINE_float('threshold', None, 'A return to report first crossings of.')
+_TITLE = flags.DEFINE_string('title', '', 'Figure title.')
+_THRESHOLDS = flags.DEFINE_list('thresholds', [], 'Returns to report first crossings of.')
+_PANELS = flags.DEFINE_list('panels', ['entropy', 'sps'], 'Metrics drawn in panels of their own.')
+_MAX_STEPS = flags.DEFINE_integer('max_steps', 0, 'Draw only env steps up to this (0: all).')
+_SMOOTH = flags.DEFINE_integer('smooth', 1, 'Panel metrics as the mean of this many logged '
+                               'values up to each (1: as logged).', lower_bound=1)
+_PER_TASK_STEPS = flags.DEFINE_bool(
+    'per_task_steps', False, "x axis: a run's agent steps per task (env steps / its tasks).")
+_UNIFORM = flags.DEFINE_list('uniform', [], "Uniform play's score per task, as "
+                             '<task>=<return>: a dashed line on that task\'s panel.')
+_REFERENCES = flags.DEFINE_enum('references', None, list(run_plots.REFERENCES),
+                                "Published steps to given returns to draw (one task only).")
 
 
 def main(argv):
@@ -253,21 +65,21 @@ def main(argv):
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
   try:
-    uniform = parse_uniform(_UNIFORM.value)
+    uniform = run_plots.parse_uniform(_UNIFORM.value)
   except ValueError as e:
     raise app.UsageError(str(e))
   if _PER_TASK_STEPS.value:
-    runs = [per_task_steps(run) for run in runs]
+    runs = [run_plots.per_task_steps(run) for run in runs]
   if _MAX_STEPS.value:
     runs = [run_metrics.Run(run.name, [r for r in run.records if r['env_steps'] <= _MAX_STEPS.value],
                         run.config) for run in runs]
   labels = _LABELS.value or [r.name for r in runs]
   if len(labels) != len(runs):
     raise app.UsageError(f'{len(labels)} labels for {len(runs)} runs')
-  tasks = plot(runs, labels, _OUTPUT.value, _WINDOW.value, _RANDOM.value, _THRESHOLD.value,
-               _TITLE.value, REFERENCES.get(_REFERENCES.value), tuple(_PANELS.value), uniform,
-               'agent steps per task' if _PER_TASK_STEPS.value else 'agent steps',
-               _SMOOTH.value)
+  tasks = run_plots.plot(
+      runs, labels, _OUTPUT.value, _WINDOW.value, _RANDOM.value, _THRESHOLD.value, _TITLE.value,
+      run_plots.REFERENCES.get(_REFERENCES.value), tuple(_PANELS.value), uniform,
+      'agent steps per task' if _PER_TASK_STEPS.value else 'agent steps', _SMOOTH.value)
   thresholds = [float(t) for t in _THRESHOLDS.value]
   if _THRESHOLD.value is not None:
     thresholds.insert(0, _THRESHOLD.value)
@@ -278,16 +90,15 @@ def main(argv):
     unit = 'agent steps per task' if _PER_TASK_STEPS.value else 'env steps'
     print(f'{label}: {steps:,.0f} {unit} in {minutes:.0f} min')
     for task in tasks:
-      x, y = smoothed_returns(run, task, _WINDOW.value)
+      x, y = run_plots.smoothed_returns(run, task, _WINDOW.value)
       if not len(x):
         continue
       line = f'  {task}: first {y[0]:.2f}, best {y.max():.2f}, last {y[-1]:.2f}'
       for threshold in thresholds:
-        cross = first_crossing(x, y, threshold)
+        cross = run_plots.first_crossing(x, y, threshold)
         line += f', reached {threshold:g} at ' + (f'{cross:,.0f} steps' if cross is not None else 'never')
       print(line)
 
 
 if __name__ == '__main__':
-  _define_flags()
   app.run(main)

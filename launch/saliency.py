@@ -21,12 +21,11 @@ import warnings
 from absl import app
 from absl import flags
 from absl import logging
-import numpy as np
 from PIL import Image
 
 from agents.checkpoint import CheckpointError
-from analysis import evaluation
 from analysis import saliency as sal
+from analysis.saliency_episode import SaliencyError, explain
 from analysis.run_loading import load_run
 from configs.validation import ConfigError
 from envs import render
@@ -42,56 +41,11 @@ _GIF = flags.DEFINE_bool('gif', False, 'Also write the frames as saliency.gif.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the episode.')
 _OUTPUT = flags.DEFINE_string('output', '', 'Folder; default <workdir>/saliency/<step>_<task>.')
 
-
-class SaliencyError(ValueError):
-  """A wrong flag or a run that cannot be explained: one line, exit status 2."""
-
-
 def parse_frames(text: str):
   a, sep, b = text.partition(':')
   if not sep or not a.isdigit() or not b.isdigit() or int(b) <= int(a):
     raise SaliencyError(f'--frames must be A:B with 0 <= A < B, got {text!r}')
   return int(a), int(b)
-
-
-def explain(run, task_id: int, start: int, stop: int, stride: int, greedy: bool, seed: int):
-  """Plays the episode; returns per explained step (image, policy map, value map, info)."""
-  nethack = 'glyphs' in run.observation_spec
-  if not nethack and 'frames' not in run.observation_spec:
-    raise SaliencyError('saliency needs image observations (Atari frames or NetHack glyphs)')
-  scorer = sal.make_scorer(run.network, task_id)
-  stride = stride or (3 if nethack else 5)
-  if not nethack:
-    masks = sal.frame_masks(84, 84, stride)
-    centres = sal.grid(84, 84, stride)
-  out = []
-
-  def observe(t, obs, first, state, frame):
-    if t < start:
-      return
-    single = {k: v[0] for k, v in obs.items()}
-    if nethack:
-      perturbed, corners = sal.perturb_glyphs(single['glyphs'], stride)
-      s_pi, s_v = sal.saliency_scores(scorer, run.variables, single, bool(first[0]), state,
-                                      'glyphs', perturbed)
-      shape = single['glyphs'].shape
-      pmap, vmap = (sal.upsample(s, corners, shape, stride) for s in (s_pi, s_v))
-      # The map is rows 1..21 of the 24x80 terminal.
-      pmap, vmap = (np.pad(m, ((1, 24 - 1 - shape[0]), (0, 80 - shape[1]))) for m in (pmap, vmap))
-      image = render.render_tty(*frame)
-    else:
-      perturbed = sal.perturb_frames(single['frames'], masks)
-      s_pi, s_v = sal.saliency_scores(scorer, run.variables, single, bool(first[0]), state,
-                                      'frames', perturbed)
-      pmap, vmap = (sal.upsample(s, centres, (84, 84), stride) for s in (s_pi, s_v))
-      image = np.asarray(frame)
-    out.append((image, pmap, vmap, {'step': t, 'policy_max': float(s_pi.max()),
-                                    'value_max': float(s_v.max())}))
-
-  # Stops at step B, or earlier if the episode ends first.
-  evaluation.play_one_episode(run, task_id, observe, max_steps=stop, seed=seed, greedy=greedy)
-  return out
-
 
 def main(argv):
   if len(argv) > 1:

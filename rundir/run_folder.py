@@ -398,3 +398,15 @@ def prepare(config) -> Prepared:
   if problem is not None:
     raise RunFolderError(problem)
   return Prepared(workdir, lock, step, notes, allowed)
+
+
+def read_jsonl(path: str) -> List[Dict]:
+  """The rows of a JSON-lines file; a torn last line (a killed writer) is skipped."""
+  rows = []
+  with open(path) as f:
+    for line in f:
+      try:
+        rows.append(json.loads(line))
+      except ValueError:
+        continue
+  return rows

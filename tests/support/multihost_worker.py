@@ -95,15 +95,15 @@ def _smoke_config(out):
 def _actor_fails(out, failing):
   import jax
   from faults import make_env_step_fail
-  from launch import train
+  from rundir import lifecycle
   make_env_step_fail(None, lambda _: jax.process_index() == failing, after_steps=30)
   config = _smoke_config(out)
   config.total_env_steps = 10_000_000
   config.distributed.timeout_seconds = 60
   try:
-    train.train(config)
+    lifecycle.train(config)
   except Exception as e:  # noqa: BLE001 -- as launch/train.py's main
-    train._fail(e)
+    lifecycle.exit_on_failure(e)
 
 
 def _config_error(out):
@@ -111,7 +111,7 @@ def _config_error(out):
   process 1 only."""
   import jax
   from configs import validation
-  from launch import train
+  from rundir import lifecycle
   validate = validation.validate
 
   def validate_here(config):
@@ -122,28 +122,27 @@ def _config_error(out):
   validation.validate = validate_here
   config = _smoke_config(out)
   try:
-    train.train(config)
+    lifecycle.train(config)
   except validation.ConfigError as e:  # as launch/train.py's main
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
 
 
 def main(argv):
-  from absl import flags
   from infra import multihost
-  from launch import train  # defines --coordinator_address, --num_processes, --process_id
   mode, out = argv[1], argv[2]
-  failing = [int(a.split('=')[1]) for a in argv[3:] if a.startswith('--failing_process=')]
-  flags.FLAGS(['worker', *[a for a in argv[3:] if not a.startswith('--failing_process=')]])
-  spec = multihost.resolve(train._COORDINATOR.value, train._NUM_PROCESSES.value,
-                           train._PROCESS_ID.value)
+  options = dict(a[2:].split('=', 1) for a in argv[3:])  # launch/train.py's flag names
+  failing = int(options.get('failing_process', 1))
+  spec = multihost.resolve(options.get('coordinator_address'),
+                           int(options['num_processes']) if 'num_processes' in options else None,
+                           int(options['process_id']) if 'process_id' in options else None)
   multihost.initialize(spec, timeout_seconds=60, connect_timeout_seconds=120)
   if mode == 'update':
     _update(out)
   elif mode == 'config_error':
     _config_error(out)
   else:
-    _actor_fails(out, failing[0] if failing else 1)
+    _actor_fails(out, failing)
 
 
 if __name__ == '__main__':

@@ -4,7 +4,7 @@ import json
 import os
 
 from configs import cartpole
-from launch.train import train
+from rundir.lifecycle import train
 
 
 def read_records(path):

@@ -1,7 +1,7 @@
-"""launch/benchmark.py --suite=gpu at CI size on this CPU: every config's
+"""analysis/benchmark.py --suite=gpu at CI size on this CPU: every config's
 learner stage, both dtypes, one table (a compilation per entry: minutes)."""
 
-from launch import benchmark
+from analysis import benchmark
 
 
 def test_gpu_suite_runs_at_ci_size_on_a_cpu():

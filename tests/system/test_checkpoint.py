@@ -8,7 +8,7 @@ import numpy as np
 
 from agents.checkpoint import Checkpointer
 from configs import cartpole_popart
-from launch.train import train
+from rundir.lifecycle import train
 
 
 def _config(workdir, updates):

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from launch.compare_filters import conv_kernels, filter_distances, pick_steps
+from analysis.filters import conv_kernels, filter_distances, pick_steps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -42,7 +42,7 @@ def test_conv_kernels_and_step_picking():
 
 def test_command_on_two_runs(tmp_path):
   from configs import atari_single
-  from launch.train import train
+  from rundir.lifecycle import train
   runs = []
   for seed in (0, 1):
     config = atari_single.get_config('game=Pong,smoke')

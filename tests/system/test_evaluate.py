@@ -18,8 +18,8 @@ from analysis.run_loading import checkpoint_steps, load_config, load_run
 from configs import atari_single, cartpole, nethack_popart, validation
 from envs import render
 from envs.base import StepResult
-from launch.evaluate import run_evaluation
-from launch.train import train
+from analysis.run_evaluation import run_evaluation
+from rundir.lifecycle import train
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

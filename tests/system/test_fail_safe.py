@@ -16,7 +16,7 @@ from agents.checkpoint import Checkpointer
 from agents.trainer import ActorFailed, NonFiniteError, first_non_finite
 from configs import cartpole, cartpole_popart
 from faults import make_env_step_fail, make_rewards_nan, nan_reward_call
-from launch.train import train
+from rundir.lifecycle import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -135,7 +135,7 @@ def test_population_replaces_its_worst_and_beats_the_worst_setting(tmp_path):
   copiers (a CI run of 2026-11-26: at 8k, all at a random policy's ~22, it
   ranked first and was copied twice; later the member that had copied it
   sat beside it at the bottom until it copied a better one)."""
-  from launch import pbt
+  from rundir import population as pbt
   # The bottom half copies the top half: a member that reports while its
   # score is among the two lowest copies (with the bottom quarter, CI runs
   # made 1, 3 and 4 copies).
@@ -169,7 +169,7 @@ def test_population_replaces_its_worst_and_beats_the_worst_setting(tmp_path):
     assert any(f.startswith('events.out.tfevents')
                for f in os.listdir(tmp_path / 'pop' / 'members' / name))
 
-  from launch.train import train
+  from rundir.lifecycle import train
   fixed = _config(tmp_path / 'fixed')
   fixed.learning_rate = 1e-6
   fixed.total_env_steps = 48_000
@@ -185,7 +185,7 @@ def test_population_replaces_its_worst_and_beats_the_worst_setting(tmp_path):
 def test_a_member_that_crashes_is_reported_and_the_others_finish(tmp_path):
   """member_00001's process is killed once it has a checkpoint: the
   population finishes the others and names it (exit status 1)."""
-  from launch import pbt
+  from rundir import population as pbt
   c = _config(tmp_path / 'pop', adapt=('learning_rate',), interval_env_steps=8_000,
               cpus_per_member=0.5)
   c.total_env_steps = 32_000
@@ -236,7 +236,7 @@ def test_schedule_and_copies_from_a_members_rows():
 def test_installed_checkpoint_replaces_newer_ones(tmp_path):
   """A copied checkpoint becomes the newest of the member's folder: its
   own newer ones (and a different one at the same step) move aside."""
-  from launch import pbt
+  from rundir import population as pbt
   member = tmp_path / 'member'
   for step in (100, 200, 300):
     (member / 'checkpoints' / str(step) / 'default').mkdir(parents=True)
@@ -260,7 +260,7 @@ def test_address_joins_an_existing_ray_cluster(tmp_path, monkeypatch):
   import shutil
   import socket
   import tempfile
-  from launch import pbt
+  from rundir import population as pbt
   with socket.socket() as s:
     s.bind(('127.0.0.1', 0))
     port = s.getsockname()[1]

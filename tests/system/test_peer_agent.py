@@ -16,8 +16,8 @@ from analysis import evaluation
 from analysis import peer_agent
 from configs import nethack_popart
 from analysis.run_loading import load_run
-from launch.evaluate import run_evaluation
-from launch.train import train
+from analysis.run_evaluation import run_evaluation
+from rundir.lifecycle import train
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MONK = 'mon-hum-neu-mal'

@@ -22,7 +22,7 @@ from configs.validation import validate
 from faults import largest_data_file
 from rundir import run_folder
 from rundir.run_folder import RunFolderError
-from launch.train import RunStopped, train
+from rundir.lifecycle import RunStopped, train
 from training_runs import read_records as _records
 from training_runs import smoke_config as _smoke
 

@@ -62,7 +62,7 @@ def test_overlay_adds_red_for_policy_and_green_for_value():
 
 def test_command_on_a_tiny_pong_run(tmp_path):
   from configs import atari_single
-  from launch.train import train
+  from rundir.lifecycle import train
   config = atari_single.get_config('game=Pong,smoke')
   config.workdir = str(tmp_path / 'run')
   train(config)
@@ -92,7 +92,7 @@ def test_command_on_a_tiny_pong_run(tmp_path):
 
 def test_command_on_a_tiny_nethack_run(tmp_path):
   from configs import nethack_popart
-  from launch.train import train
+  from rundir.lifecycle import train
   config = nethack_popart.get_config('chars=val-dwa-law-fem,smoke')
   config.workdir = str(tmp_path / 'run')
   train(config)

@@ -12,7 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from configs import cartpole
 from rundir import run_logger
 from rundir import tensorboard_writer
-from launch.train import train
+from rundir.lifecycle import train
 from training_runs import read_records as _records
 from training_runs import smoke_config as _smoke
 

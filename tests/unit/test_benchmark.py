@@ -1,4 +1,4 @@
-"""launch/benchmark.py: the learner stage's synthetic batch (the GPU suite at
+"""analysis/benchmark.py: the learner stage's synthetic batch (the GPU suite at
 CI size: tests/system/test_benchmark_suite.py)."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import numpy as np
 from configs import nethack_popart
 from configs.validation import validate
 from envs import registry
-from launch import benchmark
+from analysis import benchmark
 
 
 def test_synthetic_batch_is_shaped_as_the_actors_send_it():

@@ -18,7 +18,7 @@ import pytest
 from analysis.run_loading import load_run
 from configs import atari_single, cartpole, resume
 from configs.validation import ConfigError, validate
-from launch.train import train
+from rundir.lifecycle import train
 from network_examples import NETWORKS, NUM_ACTIONS, network, observations, variables
 from networks import agent as agent_net
 from networks import kernels

@@ -1,10 +1,10 @@
-"""launch/run_table.py: a finished run's row per task, from its metrics and evaluations."""
+"""analysis/run_table.py: a finished run's row per task, from its metrics and evaluations."""
 
 import json
 
 import pytest
 
-from launch import run_table
+from analysis import run_table
 
 
 def _write(path, obj):

@@ -1,6 +1,6 @@
 """agents/standin.py: the stand-in env keeps envs/base.py's auto-reset
 convention, and the real actor loop runs on it with the stand-in policy
-(launch/benchmark.py --stages=loop)."""
+(analysis/benchmark.py --stages=loop)."""
 
 import numpy as np
 import pytest
@@ -9,7 +9,7 @@ from agents import standin
 from agents.rollout import StepBookkeeping
 from configs import atari_popart
 from configs.validation import validate
-from launch import benchmark
+from analysis import benchmark
 
 SPEC = {'frames': ((4, 84, 84), np.uint8)}
 

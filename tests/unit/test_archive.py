@@ -1,4 +1,4 @@
-"""launch/archive_run.py: a run's record without its checkpoints, read back as the run."""
+"""rundir/archive.py: a run's record without its checkpoints, read back as the run."""
 
 import json
 import os
@@ -6,7 +6,7 @@ import os
 import pytest
 
 from analysis import run_metrics
-from launch import archive_run
+from rundir import archive
 from rundir import run_folder
 
 
@@ -27,35 +27,35 @@ def _run(tmp_path):
 def test_archive_holds_the_record_and_reads_back_as_the_run(tmp_path):
   run = _run(tmp_path)
   dest = tmp_path / 'docs' / 'data' / 'run'
-  written = archive_run.archive(str(run), str(dest))
+  written = archive.archive(str(run), str(dest))
   assert written == ['config.json', 'eval/1000.json', 'metrics.jsonl.gz']
   assert not (dest / 'checkpoints').exists() and not (dest / 'wandb').exists()
   original, archived = run_metrics.load_metrics(str(run)), run_metrics.load_metrics(str(dest))
   assert archived.records == original.records and archived.config == original.config
   assert not (run / run_folder.LOCK_FILE).exists()   # the lock is released
   first = (dest / 'metrics.jsonl.gz').read_bytes()
-  archive_run.archive(str(run), str(dest), overwrite=True)
+  archive.archive(str(run), str(dest), overwrite=True)
   assert (dest / 'metrics.jsonl.gz').read_bytes() == first   # no time in the gzip header
 
 
 def test_refusals_are_one_line_and_write_nothing(tmp_path):
   run = _run(tmp_path)
   dest = tmp_path / 'archive'
-  with pytest.raises(archive_run.ArchiveError, match='no metrics.jsonl'):
-    archive_run.archive(str(tmp_path / 'empty'), str(dest))
+  with pytest.raises(archive.ArchiveError, match='no metrics.jsonl'):
+    archive.archive(str(tmp_path / 'empty'), str(dest))
   lock = run_folder.RunLock(str(run)).acquire()   # a trainer still at work
   try:
-    with pytest.raises(archive_run.ArchiveError, match='in use'):
-      archive_run.archive(str(run), str(dest))
+    with pytest.raises(archive.ArchiveError, match='in use'):
+      archive.archive(str(run), str(dest))
   finally:
     lock.release()
   assert not dest.exists() and not os.path.exists(str(dest) + '.partial')
-  archive_run.archive(str(run), str(dest))
-  with pytest.raises(archive_run.ArchiveError, match='--overwrite'):
-    archive_run.archive(str(run), str(dest))
+  archive.archive(str(run), str(dest))
+  with pytest.raises(archive.ArchiveError, match='--overwrite'):
+    archive.archive(str(run), str(dest))
   (tmp_path / 'a_file').write_text('x')
-  with pytest.raises(archive_run.ArchiveError, match='is a file'):
-    archive_run.archive(str(run), str(tmp_path / 'a_file'))
+  with pytest.raises(archive.ArchiveError, match='is a file'):
+    archive.archive(str(run), str(tmp_path / 'a_file'))
 
 
 @pytest.mark.parametrize('where', ['run', 'run/eval', '.', 'run/../run/'])
@@ -63,6 +63,6 @@ def test_overwrite_never_touches_the_run_folder(tmp_path, where):
   # --overwrite replaces the archive folder: one that is, holds or lies in the run is refused.
   run = _run(tmp_path)
   before = sorted(str(p) for p in run.rglob('*'))
-  with pytest.raises(archive_run.ArchiveError, match='must lie outside the run folder'):
-    archive_run.archive(str(run), str(tmp_path / where), overwrite=True)
+  with pytest.raises(archive.ArchiveError, match='must lie outside the run folder'):
+    archive.archive(str(run), str(tmp_path / where), overwrite=True)
   assert sorted(str(p) for p in run.rglob('*')) == before

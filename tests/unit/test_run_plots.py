@@ -1,4 +1,4 @@
-"""launch/plot_runs.py: the episode-weighted smoothed return, its first
+"""analysis/run_plots.py (and the launch/plot_runs.py command): the episode-weighted smoothed return, its first
 crossing of a threshold, and the figure."""
 
 import json
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 from analysis import run_metrics
-from launch import plot_runs
+from analysis import run_plots
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -25,19 +25,19 @@ def _run():
 
 
 def test_smoothed_returns_weight_every_game_once():
-  steps, values = plot_runs.smoothed_returns(_run(), 'Pong', window=250)
+  steps, values = run_plots.smoothed_returns(_run(), 'Pong', window=250)
   np.testing.assert_array_equal(steps, [100, 300, 400])
   # 300: games ending in (50, 300]: three at -21 and one at -15 -> -19.5
   # 400: (150, 400]: -15 and -13 -> -14
   np.testing.assert_allclose(values, [-21.0, -19.5, -14.0])
-  assert plot_runs.first_crossing(steps, values, -15.7) == 400
-  assert plot_runs.first_crossing(steps, values, 0.0) is None
+  assert run_plots.first_crossing(steps, values, -15.7) == 400
+  assert run_plots.first_crossing(steps, values, 0.0) is None
 
 
 def test_plot_writes_a_png(tmp_path):
   out = tmp_path / 'c.png'
-  tasks = plot_runs.plot([_run(), _run()], ['a', 'b'], str(out), 250, -20.7, -15.7, 'title',
-                         references=plot_runs.PONG_REFERENCES)
+  tasks = run_plots.plot([_run(), _run()], ['a', 'b'], str(out), 250, -20.7, -15.7, 'title',
+                         references=run_plots.PONG_REFERENCES)
   assert tasks == ['Pong'] and out.stat().st_size > 1000
 
 
@@ -46,17 +46,17 @@ def test_plot_draws_any_metric_panels(tmp_path):
   for i, r in enumerate(run.records):
     r.update({'dead/conv1': 0.1 * i, 'kl_update': 1e-3 * i, 'policy/logit_std': 0.2 * i})
   out = tmp_path / 'h.png'
-  plot_runs.plot([run], ['a'], str(out), 250,
+  run_plots.plot([run], ['a'], str(out), 250,
                  panels=('entropy', 'policy/logit_std', 'kl_update', 'dead/conv1', 'sps'))
   assert out.stat().st_size > 1000
   for i, r in enumerate(run.records):
     r.update({'popart/mu/Pong': -0.5 + 0.1 * i, 'popart/sigma/Pong': 0.3 + 0.1 * i})
-  plot_runs.plot([run, run], ['a', 'b'], str(out), 250, panels=('popart/mu/*', 'popart/sigma/*'))
+  run_plots.plot([run, run], ['a', 'b'], str(out), 250, panels=('popart/mu/*', 'popart/sigma/*'))
   assert out.stat().st_size > 1000
 
 
 def test_references_are_ordered_ranges():
-  for name, levels in plot_runs.PONG_REFERENCES.items():
+  for name, levels in run_plots.PONG_REFERENCES.items():
     assert sorted(levels) == [-15, 0, 18], name
     lows = [levels[k][0] for k in sorted(levels)]
     assert all(lo <= hi for lo, hi in levels.values()) and lows == sorted(lows), name
@@ -99,23 +99,23 @@ def test_per_task_steps_put_a_multi_task_run_on_each_games_budget(tmp_path):
               'episode_return/Carnival': 700.0, 'episodes/Carnival': 2},
              {'env_steps': 600, 'episode_return/Pong': -19.0, 'episodes/Pong': 1}]
   run = run_metrics.Run('two', records, {'tasks': [{'name': 'Pong'}, {'name': 'Carnival'}]})
-  per_task = plot_runs.per_task_steps(run)
+  per_task = run_plots.per_task_steps(run)
   assert [r['env_steps'] for r in per_task.records] == [100, 300]
   assert [r['env_steps'] for r in run.records] == [200, 600]   # the run itself is untouched
-  steps, values = plot_runs.smoothed_returns(per_task, 'Pong', window=150)
+  steps, values = run_plots.smoothed_returns(per_task, 'Pong', window=150)
   np.testing.assert_allclose(steps, [100, 300])
   np.testing.assert_allclose(values, [-21.0, -19.0])
   out = tmp_path / 'two.png'
-  tasks = plot_runs.plot([per_task, _run()], ['two', 'one'], str(out), 150,
+  tasks = run_plots.plot([per_task, _run()], ['two', 'one'], str(out), 150,
                          uniform={'Pong': -20.2, 'Carnival': 770.0}, xlabel='agent steps per task')
   assert tasks == ['Carnival', 'Pong'] and out.stat().st_size > 1000
 
 
 def test_uniform_scores_parse_per_task_and_name_a_bad_item():
-  assert plot_runs.parse_uniform(['Pong=-20.2', 'Carnival=770']) == {'Pong': -20.2, 'Carnival': 770.0}
+  assert run_plots.parse_uniform(['Pong=-20.2', 'Carnival=770']) == {'Pong': -20.2, 'Carnival': 770.0}
   for bad in ('Pong', 'Pong=high', '=3'):
     try:
-      plot_runs.parse_uniform([bad])
+      run_plots.parse_uniform([bad])
     except ValueError as e:
       assert bad in str(e) and '<task>=<return>' in str(e)
     else:
@@ -147,6 +147,6 @@ def test_a_folder_that_is_not_a_run_is_one_line(tmp_path):
 
 def test_rolling_mean_by_hand():
   x = np.arange(5.0)
-  _, y = plot_runs.rolling_mean(x, np.asarray([1.0, 3.0, 5.0, 7.0, 9.0]), 3)
+  _, y = run_plots.rolling_mean(x, np.asarray([1.0, 3.0, 5.0, 7.0, 9.0]), 3)
   np.testing.assert_allclose(y, [1.0, 2.0, 3.0, 5.0, 7.0])
-  np.testing.assert_allclose(plot_runs.rolling_mean(x, x, 1)[1], x)
+  np.testing.assert_allclose(run_plots.rolling_mean(x, x, 1)[1], x)

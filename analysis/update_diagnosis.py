@@ -1,0 +1,91 @@
+"""One IMPALA update taken apart: what each loss term contributes to the
+gradient, how much the clip and the optimiser change it, how far the policy
+moves (`launch/diagnose_update.py` is the command line)."""
+
+import jax
+import numpy as np
+
+from agents import learner as learner_lib
+from agents.checkpoint import Checkpointer
+from agents.trainer import Trainer
+from analysis import update_stats
+from configs import validation
+from networks import agent as agent_net
+from rl import algorithms, impala
+
+
+class Diagnoser:
+  """A Trainer driven by hand (its public steps), plus the measurements of
+  analysis/update_stats.py: gradient norms per loss term and module, the
+  clip's scale, the optimiser step's size, KL of one update, importance
+  weights. With `workdir`, the learner starts from that run's checkpoint
+  at env step `step` (default: the latest)."""
+
+  def __init__(self, config, workdir=None, step=None):
+    self.config = config
+    self.plan = validation.validate(config)
+    self.trainer = Trainer(config, self.plan)
+    if workdir:
+      checkpointer = Checkpointer(workdir, read_only=True)
+      restored = checkpointer.restore(self.trainer.state, env_steps=step)
+      checkpointer.close()
+      self.trainer.load(restored['state'], restored['env_steps'])
+    apply = agent_net.apply_fn(self.trainer.network)
+    cfg = algorithms.loss_config(config)
+    head = agent_net.VALUE_HEAD
+    o = config.optimizer
+    max_norm = o.max_grad_norm
+    eps = o.adam_eps if o.name == 'adam' else o.rmsprop_eps
+    loss_fn = impala.loss_fn(apply, cfg)
+
+    @jax.jit
+    def gradients(state, batch):
+      stats = state.popart[head]
+      grads = update_stats.term_gradients(apply, cfg, state.params, stats, batch)
+      _, out = loss_fn(state.params, stats, batch)
+      return update_stats.gradient_report(grads, max_norm), out.extras, out.metrics
+
+    @jax.jit
+    def step(before, after, batch, learning_rate):
+      return update_stats.step_report(apply, before, after, batch, learning_rate, eps,
+                                      o.eps_in_sqrt, o.name, o.adam_b2)
+
+    self._gradients, self._step = gradients, step
+
+  @property
+  def env_steps(self) -> int:
+    return self.trainer.env_steps
+
+  def start(self):
+    self.trainer.start()
+
+  def next_batch(self):
+    """(the batch on the learner devices, the host unroll, its mean policy lag)."""
+    unroll, lags = self.trainer.next_batch()
+    return learner_lib.shard_batch(unroll, self.trainer.mesh), unroll, float(np.mean(lags))
+
+  def train(self):
+    """One real training update on the actors' next batch."""
+    unroll, _ = self.trainer.next_batch()
+    self.trainer.step(unroll)
+
+  def measure(self, batches: int):
+    """Every measurement, averaged over `batches` batches, each one update
+    from the current state (the state itself does not move)."""
+    t = self.trainer
+    rows = []
+    for _ in range(batches):
+      batch, unroll, lag = self.next_batch()
+      report, extras, metrics = self._gradients(t.state, unroll)
+      after, _ = t.update(t.state, batch)
+      lr = float(t.schedule(t.state.step))
+      report = {**report, **self._step(t.state, after, unroll, lr)}
+      row = {k: float(v) for k, v in jax.device_get(report).items()}
+      row.update(update_stats.batch_report(unroll, extras))
+      row['policy_lag'] = lag
+      row['entropy'] = float(metrics['entropy'])
+      rows.append(row)
+    return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+
+  def close(self):
+    self.trainer.close()

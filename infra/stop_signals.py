@@ -1,0 +1,59 @@
+"""SIGINT and SIGTERM as a request to stop a run cleanly (final checkpoint
+first). Imports nothing slow, so that a command can install the handlers
+in its first second, before JAX and the envs load.
+
+The first signal sets the run's `stop_requested` event: the loop ends after
+the update in progress (with several processes, at the same update on all
+of them: the trainer's vote), and the run saves and exits 0; during
+start-up it stops before its first update. The handler does not raise: an
+exception raised from a handler lands wherever the main thread is, and
+where that is a callback whose exceptions Python ignores (JAX's gc
+callback, seen in CI) the stop was lost and the run trained on; where it is
+half-built envs, a crash. SIGINT needs its handler set too: a process
+started in the background by a shell (`cmd &`, nohup) inherits SIGINT
+*ignored*, and `kill -INT` would then do nothing. A second signal does not
+wait for the update: one process raises KeyboardInterrupt (the run saves
+from where it lands), several exit at once with status 1.
+"""
+
+import signal
+import sys
+import threading
+from typing import Callable, Dict
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def install(stop_requested: threading.Event, multi: bool) -> Dict[int, Callable]:
+  """Installs the handlers; returns the previous ones, for `restore` ({}
+  off the main thread, where none can be set). `multi`: the run has
+  several processes."""
+  if threading.current_thread() is not threading.main_thread():
+    return {}
+
+  def handler(signum, frame):
+    del frame
+    if not stop_requested.is_set():
+      stop_requested.set()
+      return
+    if not multi:
+      raise KeyboardInterrupt(f'second signal {signum}')
+    print(f'error: second signal {signum}: exiting without a final checkpoint',
+          file=sys.stderr, flush=True)
+    from infra import multihost  # pylint: disable=import-outside-toplevel
+    multihost.exit_now(1)
+
+  return {sig: signal.signal(sig, handler) for sig in SIGNALS}
+
+
+def ignore() -> None:
+  """Signals from now on are ignored (a cleanup that must not be cut short;
+  a run whose last line is out)."""
+  for sig in SIGNALS:
+    signal.signal(sig, signal.SIG_IGN)
+
+
+def restore(previous: Dict[int, Callable]) -> None:
+  """Puts back the handlers `install` returned."""
+  for sig, handler in previous.items():
+    signal.signal(sig, handler)

@@ -1,0 +1,287 @@
+"""A run's life, written once: validated, its folder prepared and locked,
+the trainer built (restoring the checkpoint), the folder adopted, the
+logger open, trained, saved, closed. `train` lives it whole for
+launch/train.py (and tests, notebooks); a population member
+(rundir/population.py) opens a `Run` and trains it interval by interval.
+"""
+
+import sys
+import threading
+import time
+import traceback
+from typing import Callable, List, Optional
+
+import jax
+
+from agents.trainer import ActorFailed, NonFiniteError, Trainer
+from configs import resume, validation
+from infra import multihost
+from infra import stop_signals
+from rundir import run_folder
+from rundir.run_logger import MetricsWriteError, RunLogger
+
+
+class RunStopped(RuntimeError):
+  """The run stopped on a failure it reports in one line (exit status 1),
+  after saving what it had."""
+
+
+class Run:
+  """One run folder opened for training.
+
+  `Run(config)` validates the config (on every process) and prepares the
+  folder (sets `config.workdir`, takes its lock): configs.validation.
+  ConfigError or rundir.run_folder.RunFolderError before anything is
+  written. `start()` builds the trainer, which restores the checkpoint;
+  only then is anything written (config.json, metrics, rows and configs set
+  aside), so a resume that cannot restore leaves the folder as it was.
+  `train(until)` trains and saves; `close()` stops the actors and releases
+  the folder (idempotent; also after a failed start).
+  """
+
+  def __init__(self, config, stop_requested: Optional[threading.Event] = None):
+    self.config = config
+    self.plan = validation.validate_everywhere(config)
+    folder = run_folder.prepare(config)
+    self.workdir, self.lock, self.resume_step = folder.workdir, folder.lock, folder.resume_step
+    self.notes: List[str] = list(folder.notes)
+    self._allowed = folder.allowed
+    self._stop_requested = stop_requested
+    self.trainer = self.logger = None
+
+  def nothing_to_do(self) -> Optional[str]:
+    """Why the run has nothing to train (finished, or at its pause), or None."""
+    config, step = self.config, self.resume_step
+    if step is not None and step >= config.total_env_steps:
+      return (f'{self.workdir} already finished at env step {step:,} (total_env_steps '
+              f'{config.total_env_steps:,}); nothing to do. Raise --config.total_env_steps to '
+              'train on')
+    pause = config.get('pause_at_env_steps', 0)
+    if pause and step is not None and step >= pause:
+      return (f'{self.workdir} is at env step {step:,}, at or past pause_at_env_steps '
+              f'{pause:,}; nothing to do. Raise --config.pause_at_env_steps (or set it to 0) to '
+              'train on')
+    return None
+
+  def start(self) -> List[str]:
+    """Builds the trainer (restoring the checkpoint), adopts the folder and
+    opens the logger; returns the adoption's notes (what it set aside)."""
+    self.trainer = Trainer(self.config, self.plan, self._stop_requested)
+    notes = []
+    if multihost.is_primary():
+      notes = run_folder.adopt(self.workdir, self.resume_step, self._allowed)
+    self.logger = RunLogger(self.workdir, self.config, self.plan.task_names,
+                            primary=multihost.is_primary(), process_index=jax.process_index(),
+                            resume_step=self.resume_step)
+    return notes
+
+  @property
+  def env_steps(self) -> int:
+    return self.trainer.env_steps
+
+  def schedule_note(self) -> Optional[str]:
+    """How a resume changed the learning-rate schedule, or None."""
+    return resume.schedule_note(self._allowed, self.trainer.version, self.trainer.schedule,
+                                self.plan.env_steps_per_update)
+
+  def start_lines(self) -> List[str]:
+    """The run's first log lines: the actors, the processes, where it
+    resumes, the hyperparameters the config changed."""
+    trainer, plan = self.trainer, self.plan
+    lines = [plan.describe_actors()]
+    if multihost.is_multiprocess():
+      lines.append(f'process {jax.process_index()} of {jax.process_count()}: '
+                   f'{len(plan.learner_devices)} learner devices in all')
+    if trainer.resumed_from is not None:
+      lines.append(f'resuming from the checkpoint at env step {trainer.resumed_from:,}')
+    if trainer.changed_hyperparameters:
+      lines.append('learner hyperparameters from this config, not the checkpoint: ' + '; '.join(
+          f'{key} {old:.4g} -> {new:.4g}'
+          for key, (old, new) in sorted(trainer.changed_hyperparameters.items())))
+    return lines
+
+  def train(self, until: Optional[int] = None, on_log: Optional[Callable] = None):
+    """Trains to env step `until` (None: the config's pause_at_env_steps, or
+    the end), writing every log row (and handing it to `on_log`), then saves
+    a checkpoint there where this process trained at all; returns the
+    learner state. metrics.jsonl failing to take a row stops the run with
+    RunStopped, after a checkpoint where one process runs (with several,
+    process 0 alone writes metrics: the others are told, no collective
+    save)."""
+    if until is None:
+      until = self.config.get('pause_at_env_steps', 0) or None
+
+    def log(metrics):
+      self.logger.write(metrics)
+      if on_log is not None:
+        on_log(metrics)
+
+    trainer = self.trainer
+    try:
+      state = trainer.run(log, until=until)
+    except MetricsWriteError as e:
+      trainer.close()
+      if multihost.is_multiprocess():
+        raise RunStopped(f'{e.strerror}; the checkpoints written so far are in '
+                         f'{trainer.checkpointer.directory}') from None
+      self.save()
+      raise RunStopped(f'{e.strerror}; {self.saved_where()}') from None
+    self.save()
+    return state
+
+  def save(self) -> None:
+    """The last checkpoint, where this process trained at all (a stop before
+    the first update leaves the folder's checkpoints as they were)."""
+    if self.trainer.env_steps > self.trainer.start_env_steps:
+      self.trainer.save_checkpoint()
+
+  def saved_where(self) -> str:
+    """Where the newest checkpoint on disk is (a final one that failed
+    verification was set aside and is not it)."""
+    steps = self.trainer.checkpointer.steps()
+    if not steps:
+      return 'no checkpoint was written'
+    return f'the checkpoint at env step {steps[-1]:,} is in {self.trainer.checkpointer.directory}'
+
+  def interrupted_line(self) -> str:
+    """The last line of a stopped run, true to what is on disk."""
+    trainer = self.trainer
+    if trainer.env_steps == trainer.start_env_steps:
+      return f'stopped before the first update; nothing new to save ({self.saved_where()})'
+    return (f'interrupted at env step {trainer.env_steps:,}; {self.saved_where()} and the '
+            f'metrics in {run_folder.metrics_path(self.workdir)}')
+
+  def close(self) -> None:
+    """Stops the actors, closes the logger, releases the folder's lock."""
+    trainer, logger, lock = self.trainer, self.logger, self.lock
+    self.trainer = self.logger = self.lock = None
+    if trainer is not None:
+      trainer.close()
+    if logger is not None:
+      logger.close()
+    if lock is not None:
+      lock.release()
+
+
+def train(config, stop_requested: Optional[threading.Event] = None):
+  """Validates, trains and logs; returns (final learner state, workdir)
+  (state None when nothing was trained: a stop during start-up, a run
+  already finished).
+
+  Raises configs.validation.ConfigError before any work on a bad config,
+  rundir.run_folder.RunFolderError before writing anything when the run
+  folder cannot be used (a file, not writable, locked by another trainer,
+  saved with another network or tasks), agents.trainer.NonFiniteError (after
+  saving the last good state) when the learner's loss, gradient, PopArt
+  statistics, parameters or optimiser state stop being finite, and
+  RunStopped (after a checkpoint) when metrics.jsonl cannot be written. A
+  first SIGINT or SIGTERM (or `stop_requested` set) ends the run after the
+  update in progress with a checkpoint (infra/stop_signals.py); during
+  start-up, before the first update. With several processes (jax.distributed
+  initialised) every process calls it.
+  """
+  multi = multihost.is_multiprocess()
+  stop_requested = stop_requested or threading.Event()
+  previous_handlers = stop_signals.install(stop_requested, multi)
+  try:  # what every process finds alike (no peer is told: each stops by itself)
+    run = Run(config, stop_requested)
+  except BaseException:
+    stop_signals.restore(previous_handlers)
+    raise
+  state = None
+  try:
+    nothing = run.nothing_to_do()
+    if nothing:
+      _say(nothing)
+      return None, run.workdir
+    if _stop_agreed(stop_requested):
+      _say('stopped during start-up, before training; nothing to save')
+      return None, run.workdir
+    _say(f'run folder: {run.workdir}')
+    for note in run.notes:
+      _say(note)
+    multihost.on_peer_stop(lambda: (run.trainer and run.trainer.close(),
+                                    run.logger and run.logger.close()))
+    for note in run.start():
+      _say(note)
+    note = run.schedule_note()
+    if note:
+      _say(note)
+    for line in run.start_lines():
+      run.logger.message(line)
+    state = run.train()
+    trainer = run.trainer
+    if multi:
+      digest = trainer.check_replicas()
+      run.logger.message(f'params digest {digest}: identical on all '
+                         f'{len(run.plan.learner_devices)} learner devices of '
+                         f'{jax.process_count()} processes')
+    if trainer.interrupted:
+      run.logger.message(run.interrupted_line())
+    elif trainer.env_steps < config.total_env_steps:
+      run.logger.message(f'paused at env step {trainer.env_steps:,} (pause_at_env_steps); '
+                         f'{run.saved_where()}; the same command with a larger '
+                         '--config.pause_at_env_steps, or 0, goes on')
+  except KeyboardInterrupt:  # a second signal, from wherever it landed
+    if run.trainer is not None:
+      run.trainer.close()
+      run.save()
+      state = run.trainer.state
+      _say(run.interrupted_line())
+    else:
+      _say('interrupted during start-up, before the first update; nothing to save')
+  except Exception as e:
+    if multi:
+      _tell_peers(e, config)
+    raise
+  finally:
+    try:  # a second signal during the cleanup must not skip the rest of it
+      if previous_handlers:
+        stop_signals.ignore()
+      run.close()
+    finally:
+      stop_signals.restore(previous_handlers)
+  return state, config.workdir
+
+
+def exit_on_failure(e: BaseException) -> None:
+  """A run that stops on an error: its traceback (the actor's own for a dead
+  actor), one last line naming it, exit status 1. With several processes the
+  others were told already (train()); when this process's watchdog is ending
+  it because of a peer, the error is a consequence and is not reported."""
+  if multihost.peer_stopping():
+    while True:  # the watchdog prints the cause and exits
+      time.sleep(1.0)
+  one_line = (NonFiniteError, RunStopped)  # they say all there is to say
+  if isinstance(e, ActorFailed) and e.__cause__ is not None:
+    traceback.print_exception(e.__cause__)
+  elif not isinstance(e, one_line):
+    traceback.print_exception(e)
+  print(f'error: {type(e).__name__}: {e}', file=sys.stderr, flush=True)
+  if multihost.is_multiprocess() and not isinstance(e, NonFiniteError):
+    multihost.leave(1)  # no shutdown barrier with peers that are stopping
+  sys.exit(1)  # a non-finite stop is every process's: they leave together
+
+
+def _tell_peers(e: Exception, config) -> None:
+  """Tells the other processes this one failed (unless they are stopping
+  already, or the failure is a non-finite stop, which all share). A dead
+  peer breaks the others' collectives (e.g. gloo's "connection reset by
+  peer"): then the watchdog names it within its timeout."""
+  if multihost.peer_stopping() or isinstance(e, NonFiniteError):
+    return
+  if isinstance(e, jax.errors.JaxRuntimeError):
+    _say('a collective failed; waiting for the watchdog to tell which process stopped')
+    multihost.await_verdict(config.distributed.timeout_seconds + 5)
+  # Told before cleaning up, which may be slow: the others stop now, naming this one.
+  multihost.announce_failure(f'{type(e).__name__}: {e}')
+
+
+def _stop_agreed(stop_requested: threading.Event) -> bool:
+  """Whether any process was asked to stop (all of them then stop alike)."""
+  return bool(multihost.allgather_ints([stop_requested.is_set()])[:, 0].any())
+
+
+def _say(text: str) -> None:
+  prefix = '' if jax.process_index() == 0 else f'[process {jax.process_index()}] '
+  print(prefix + text, file=sys.stderr, flush=True)
