@@ -53,7 +53,9 @@ def build_agent(config, plan, num_actions: int, observation_spec: Dict[str, tupl
   optimizer, schedule = optimizers.optimizer_from_config(
       config, plan.total_learner_steps, algorithms.optimizer_steps_per_update(config))
   mesh = learner_lib.make_mesh(plan.learner_devices)
-  state = learner_lib.init_state(variables, optimizer, mesh)
+  learner = algorithms.get(config.loss.name)
+  algorithm = () if learner.init_state is None else learner.init_state(variables['params'])
+  state = learner_lib.init_state(variables, optimizer, mesh, algorithm)
   update = task_gradients = None
   loss_cfg = algorithms.loss_config(config)
   if with_update:

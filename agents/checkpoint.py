@@ -199,6 +199,16 @@ def find_intact(workdir: str) -> Tuple[Optional[int], List[Tuple[int, str]]]:
   return None, damaged
 
 
+def _saved_fields(state: LearnerState) -> Dict[str, Any]:
+  """The fields a checkpoint holds: all of them, less a learner state that
+  holds no arrays (IMPALA's and PPO's), so that their checkpoints are what
+  they were before learners could keep a state."""
+  fields = state._asdict()
+  if not jax.tree.leaves(fields['algorithm']):
+    del fields['algorithm']
+  return fields
+
+
 def _without_injected_hyperparameters(like: LearnerState) -> LearnerState:
   """`like` with the optimiser state as checkpoints written before
   optax.inject_hyperparams saved it: the inner optimiser's state alone."""
@@ -277,7 +287,7 @@ class Checkpointer:
       self._manager.reload()
     # Host values (env steps, the key's data) are the same on every process;
     # with several processes orbax writes them and the replicated state once.
-    item = {'state': state._asdict(), 'env_steps': np.asarray(env_steps, np.int64),
+    item = {'state': _saved_fields(state), 'env_steps': np.asarray(env_steps, np.int64),
             'rng': np.asarray(jax.random.key_data(rng))}
     try:
       self._manager.save(env_steps, args=ocp.args.StandardSave(item))
@@ -349,7 +359,7 @@ class Checkpointer:
     self._check_step(step)
     legacy = _without_injected_hyperparameters(like) if self._is_legacy(step, like) else None
     target = like if legacy is None else legacy
-    abstract = {'state': jax.tree.map(ocp.utils.to_shape_dtype_struct, target._asdict()),
+    abstract = {'state': jax.tree.map(ocp.utils.to_shape_dtype_struct, _saved_fields(target)),
                 'env_steps': np.asarray(0, np.int64),
                 'rng': jax.random.key_data(jax.random.key(0))}
     try:
@@ -359,7 +369,7 @@ class Checkpointer:
       raise CheckpointError(
           f'cannot restore the checkpoint at env step {step:,} in {self.directory} into this '
           f"run's learner state ({type(e).__name__}: {first[:300]})") from e
-    state = LearnerState(**item['state'])
+    state = LearnerState(**{'algorithm': like.algorithm, **item['state']})
     if legacy is not None:
       state = _with_injected_hyperparameters(state, like)
     return {'state': state, 'env_steps': int(item['env_steps']),

@@ -33,6 +33,9 @@ class LearnerState(NamedTuple):
   popart: Any            # Flax 'popart' collection: {value head name: {'mu', 'nu'}}
   opt_state: Any
   step: jax.Array        # learner steps taken (int32 scalar)
+  # What the learner keeps between updates (rl/actor_critic.Learner.init_state),
+  # saved and restored with the checkpoint; () for IMPALA and PPO, which keep none.
+  algorithm: Any = ()
 
 
 def make_mesh(devices: Sequence[jax.Device]) -> Mesh:
@@ -70,13 +73,20 @@ def build_update(apply_fn: Callable, optimizer, schedule, loss_cfg: LossConfig,
   `max_grad_norm` (the optimiser's clip, when the optimiser state does not
   hold one) only feeds the 'grad_clipped' metric.
   """
-  algorithm_update = algorithms.get(loss_cfg.name).make_update(
+  learner = algorithms.get(loss_cfg.name)
+  algorithm_update = learner.make_update(
       apply_fn, loss_cfg, optimizer, value_head, AXIS, seed, max_grad_norm)
 
   def per_device_update(state: LearnerState, batch: Unroll):
     stats = state.popart[value_head]
-    params, opt_state, new_stats, metrics = algorithm_update(
-        _centred(state.params, batch), state.opt_state, stats, batch, state.step)
+    args = (_centred(state.params, batch), state.opt_state, stats, batch, state.step)
+    if learner.init_state is None:
+      params, opt_state, new_stats, metrics = algorithm_update(*args)
+      algorithm_state = state.algorithm
+    else:
+      params, opt_state, new_stats, metrics, algorithm_state = algorithm_update(
+          *args, state.algorithm)
+    state = state._replace(algorithm=algorithm_state)
     return _finish(state, params, opt_state, value_head, new_stats, metrics, schedule)
 
   sharded = jax.shard_map(
@@ -133,16 +143,18 @@ def _finish(state, params, opt_state, value_head, new_stats, metrics, schedule):
       params=params,
       popart={**state.popart, value_head: new_stats},
       opt_state=opt_state,
-      step=state.step + 1)
+      step=state.step + 1,
+      algorithm=state.algorithm)
   return new_state, metrics
 
 
-def init_state(variables, optimizer, mesh: Mesh) -> LearnerState:
-  """Learner state replicated over the mesh."""
+def init_state(variables, optimizer, mesh: Mesh, algorithm=()) -> LearnerState:
+  """Learner state replicated over the mesh; `algorithm`: the learner's own
+  initial state (rl/actor_critic.Learner.init_state)."""
   state = LearnerState(
       params=variables['params'], popart=variables['popart'],
       opt_state=optimizer.init(variables['params']),
-      step=jnp.zeros((), jnp.int32))
+      step=jnp.zeros((), jnp.int32), algorithm=algorithm)
   return jax.device_put(state, NamedSharding(mesh, P()))
 
 

@@ -191,25 +191,24 @@ def check_distributed(config) -> None:
       raise ConfigError(f'distributed.{name}', f'must be a number of seconds >= 5, got {value!r}')
 
 
-def _check_ppo(config) -> None:
-  """The `ppo` group's own fields (the batch split is checked with the devices)."""
-  for name in ('ppo.epochs', 'ppo.minibatches'):
-    value = _field(config, name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-      raise ConfigError(name, f'must be an integer >= 1, got {value!r}')
-  _positive(config, ['ppo.clip_epsilon'])
-  for name in ('ppo.value_clip_epsilon',):
-    value = _field(config, name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-      raise ConfigError(name, f'must be a number >= 0 (0 = no clip), got {value!r}')
-  lam = config.ppo.gae_lambda
-  if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam <= 1.0:
-    raise ConfigError('ppo.gae_lambda', f'must be in [0, 1], got {lam!r}')
-  _check_choice('ppo.value_targets', config.ppo.value_targets, ppo.VALUE_TARGETS)
-  _check_choice('ppo.split', config.ppo.split, ppo.SPLITS)
-  if not isinstance(config.ppo.normalize_advantages, bool):
-    raise ConfigError('ppo.normalize_advantages',
-                      f'must be True or False, got {config.ppo.normalize_advantages!r}')
+def _check_learners(config) -> None:
+  """Each learner's settings group the config holds, checked by the learner
+  itself (rl/algorithms.py; the batch split is checked with the devices);
+  then what a learner needs of the rest of the config."""
+  for name in algorithms.names():
+    learner = algorithms.get(name)
+    if learner.config_group not in config:
+      if name == config.loss.name:
+        raise ConfigError(learner.config_group, f'loss.name={name!r} reads its settings from '
+                          f'the config group {learner.config_group!r}, which this config lacks')
+      continue
+    try:
+      settings = learner.settings_from(config[learner.config_group])
+    except (AttributeError, KeyError) as e:
+      raise ConfigError(learner.config_group, f'lacks a field loss {name!r} reads: {e}') from None
+    problem = learner.check(settings)
+    if problem is not None:
+      raise ConfigError(f'{learner.config_group}.{problem[0]}', problem[1])
   if config.loss.name == ppo.NAME and config.ppo.split == 'steps' and is_recurrent(config.network):
     raise ConfigError('ppo.split', "'steps' shuffles single steps, which a recurrent network "
                       "cannot take (its state runs along the unroll); use 'unrolls'")
@@ -246,40 +245,13 @@ def _check_centring(config) -> None:
                       f'(or set network.centre_frames=False)')
 
 
-def _check_vtrace(config) -> None:
-  """The `vtrace` group's own fields (the batch split is checked with the devices)."""
-  for name in ('vtrace.epochs', 'vtrace.minibatches'):
-    value = _field(config, name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-      raise ConfigError(name, f'must be an integer >= 1, got {value!r}')
-  if not isinstance(config.vtrace.normalize_advantages, bool):
-    raise ConfigError('vtrace.normalize_advantages',
-                      f'must be True or False, got {config.vtrace.normalize_advantages!r}')
-  per = config.vtrace.normalize_advantages_per
-  _check_choice('vtrace.normalize_advantages_per', per, impala.ADVANTAGE_GROUPS)
-  if per == 'task' and not config.vtrace.normalize_advantages and config.loss.name == impala.NAME:
-    raise ConfigError('vtrace.normalize_advantages_per', "'task' needs "
-                      'vtrace.normalize_advantages=True (advantages are not normalised now)')
-
-
 def _check_minibatch_split(config, per_device_batch: int) -> None:
-  """The loss's minibatches must cut every learner device's shard evenly."""
-  if config.loss.name == impala.NAME:
-    m = config.vtrace.minibatches
-    if per_device_batch % m:
-      raise ConfigError('vtrace.minibatches', f'{m} minibatches of whole unrolls do not split '
-                        f'the {per_device_batch} unrolls of each learner device; use a divisor '
-                        f'of {per_device_batch}')
-    return
-  m = config.ppo.minibatches
-  if config.ppo.split == 'unrolls' and per_device_batch % m:
-    raise ConfigError('ppo.minibatches', f'{m} minibatches of whole unrolls do not split the '
-                      f'{per_device_batch} unrolls of each learner device; use a divisor of '
-                      f'{per_device_batch}')
-  steps = per_device_batch * config.unroll_length
-  if config.ppo.split == 'steps' and steps % m:
-    raise ConfigError('ppo.minibatches', f'{m} minibatches do not split the {steps} steps '
-                      f'of each learner device; use a divisor of {steps}')
+  """The learner's minibatches must cut every learner device's shard evenly."""
+  learner = algorithms.get(config.loss.name)
+  problem = learner.batch_split(algorithms.settings(config), per_device_batch,
+                                config.unroll_length)
+  if problem is not None:
+    raise ConfigError(f'{learner.config_group}.{problem[0]}', problem[1])
 
 
 def validate(config) -> RunPlan:
@@ -306,7 +278,7 @@ def validate(config) -> RunPlan:
     raise ConfigError('pause_at_env_steps', f'{config.pause_at_env_steps:,} is past '
                       f'total_env_steps ({config.total_env_steps:,}); use at most that, or 0')
   _check_choice('loss_reduction', config.loss_reduction, LOSS_REDUCTIONS)
-  _check_choice('loss.name', config.loss.name, algorithms.NAMES)
+  _check_choice('loss.name', config.loss.name, algorithms.names())
   _check_choice('optimizer.name', config.optimizer.name, OPTIMIZERS)
   _check_choice('network.init', config.network.init, INITS)
   _positive(config, ['optimizer.adam_eps'])
@@ -314,8 +286,7 @@ def validate(config) -> RunPlan:
     value = _field(config, name)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
       raise ConfigError(name, f'must be in [0, 1), got {value!r}')
-  _check_ppo(config)
-  _check_vtrace(config)
+  _check_learners(config)
   _check_choice('popart.start', config.popart.start, popart.STARTS)
   if config.popart.start != 'identity' and not config.popart.enabled:
     raise ConfigError('popart.start', f'{config.popart.start!r} needs popart.enabled=True '

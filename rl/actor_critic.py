@@ -1,7 +1,8 @@
 """What the two learners share: V-trace IMPALA (rl/impala.py) and PPO (rl/ppo.py).
 
-- `LossConfig`: the settings both read (discount, loss weights, reward
-  transform, PopArt, reduction) and each algorithm's own group.
+- `LossConfig`: the settings every learner reads (discount, loss weights,
+  reward transform, PopArt, reduction) and the learner's own settings.
+- `Learner`: what rl/algorithms.py's table holds for each learner.
 - `evaluate_unroll`: one forward pass over an unroll and what both losses
   take from it: each step's value from its task's head, unnormalised with
   the PopArt statistics (and out of h-space), log-probabilities of the
@@ -13,7 +14,7 @@
 Shapes are time-major: the unroll's T + 1 rows, T transitions.
 """
 
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import chex
 import jax
@@ -35,14 +36,75 @@ class LossConfig(NamedTuple):
   # batch's valid steps (A2C's code): the same direction, 1/N the size, which
   # matters for the clip and for RMSProp's epsilon.
   reduction: str = 'sum'
-  name: str = 'impala'   # the learner (rl/algorithms.py): 'impala' or 'ppo'
-  ppo: Any = None        # rl/ppo.PPOConfig; None: its defaults
-  vtrace: Any = None     # rl/impala.VTraceConfig; None: its defaults
+  name: str = 'impala'   # the learner (rl/algorithms.py): 'impala', 'ppo' or one registered
+  settings: Any = None   # the learner's own settings (rl/impala.VTraceConfig, rl/ppo.PPOConfig,
+                         # ...: its config group); None: its defaults
   num_tasks: int = 1     # tasks in the run (per-task metrics, per-task normalisation)
   # Clip the policy-and-entropy gradient and the value gradient each to the
   # clip, then add them (the config's optimizer.clip_by='term'; V-trace
   # only), instead of clipping their sum in the optimiser.
   clip_per_term: bool = False
+
+
+class Learner(NamedTuple):
+  """A learner as rl/algorithms.py's table holds it: what the rest of the
+  code needs to build, size, check and checkpoint its update.
+
+  Attributes:
+    name: the config's `loss.name` that picks it.
+    config_group: the run config's group of its own settings (e.g. 'vtrace').
+    settings_from: that group (ml_collections) -> its frozen settings, which
+      the update reads from `LossConfig.settings`.
+    make_update: (apply_fn, loss_cfg, optimizer, value_head, axis_name,
+      seed, max_grad_norm) -> the per-device update,
+      update(params, opt_state, stats, batch, step) -> (params, opt_state,
+      new_stats, metrics); with `init_state`, update(params, opt_state,
+      stats, batch, step, algorithm_state) -> (params, opt_state,
+      new_stats, metrics, algorithm_state).
+    optimizer_steps: its settings -> optimiser steps per learner update (the
+      learning-rate schedule counts them).
+    batch_split: (settings, unrolls per learner device, unroll length) ->
+      None, or (field of its group, why) when its minibatches cannot cut
+      a device's shard.
+    check: its settings -> None, or (field of its group, why) for a value
+      it cannot use; start-up turns it into a one-line config error.
+    init_state: params -> the state the learner keeps between updates
+      (agents/learner.LearnerState.algorithm, saved and restored with the
+      checkpoint); None: it keeps none.
+  """
+  name: str
+  config_group: str
+  settings_from: Callable[[Any], Any]
+  make_update: Callable[..., Callable]
+  optimizer_steps: Callable[[Any], int]
+  batch_split: Callable[[Any, int, int], Optional[Tuple[str, str]]]
+  check: Callable[[Any], Optional[Tuple[str, str]]] = lambda settings: None
+  init_state: Optional[Callable[[Any], Any]] = None
+
+
+def integer_problem(value, least: int = 1) -> Optional[str]:
+  """Why `value` is not an integer >= `least` (bools are not), or None."""
+  if isinstance(value, bool) or not isinstance(value, int) or value < least:
+    return f'must be an integer >= {least}, got {value!r}'
+  return None
+
+
+def bool_problem(value) -> Optional[str]:
+  """Why `value` is not True or False, or None."""
+  return None if isinstance(value, bool) else f'must be True or False, got {value!r}'
+
+
+def choice_problem(value, allowed) -> Optional[str]:
+  """Why `value` is not one of `allowed`, or None."""
+  if value in allowed:
+    return None
+  return f'{value!r} is not allowed; choose one of {", ".join(map(str, allowed))}'
+
+
+def first_problem(checks) -> Optional[Tuple[str, str]]:
+  """The first (field, problem) of (field, problem or None) pairs whose
+  problem is not None; None when all pass."""
+  return next(((field, problem) for field, problem in checks if problem is not None), None)
 
 
 class LossOutput(NamedTuple):

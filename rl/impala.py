@@ -50,7 +50,8 @@ class VTraceConfig(NamedTuple):
 
 
 def settings(cfg: LossConfig) -> VTraceConfig:
-  return VTraceConfig() if cfg.vtrace is None else cfg.vtrace
+  """The V-trace settings of `cfg` (their defaults where it holds another learner's)."""
+  return cfg.settings if isinstance(cfg.settings, VTraceConfig) else VTraceConfig()
 
 
 def settings_from(group) -> VTraceConfig:
@@ -59,6 +60,31 @@ def settings_from(group) -> VTraceConfig:
   return VTraceConfig(epochs=group.epochs, minibatches=group.minibatches,
                       normalize_advantages=group.normalize_advantages,
                       normalize_advantages_per=group.get('normalize_advantages_per', 'minibatch'))
+
+
+def check(v: VTraceConfig):
+  """(field of the `vtrace` group, why) for a value the update cannot use, or None."""
+  return ac.first_problem([
+      ('epochs', ac.integer_problem(v.epochs)),
+      ('minibatches', ac.integer_problem(v.minibatches)),
+      ('normalize_advantages', ac.bool_problem(v.normalize_advantages)),
+      ('normalize_advantages_per',
+       ac.choice_problem(v.normalize_advantages_per, ADVANTAGE_GROUPS)),
+      ('normalize_advantages_per',
+       "'task' needs vtrace.normalize_advantages=True (advantages are not normalised now)"
+       if v.normalize_advantages_per == 'task' and v.normalize_advantages is False else None),
+  ])
+
+
+def batch_split(v: VTraceConfig, per_device_batch: int, unroll_length: int):
+  """('minibatches', why) when the minibatches of whole unrolls cannot cut
+  one learner device's `per_device_batch` unrolls evenly; else None."""
+  del unroll_length
+  if per_device_batch % v.minibatches:
+    return ('minibatches', f'{v.minibatches} minibatches of whole unrolls do not split the '
+            f'{per_device_batch} unrolls of each learner device; use a divisor of '
+            f'{per_device_batch}')
+  return None
 
 
 def vtrace_returns(values, rewards, discounts, rhos, lambda_: float = 1.0):
@@ -351,3 +377,8 @@ def task_gradient_norms(apply_fn: Callable, cfg: LossConfig, params, stats: popa
     out[f'task/grad_{TERMS[row]}'] = part
     out[f'task/grad_share_{TERMS[row]}'] = part / total
   return out
+
+
+LEARNER = ac.Learner(
+    name=NAME, config_group=CONFIG_GROUP, settings_from=settings_from, make_update=make_update,
+    optimizer_steps=lambda v: v.epochs * v.minibatches, batch_split=batch_split, check=check)

@@ -62,7 +62,49 @@ class PPOConfig(NamedTuple):
 
 
 def settings(cfg: LossConfig) -> PPOConfig:
-  return PPOConfig() if cfg.ppo is None else cfg.ppo
+  """The PPO settings of `cfg` (their defaults where it holds another learner's)."""
+  return cfg.settings if isinstance(cfg.settings, PPOConfig) else PPOConfig()
+
+
+def _number_problem(value, least: float, strict: bool, note: str = '') -> Optional[str]:
+  if (isinstance(value, bool) or not isinstance(value, (int, float))
+      or (value <= least if strict else value < least)):
+    return (f'must be a positive number, got {value!r}' if strict and least == 0 else
+            f'must be a number >= {least:g}{note}, got {value!r}')
+  return None
+
+
+def check(p: PPOConfig):
+  """(field of the `ppo` group, why) for a value the update cannot use, or None."""
+  lam = p.gae_lambda
+  return ac.first_problem([
+      ('epochs', ac.integer_problem(p.epochs)),
+      ('minibatches', ac.integer_problem(p.minibatches)),
+      ('clip_epsilon', _number_problem(p.clip_epsilon, 0, strict=True)),
+      ('value_clip_epsilon', _number_problem(p.value_clip_epsilon, 0, strict=False,
+                                             note=' (0 = no clip)')),
+      ('gae_lambda', f'must be in [0, 1], got {lam!r}'
+       if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam <= 1.0
+       else None),
+      ('value_targets', ac.choice_problem(p.value_targets, VALUE_TARGETS)),
+      ('split', ac.choice_problem(p.split, SPLITS)),
+      ('normalize_advantages', ac.bool_problem(p.normalize_advantages)),
+  ])
+
+
+def batch_split(p: PPOConfig, per_device_batch: int, unroll_length: int):
+  """('minibatches', why) when the minibatches cannot cut one learner
+  device's shard evenly (its unrolls, or its steps); else None."""
+  m = p.minibatches
+  if p.split == 'unrolls' and per_device_batch % m:
+    return ('minibatches', f'{m} minibatches of whole unrolls do not split the '
+            f'{per_device_batch} unrolls of each learner device; use a divisor of '
+            f'{per_device_batch}')
+  steps = per_device_batch * unroll_length
+  if p.split == 'steps' and steps % m:
+    return ('minibatches', f'{m} minibatches do not split the {steps} steps of each learner '
+            f'device; use a divisor of {steps}')
+  return None
 
 
 def settings_from(group) -> PPOConfig:
@@ -295,3 +337,8 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
     return params, opt_state, new_stats, metrics
 
   return update
+
+
+LEARNER = ac.Learner(
+    name=NAME, config_group=CONFIG_GROUP, settings_from=settings_from, make_update=make_update,
+    optimizer_steps=lambda p: p.epochs * p.minibatches, batch_split=batch_split, check=check)

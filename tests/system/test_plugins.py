@@ -1,10 +1,19 @@
 """Extension points, from a test file alone: an environment family
 registered with envs.registry.register trains, logs its action names,
-checks its kwargs at start-up and evaluates, with nothing else changed."""
+checks its kwargs at start-up and evaluates; a learner registered with
+rl.algorithms.register (its own loss, settings group and state) trains on
+it, checks its settings at start-up, and its state is saved and restored
+with the checkpoint; nothing else changed."""
 
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
+from agents.checkpoint import Checkpointer
 from analysis import evaluation
 from analysis.run_loading import load_run
 from configs import cartpole
@@ -12,6 +21,9 @@ from configs.validation import ConfigError, validate
 from envs import registry
 from envs.base import StepResult
 from envs.family import EnvFamily, EnvKwargsError
+from rl import actor_critic as ac
+from rl import algorithms
+from rl import sgd
 from training_runs import train_and_read
 
 TOY_ID = 'ToyCue-v0'
@@ -139,3 +151,128 @@ def test_a_registered_family_trains_logs_its_action_names_and_evaluates(toy_fami
   run = load_run(str(tmp_path / 'run'))
   env, frame_fn, fps = evaluation.make_task_env(run, 0, 4, seed=0, video=False)
   assert isinstance(env, ToyCueEnv) and frame_fn is None and fps == 4.0
+
+
+# A learner of its own: one-step actor-critic (the advantage r + gamma V(x')
+# - V(x), no importance weights), with a state it keeps between updates: the
+# updates it has made and a running mean of the batches' rewards.
+TOY_LEARNER = 'toy_a2c'
+
+
+class ToyA2CConfig(NamedTuple):
+  reward_decay: float = 0.9
+
+
+def _toy_check(settings):
+  decay = settings.reward_decay
+  if isinstance(decay, bool) or not isinstance(decay, float) or not 0.0 <= decay < 1.0:
+    return 'reward_decay', f'must be in [0, 1), got {decay!r}'
+  return None
+
+
+def _toy_loss(apply_fn, cfg):
+  def loss(params, stats, batch, entropy_cost=None):
+    entropy_weight = cfg.entropy_cost if entropy_cost is None else entropy_cost
+    e = ac.evaluate_unroll(apply_fn, cfg, params, stats, batch)
+    rewards, discounts, mask = ac.episode_aware(e.raw_values, e.rewards, batch.discount[:-1],
+                                                batch.first, cfg.discount)
+    target = jax.lax.stop_gradient(rewards + discounts * e.values[1:])
+    advantage = jax.lax.stop_gradient(target - e.values[:-1])
+    entropy = ac.entropy(e.log_pi)
+    total = (-jnp.sum(mask * advantage * e.log_pi_a)
+             + cfg.baseline_cost * 0.5 * jnp.sum(mask * (target - e.values[:-1]) ** 2)
+             - entropy_weight * jnp.sum(mask * entropy))
+    metrics = {'loss/total': total, 'entropy': jnp.sum(mask * entropy) / jnp.sum(mask)}
+    return total, ac.LossOutput(total, stats, metrics, {})
+  return loss
+
+
+def _toy_make_update(apply_fn, cfg, optimizer, value_head, axis_name, seed, max_grad_norm):
+  del seed
+  step_fn = sgd.make_sgd_step(_toy_loss(apply_fn, cfg), optimizer, value_head, axis_name,
+                              max_grad_norm)
+  decay = cfg.settings.reward_decay
+
+  def update(params, opt_state, stats, batch, step, state):
+    del step
+    params, opt_state, out = step_fn(params, opt_state, stats, batch)
+    mean_reward = jax.lax.pmean(jnp.mean(batch.reward[:-1]), axis_name)
+    state = {'updates': state['updates'] + 1,
+             'reward_mean': decay * state['reward_mean'] + (1 - decay) * mean_reward}
+    metrics = {**out.metrics, 'toy/updates': state['updates'],
+               'toy/reward_mean': state['reward_mean']}
+    return params, opt_state, stats, metrics, state
+
+  return update
+
+
+TOY_A2C = ac.Learner(
+    name=TOY_LEARNER, config_group=TOY_LEARNER,
+    settings_from=lambda group: ToyA2CConfig(reward_decay=group.reward_decay),
+    make_update=_toy_make_update, optimizer_steps=lambda settings: 1,
+    batch_split=lambda settings, unrolls, length: None, check=_toy_check,
+    init_state=lambda params: {'updates': jnp.zeros((), jnp.int32),
+                               'reward_mean': jnp.zeros((), jnp.float32)})
+
+
+@pytest.fixture
+def toy_learner():
+  algorithms.register(TOY_A2C)
+  yield
+  algorithms.unregister(TOY_LEARNER)
+
+
+def _toy_learner_config(arg='smoke', decay=0.9):
+  config = _toy_config(arg)
+  config.loss.name = TOY_LEARNER
+  config.popart.enabled = False
+  config.toy_a2c = ml_collections.ConfigDict({'reward_decay': decay})
+  return config
+
+
+def test_a_registered_learner_is_a_choice_and_checks_its_settings(toy_family, toy_learner):
+  assert TOY_LEARNER in algorithms.names()
+  with pytest.raises(ValueError, match='registered already'):
+    algorithms.register(TOY_A2C)
+  with pytest.raises(ConfigError, match=r'config field toy_a2c.reward_decay: must be in \[0, 1\), '
+                     'got 1.5'):
+    validate(_toy_learner_config(decay=1.5))
+  config = _toy_learner_config()
+  del config['toy_a2c']
+  with pytest.raises(ConfigError, match="config field toy_a2c: loss.name='toy_a2c' reads its "
+                     "settings from the config group 'toy_a2c', which this config lacks"):
+    validate(config)
+  validate(_toy_learner_config())
+
+
+def test_without_registration_the_learner_is_unknown(toy_family):
+  with pytest.raises(ConfigError, match=r"config field loss.name: 'toy_a2c' is not allowed; "
+                     r'choose one of impala, ppo$'):
+    validate(_toy_learner_config())
+
+
+def _saved_learner_state(workdir):
+  """(learner steps, the learner's own state) of the newest checkpoint, as saved."""
+  checkpointer = Checkpointer(workdir, read_only=True)
+  try:
+    state = checkpointer.restore_raw(checkpointer.latest_step())['state']
+  finally:
+    checkpointer.close()
+  return int(state['step']), {k: float(v) for k, v in state['algorithm'].items()}
+
+
+def test_a_registered_learner_trains_and_its_state_survives_a_resume(toy_family, toy_learner,
+                                                                     tmp_path):
+  config = _toy_learner_config(None)   # the CartPole recipe's sizes on the toy, 10k steps
+  config.total_env_steps = 10_000
+  records = train_and_read(config, tmp_path)
+  assert records[-1]['env_steps'] >= 10_000 and 'toy/updates' in records[-1]
+  steps, state = _saved_learner_state(str(tmp_path / 'run'))
+  assert steps > 0 and state['updates'] == steps
+  # The rewards are 0 or 1 a step: the running mean lies between.
+  assert 0.0 < state['reward_mean'] < 1.0
+  # Resumed, the learner counts on from its saved state, not from zero.
+  config.total_env_steps = 20_000
+  train_and_read(config, tmp_path)
+  more_steps, more_state = _saved_learner_state(str(tmp_path / 'run'))
+  assert more_steps > steps and more_state['updates'] == more_steps

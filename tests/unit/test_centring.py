@@ -95,7 +95,7 @@ def _run(devices, minibatches=1):
   optimizer, schedule = optimizers.make_optimizer(1e-3, 100, 0.5, 0.99, 0.01, 0.0, name='adam')
   cfg = actor_critic.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=0.01,
                           reward_mode='clip', popart_enabled=False, popart_beta=0.1,
-                          reduction='mean', vtrace=impala.VTraceConfig(minibatches=minibatches))
+                          reduction='mean', settings=impala.VTraceConfig(minibatches=minibatches))
   update = learner.build_update(agent_net.apply_fn(network, with_health=True), optimizer,
                                 schedule, cfg, agent_net.VALUE_HEAD, mesh)
   state = learner.init_state(variables, optimizer, mesh)

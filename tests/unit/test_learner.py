@@ -154,7 +154,7 @@ def _vtrace_update(network, devices, minibatches, epochs=1, seed=0, lr=6e-4):
   cfg = actor_critic.LossConfig(discount=0.99, baseline_cost=0.5, entropy_cost=0.01,
                           reward_mode='none', popart_enabled=True, popart_beta=0.1,
                           reduction='mean',
-                          vtrace=impala.VTraceConfig(epochs=epochs, minibatches=minibatches,
+                          settings=impala.VTraceConfig(epochs=epochs, minibatches=minibatches,
                                                      normalize_advantages=True))
   update = learner.build_update(agent_net.apply_fn(network), optimizer, schedule, cfg,
                                 agent_net.VALUE_HEAD, mesh, seed=seed)

@@ -150,7 +150,7 @@ def test_normalized_advantages_weight_the_policy_gradient():
   n = jnp.asarray([[[0.0]] * 2, [[1.0]] * 2, [[2.0]] * 2])
   params, stats = {'scale': jnp.ones(())}, popart.init_stats(1)
   _, raw = impala.loss_fn(_fixed_apply(logits, n), _config(False))(params, stats, _batch())
-  cfg = _config(False)._replace(vtrace=impala.VTraceConfig(normalize_advantages=True))
+  cfg = _config(False)._replace(settings=impala.VTraceConfig(normalize_advantages=True))
   _, out = impala.loss_fn(_fixed_apply(logits, n), cfg)(params, stats, _batch())
   # Raw advantages q - V (gamma 0.5, V = [0, 1] in both columns, rho 1):
   # column 0: q = [1 + 0.5 (2 + 0.5 * 2), 2 + 0.5 * 2] = [2.5, 3] -> [2.5, 2]
@@ -177,7 +177,7 @@ def test_normalize_per_task_by_hand():
 
 
 def _two_task_config(**vtrace):
-  return _config(False)._replace(num_tasks=2, vtrace=impala.VTraceConfig(**vtrace))
+  return _config(False)._replace(num_tasks=2, settings=impala.VTraceConfig(**vtrace))
 
 
 def test_advantages_normalised_per_task():

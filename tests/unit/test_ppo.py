@@ -18,7 +18,7 @@ def _config(**ppo_kw):
                                 'split': 'unrolls', **ppo_kw})
   return actor_critic.LossConfig(discount=0.5, baseline_cost=0.5, entropy_cost=0.0,
                            reward_mode='none', popart_enabled=False, popart_beta=0.5,
-                           reduction='sum', name='ppo', ppo=ppo_cfg)
+                           reduction='sum', name='ppo', settings=ppo_cfg)
 
 
 def test_gae_by_hand():

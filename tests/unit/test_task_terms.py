@@ -135,7 +135,7 @@ def test_multi_task_options_on_four_devices_match_one_device():
   """Per-task advantages, the clip per term, the debiased start and the
   per-task metrics are global over the learner devices."""
   assert len(jax.devices()) >= 4, 'conftest should fake 4 CPU devices'
-  cfg = _cfg(reduction='mean', clip_per_term=True, vtrace=impala.VTraceConfig(
+  cfg = _cfg(reduction='mean', clip_per_term=True, settings=impala.VTraceConfig(
       normalize_advantages=True, normalize_advantages_per="task"))
   one, m1 = _run(jax.devices()[:1], cfg, clip_in_chain=False)
   four, m4 = _run(jax.devices()[:4], cfg, clip_in_chain=False)
