@@ -83,27 +83,61 @@ class Learner(NamedTuple):
 
 
 def integer_problem(value, least: int = 1) -> Optional[str]:
-  """Why `value` is not an integer >= `least` (bools are not), or None."""
+  """Checks that a setting is an integer of at least `least`.
+
+  Bools are refused, although Python counts them as integers.
+
+  Args:
+    value: the setting's value.
+    least: the smallest value allowed.
+
+  Returns:
+    None when `value` is an int, not a bool, and >= `least`; otherwise why
+    not, as a phrase for a config error.
+  """
   if isinstance(value, bool) or not isinstance(value, int) or value < least:
     return f'must be an integer >= {least}, got {value!r}'
   return None
 
 
 def bool_problem(value) -> Optional[str]:
-  """Why `value` is not True or False, or None."""
+  """Checks that a setting is True or False.
+
+  Args:
+    value: the setting's value.
+
+  Returns:
+    None when `value` is a bool; otherwise why not, as a phrase for a config
+    error.
+  """
   return None if isinstance(value, bool) else f'must be True or False, got {value!r}'
 
 
 def choice_problem(value, allowed) -> Optional[str]:
-  """Why `value` is not one of `allowed`, or None."""
+  """Checks that a setting is one of the allowed values.
+
+  Args:
+    value: the setting's value.
+    allowed: the values allowed.
+
+  Returns:
+    None when `value` is in `allowed`; otherwise why not, naming the choices.
+  """
   if value in allowed:
     return None
   return f'{value!r} is not allowed; choose one of {", ".join(map(str, allowed))}'
 
 
 def first_problem(checks) -> Optional[Tuple[str, str]]:
-  """The first (field, problem) of (field, problem or None) pairs whose
-  problem is not None; None when all pass."""
+  """The first failing check of a list of checks.
+
+  Args:
+    checks: (field, problem or None) pairs, in the order to report them.
+
+  Returns:
+    The first (field, problem) pair whose problem is not None; None when all
+    pass.
+  """
   return next(((field, problem) for field, problem in checks if problem is not None), None)
 
 
@@ -129,20 +163,59 @@ class Evaluation(NamedTuple):
 
 
 def value_index(cfg: LossConfig, task_id: jax.Array) -> jax.Array:
-  """The value head each step reads: its task's with PopArt, else head 0."""
+  """The value head each step reads.
+
+  Args:
+    cfg: the loss settings; `cfg.popart_enabled` picks the rule.
+    task_id: int task index per step, any shape.
+
+  Returns:
+    With PopArt, `task_id` (each step reads its task's head); without, zeros of
+    the same shape and dtype (head 0).
+  """
   return task_id if cfg.popart_enabled else jnp.zeros_like(task_id)
 
 
 def take(x: jax.Array, index: jax.Array) -> jax.Array:
-  """x[..., index] along the last axis, per element."""
+  """Picks one entry of the last axis per element: x[..., index].
+
+  Args:
+    x: array [..., N].
+    index: int array [...], each entry in [0, N).
+
+  Returns:
+    Array [...] whose element i is x[i][index[i]].
+  """
   return jnp.take_along_axis(x, index[..., None], axis=-1)[..., 0]
 
 
 def evaluate_unroll(apply_fn: Callable, cfg: LossConfig, params, stats: popart.Stats,
                     batch: Unroll) -> Evaluation:
-  """`apply_fn(params, stats, obs, first, core_state)` returns logits
-  [T + 1, B, A], normalised values [T + 1, B, K] and, with health, the
-  units' maxima as its fourth output."""
+  """Runs the network over an unroll and takes out what both losses use.
+
+  Each step's value is read from its task's head (`value_index`),
+  unnormalised with the PopArt statistics and, for reward mode 'h', mapped out
+  of h-space to reward units. Log-probabilities are taken for the T
+  transitions (rows 0..T-1); the rewards are transformed as
+  `cfg.reward_mode` says. Nothing is stopped from gradients here.
+
+  Args:
+    apply_fn: `apply_fn(params, stats, obs, first, core_state)` returns logits
+      [T + 1, B, A], normalised values [T + 1, B, K] and, with health, the
+      units' maxima as its fourth output.
+    cfg: the loss settings.
+    params: the network's parameters.
+    stats: the PopArt statistics (rl/popart.py).
+    batch: the unroll, time-major [T + 1, B, ...].
+
+  Returns:
+    An Evaluation: n, values, raw_values and value_idx [T + 1, B]; log_pi and
+    log_mu [T, B, A]; log_pi_a, log_mu_a and rewards [T, B]; unit_max when
+    `apply_fn` gives it, else None.
+
+  Raises:
+    AssertionError: the logits' leading shape is not the actions' [T + 1, B].
+  """
   out = apply_fn(params, stats, batch.obs, batch.first, batch.core_state)
   logits, norm_values = out[0], out[1]
   unit_max = out[3] if len(out) > 3 else None  # apply_fn(..., with_health=True)
@@ -164,13 +237,22 @@ def evaluate_unroll(apply_fn: Callable, cfg: LossConfig, params, stats: popart.S
 def episode_aware(raw_values, rewards, discounts, first, gamma):
   """Transitions over unrolls that may cross episode boundaries.
 
-  raw_values [T + 1, B]; rewards, discounts (1 - terminated) [T, B]; first
-  [T + 1, B]. Transition t goes from x_t to x_{t+1}. The one from a terminal
-  observation (a reset step: x_{t+1} is `first`) is masked out and given
-  reward V(x_t) with discount 0, so its target equals its value: a truncated
-  episode then bootstraps from V(x_terminal), a terminated one has discount
-  0 on its last action, and nothing leaks across the boundary.
-  Returns (rewards, discounts * gamma, mask), each [T, B].
+  Transition t goes from x_t to x_{t+1}. The one from a terminal observation
+  (a reset step: x_{t+1} is `first`) is masked out and given reward V(x_t),
+  stopped from gradients, with discount 0, so its target equals its value: a
+  truncated episode then bootstraps from V(x_terminal), a terminated one has
+  discount 0 on its last action, and nothing leaks across the boundary.
+
+  Args:
+    raw_values: values in reward units [T + 1, B].
+    rewards: rewards [T, B].
+    discounts: 1 - terminated, [T, B].
+    first: bool [T + 1, B], x_t starts an episode.
+    gamma: the discount factor.
+
+  Returns:
+    (rewards, discounts * gamma, mask), each [T, B]; mask is 1 for real
+    transitions and 0 for reset steps.
   """
   reset = first[1:]
   mask = 1.0 - reset.astype(jnp.float32)
@@ -180,19 +262,47 @@ def episode_aware(raw_values, rewards, discounts, first, gamma):
 
 
 def global_sum(tree, axis_name: Optional[str]):
-  """A pytree of per-device sums summed over `axis_name` (as is without one)."""
+  """Sums per-device values over the devices of `axis_name`.
+
+  Args:
+    tree: a pytree of per-device sums.
+    axis_name: the mapped axis to sum over; None for one device.
+
+  Returns:
+    `tree` summed over `axis_name` (psum), or `tree` as is without one.
+  """
   return tree if axis_name is None else jax.lax.psum(tree, axis_name)
 
 
 def num_valid(mask, axis_name: Optional[str] = None):
-  """The global batch's number of valid steps, at least 1: what per-step
-  means divide by."""
+  """The global batch's number of valid steps: what per-step means divide by.
+
+  Args:
+    mask: 1 for valid steps, 0 otherwise, any shape.
+    axis_name: the devices to sum over; None for one device.
+
+  Returns:
+    A scalar: the sum of `mask` over every device of `axis_name`, at least 1.
+  """
   return jnp.maximum(global_sum(jnp.sum(mask), axis_name), 1.0)
 
 
 def normalize(x, mask, axis_name: Optional[str] = None, eps: float = 1e-8):
-  """(x - mean) / (std + eps) over the valid entries (mask 1) of x, the
-  statistics global over `axis_name`; masked entries come out 0."""
+  """Standardises the valid entries of x: (x - mean) / (std + eps).
+
+  The mean and standard deviation are taken over the valid entries (mask 1)
+  of the global batch, summed across `axis_name` devices, in two passes
+  (mean, then squared deviations). Masked entries come out 0.
+
+  Args:
+    x: values, any shape.
+    mask: 1 for valid entries, 0 otherwise, the shape of x.
+    axis_name: the devices the statistics cover; None for one device.
+    eps: added to the standard deviation.
+
+  Returns:
+    An array the shape of x.
+  """
   count = num_valid(mask, axis_name)
   mean = global_sum(jnp.sum(mask * x), axis_name) / count
   # Two passes, as health.logit_spread: small advantages around a larger
@@ -203,10 +313,24 @@ def normalize(x, mask, axis_name: Optional[str] = None, eps: float = 1e-8):
 
 def normalize_per_task(x, mask, task_ids, num_tasks: int, axis_name: Optional[str] = None,
                        eps: float = 1e-8):
-  """`normalize` within each task: the valid entries of task i (task_ids ==
-  i) get (x - mean_i) / (std_i + eps) over task i's valid entries only, so
-  every task's advantages have mean 0 and std 1 whatever its reward scale;
-  masked entries come out 0. A task with one valid entry gets 0."""
+  """`normalize` within each task.
+
+  The valid entries of task i (task_ids == i) get (x - mean_i) / (std_i + eps)
+  over task i's valid entries only, so every task's advantages have mean 0 and
+  std 1 whatever its reward scale. Statistics are global over `axis_name`.
+  Masked entries come out 0; a task with one valid entry gets 0.
+
+  Args:
+    x: values, any shape.
+    mask: 1 for valid entries, 0 otherwise, the shape of x.
+    task_ids: int task of each entry, the shape of x, in [0, num_tasks).
+    num_tasks: the number of tasks K.
+    axis_name: the devices the statistics cover; None for one device.
+    eps: added to each task's standard deviation.
+
+  Returns:
+    An array the shape of x.
+  """
   weights = jax.nn.one_hot(task_ids, num_tasks) * mask[..., None]       # [..., K]
   axes = tuple(range(x.ndim))
   count = jnp.maximum(global_sum(jnp.sum(weights, axis=axes), axis_name), 1.0)
@@ -217,11 +341,29 @@ def normalize_per_task(x, mask, task_ids, num_tasks: int, axis_name: Optional[st
 
 
 def task_sums(x, mask, task_ids, num_tasks: int):
-  """Per-task sums [..., K] of x over its valid entries (x [T, B])."""
+  """Per-task sums of x over its valid entries, on this device.
+
+  Args:
+    x: values [T, B].
+    mask: 1 for valid entries, 0 otherwise, [T, B].
+    task_ids: int task of each entry [T, B], in [0, num_tasks).
+    num_tasks: the number of tasks K.
+
+  Returns:
+    An array [K]: entry i is the sum of mask * x over the entries of task i.
+    Not summed across devices.
+  """
   weights = jax.nn.one_hot(task_ids, num_tasks) * mask[..., None]
   return jnp.sum(weights * x[..., None], axis=tuple(range(x.ndim)))
 
 
 def entropy(log_pi):
-  """The policy's entropy at each step, from its log-probabilities [..., A]."""
+  """The policy's entropy at each step.
+
+  Args:
+    log_pi: log-probabilities [..., A] (a log-softmax).
+
+  Returns:
+    -sum_a pi(a) log pi(a), an array [...].
+  """
   return -jnp.sum(jnp.exp(log_pi) * log_pi, axis=-1)

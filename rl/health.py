@@ -4,8 +4,7 @@ Two failure modes make a policy blind long before its returns say so:
 
 * dead ReLUs: a unit (one position x channel of a conv layer, one unit of a
   dense layer) whose output is 0 for every input gets no gradient and
-  cannot come back. On Pong, larger normalised steps killed most of the
-  first conv layer within minutes (docs/pong.md).
+  cannot come back (docs/pong.md).
 * a policy that does not depend on the state: its logits are the same for
   every observation, so it only learns action frequencies.
 
@@ -24,8 +23,20 @@ import jax.numpy as jnp
 
 def dead_shares(unit_max: Dict[str, jax.Array], axis_name: Optional[str] = None
                 ) -> Dict[str, jax.Array]:
-  """{'dead/<layer>': share of the layer's units whose ReLU output is 0 for
-  every sample of the (global) batch}, from per-unit maxima over the batch."""
+  """The share of each layer's units that are dead on the batch.
+
+  A unit is dead when its ReLU output is 0 for every sample of the global
+  batch: its maximum over the batch, taken across `axis_name` devices (pmax),
+  is <= 0.
+
+  Args:
+    unit_max: layer name -> the maxima over this device's batch of each of
+      its units (the torsos' `health` sows, networks/torsos.py).
+    axis_name: the devices the batch spans; None for one device.
+
+  Returns:
+    {'dead/<layer>': scalar share in [0, 1]} for each layer of `unit_max`.
+  """
   out = {}
   for name, m in unit_max.items():
     if axis_name is not None:
@@ -36,12 +47,21 @@ def dead_shares(unit_max: Dict[str, jax.Array], axis_name: Optional[str] = None
 
 def logit_spread(log_pi: jax.Array, mask: jax.Array, axis_name: Optional[str] = None
                  ) -> jax.Array:
-  """Standard deviation over the valid states of each action's
-  log-probability, averaged over actions.
+  """How much the policy depends on the state.
 
-  log_pi [..., A] (log-softmax of the logits: the per-state constant of
-  raw logits does not move the policy), mask [...] 1 for valid steps. 0
-  means the policy ignores its input.
+  The standard deviation over the valid states of each action's
+  log-probability, averaged over actions. The statistics are global over
+  `axis_name` and taken in two passes (mean, then squared deviations);
+  `log_pi` is stopped from gradients.
+
+  Args:
+    log_pi: log-softmax of the logits [..., A] (the per-state constant of raw
+      logits does not move the policy).
+    mask: 1 for valid steps, 0 otherwise, [...].
+    axis_name: the devices the batch spans; None for one device.
+
+  Returns:
+    A scalar >= 0; 0 means the policy ignores its input.
   """
   log_pi = jax.lax.stop_gradient(log_pi)
   w = mask[..., None]
@@ -60,7 +80,19 @@ def logit_spread(log_pi: jax.Array, mask: jax.Array, axis_name: Optional[str] = 
 
 def metrics(unit_max: Optional[Dict[str, jax.Array]], log_pi: jax.Array, mask: jax.Array,
             axis_name: Optional[str] = None) -> Dict[str, jax.Array]:
-  """The health metrics of one forward pass: dead shares and 'policy/logit_std'."""
+  """The health metrics of one forward pass.
+
+  Args:
+    unit_max: layer name -> per-unit maxima over the batch (`dead_shares`),
+      or None for no dead-unit metrics.
+    log_pi: log-softmax of the logits [..., A].
+    mask: 1 for valid steps, 0 otherwise, [...].
+    axis_name: the devices the batch spans; None for one device.
+
+  Returns:
+    {'dead/<layer>': share of dead units, 'policy/logit_std': `logit_spread`},
+    each a scalar, global over `axis_name`.
+  """
   out = dead_shares(unit_max or {}, axis_name)
   out['policy/logit_std'] = logit_spread(log_pi, mask, axis_name)
   return out

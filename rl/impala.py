@@ -1,5 +1,6 @@
-"""IMPALA (Espeholt et al. 2018): the V-trace actor-critic loss with
-per-task PopArt (Hessel et al. 2019), and how the learner uses a batch.
+"""IMPALA (Espeholt et al. 2018, arXiv 1802.01561): the V-trace actor-critic
+loss with per-task PopArt (Hessel et al. 2019, arXiv 1809.04474), and how the
+learner uses a batch.
 
 Written for one device's shard of the batch; statistics and counts are summed
 across `axis_name` so every device sees global PopArt updates.
@@ -45,17 +46,35 @@ class VTraceConfig(NamedTuple):
   """How the IMPALA update uses a batch (the config's `vtrace` group)."""
   epochs: int = 1                   # passes over each batch
   minibatches: int = 1              # optimiser steps per pass, on whole unrolls
-  normalize_advantages: bool = False  # the policy gradient's advantages: mean 0, std 1 per minibatch
+  normalize_advantages: bool = False  # policy-gradient advantages: mean 0, std 1 per minibatch
   normalize_advantages_per: str = 'minibatch'  # ADVANTAGE_GROUPS: over the minibatch, or per task
 
 
 def settings(cfg: LossConfig) -> VTraceConfig:
-  """The V-trace settings of `cfg` (their defaults where it holds another learner's)."""
+  """The V-trace settings of a LossConfig.
+
+  Args:
+    cfg: the loss settings.
+
+  Returns:
+    `cfg.settings` when it is a VTraceConfig; VTraceConfig's defaults when it
+    holds another learner's settings or None.
+  """
   return cfg.settings if isinstance(cfg.settings, VTraceConfig) else VTraceConfig()
 
 
 def settings_from(group) -> VTraceConfig:
-  """VTraceConfig of the run config's `vtrace` group."""
+  """The VTraceConfig of the run config's `vtrace` group.
+
+  A group without `normalize_advantages_per` (runs written before it existed)
+  reads 'minibatch'.
+
+  Args:
+    group: the run config's `vtrace` group (ml_collections).
+
+  Returns:
+    A VTraceConfig of its fields.
+  """
   # Runs written before normalize_advantages_per existed read 'minibatch'.
   return VTraceConfig(epochs=group.epochs, minibatches=group.minibatches,
                       normalize_advantages=group.normalize_advantages,
@@ -63,7 +82,17 @@ def settings_from(group) -> VTraceConfig:
 
 
 def check(v: VTraceConfig):
-  """(field of the `vtrace` group, why) for a value the update cannot use, or None."""
+  """Checks the V-trace settings for values the update cannot use.
+
+  Args:
+    v: the settings.
+
+  Returns:
+    (field of the `vtrace` group, why) for the first value the update cannot
+    use, or None: epochs and minibatches must be integers >= 1,
+    normalize_advantages a bool, normalize_advantages_per one of
+    ADVANTAGE_GROUPS, and 'task' needs normalize_advantages=True.
+  """
   return ac.first_problem([
       ('epochs', ac.integer_problem(v.epochs)),
       ('minibatches', ac.integer_problem(v.minibatches)),
@@ -77,8 +106,20 @@ def check(v: VTraceConfig):
 
 
 def batch_split(v: VTraceConfig, per_device_batch: int, unroll_length: int):
-  """('minibatches', why) when the minibatches of whole unrolls cannot cut
-  one learner device's `per_device_batch` unrolls evenly; else None."""
+  """Checks that the minibatches cut each learner device's shard evenly.
+
+  Minibatches hold whole unrolls, so `v.minibatches` must divide the unrolls
+  of one learner device.
+
+  Args:
+    v: the settings.
+    per_device_batch: unrolls per learner device.
+    unroll_length: steps per unroll (unused: whole unrolls are split).
+
+  Returns:
+    ('minibatches', why) when the minibatches cannot cut `per_device_batch`
+    evenly; else None.
+  """
   del unroll_length
   if per_device_batch % v.minibatches:
     return ('minibatches', f'{v.minibatches} minibatches of whole unrolls do not split the '
@@ -88,11 +129,28 @@ def batch_split(v: VTraceConfig, per_device_batch: int, unroll_length: int):
 
 
 def vtrace_returns(values, rewards, discounts, rhos, lambda_: float = 1.0):
-  """V-trace targets v_s and q_s = r_s + gamma_s v_{s+1}, time-major [T, B].
+  """V-trace targets v_s and q_s = r_s + gamma_s v_{s+1}, time-major.
 
-  `values` has T+1 rows; rho_bar = c_bar = 1; `lambda_` < 1 mixes in
-  shorter returns (c_s = lambda min(1, rho_s)). rlax works on one
-  trajectory, so it is vmapped over the batch axis.
+  V-trace corrects multistep returns for the lag between the behaviour and
+  the learner's policy with clipped importance weights; here
+  rho_bar = c_bar = 1, and `lambda_` < 1 mixes in shorter returns
+  (c_s = lambda min(1, rho_s)). rlax works on one trajectory, so it is
+  vmapped over the batch axis. Both outputs are stopped from gradients.
+
+  See "IMPALA: Scalable Distributed Deep-RL with Importance Weighted
+  Actor-Learner Architectures" by Espeholt et al. 2018
+  (https://arxiv.org/abs/1802.01561).
+
+  Args:
+    values: V(x_s) [T + 1, B]; the last row is the bootstrap.
+    rewards: r_s [T, B].
+    discounts: gamma_s [T, B] (the discount, 0 at a termination).
+    rhos: importance weights pi(a_s|x_s) / mu(a_s|x_s) [T, B].
+    lambda_: the trace's lambda.
+
+  Returns:
+    (vs, qs), each [T, B]: the value targets v_s and the policy-gradient
+    targets q_s.
   """
   vtrace = jax.vmap(
       lambda v, r, d, rho: rlax.vtrace_td_error_and_advantage(
@@ -106,10 +164,24 @@ def vtrace_returns(values, rewards, discounts, rhos, lambda_: float = 1.0):
 
 def episode_aware_vtrace(raw_values, rewards, discounts, first, rhos, gamma,
                          lambda_: float = 1.0):
-  """V-trace over unrolls that may cross episode boundaries, on the
-  transitions of actor_critic.episode_aware: a reset step's target is its
-  own value. raw_values [T+1, B]; rewards, discounts (1 - terminated), rhos
-  [T, B]; first [T+1, B]. Returns (vs, qs, mask), each [T, B].
+  """V-trace over unrolls that may cross episode boundaries.
+
+  `vtrace_returns` on the transitions of actor_critic.episode_aware: a reset
+  step is masked and its target is its own value. The values are stopped from
+  gradients.
+
+  Args:
+    raw_values: values in reward units [T + 1, B].
+    rewards: rewards [T, B].
+    discounts: 1 - terminated, [T, B].
+    first: bool [T + 1, B], x_t starts an episode.
+    rhos: importance weights [T, B].
+    gamma: the discount factor.
+    lambda_: the trace's lambda.
+
+  Returns:
+    (vs, qs, mask), each [T, B]; mask is 1 for real transitions and 0 for
+    reset steps.
   """
   rewards, discounts, mask = ac.episode_aware(raw_values, rewards, discounts, first, gamma)
   vs, qs = vtrace_returns(jax.lax.stop_gradient(raw_values), rewards, discounts, rhos, lambda_)
@@ -118,17 +190,43 @@ def episode_aware_vtrace(raw_values, rewards, discounts, first, rhos, gamma,
 
 def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None,
             by_term: bool = False) -> Callable:
-  """Returns loss(params, stats, batch, entropy_cost=None) -> (loss, LossOutput).
+  """The IMPALA loss: V-trace actor-critic with per-task PopArt.
 
-  `apply_fn(params, stats, obs, first, core_state)` returns logits [T+1, B, A]
-  and normalised values [T+1, B, K]. `entropy_cost` (a traced scalar: the
-  optimiser state's, rl/optimizers.py) replaces cfg.entropy_cost when given.
+  On each call the V-trace targets are computed in reward units from the
+  network's own values (stopped from gradients) and, for reward mode 'h',
+  mapped into h-space. With PopArt the statistics take one step on the
+  targets v_s (rl/popart.update_stats), and the value loss 0.5 (target -
+  value)^2 compares the targets normalised with the new statistics against
+  the value the rescaled head would give (outputs preserved). The
+  policy-gradient term is -min(rho_s, 1) (q_s - V(x_s)) / sigma_i
+  log pi(a_s|x_s), its advantage stopped from gradients and optionally
+  normalised (VTraceConfig); the entropy bonus is weighted by the entropy
+  cost. Terms are summed over time and batch, or with cfg.reduction 'mean'
+  divided by the global batch's number of valid steps.
 
-  `by_term=True`: the loss is instead a [3, num_tasks] array, the weighted
-  (and reduced) sum of each term of TERMS over each task's steps; its
-  entries add up to the scalar loss, and the gradient of one entry is that
-  term's gradient from that task's steps (the per-term clip, rl/sgd.py; the
-  per-task gradient report, `task_gradient_norms`).
+  See Espeholt et al. 2018 (https://arxiv.org/abs/1802.01561) and, for
+  PopArt, Hessel et al. 2019 (https://arxiv.org/abs/1809.04474).
+
+  Args:
+    apply_fn: `apply_fn(params, stats, obs, first, core_state)` returns logits
+      [T+1, B, A] and normalised values [T+1, B, K].
+    cfg: the loss settings; `settings(cfg)` gives the V-trace settings.
+    axis_name: the devices the batch spans (statistics, counts and metrics
+      are summed over them); None for one device.
+    by_term: when True the loss is instead a [3, num_tasks] array, the
+      weighted (and reduced) sum of each term of TERMS over each task's steps;
+      its entries add up to the scalar loss, and the gradient of one entry is
+      that term's gradient from that task's steps (the per-term clip,
+      rl/sgd.py; the per-task gradient report, `task_gradient_norms`).
+
+  Returns:
+    loss(params, stats, batch, entropy_cost=None) -> (loss, LossOutput).
+    `entropy_cost` (a traced scalar: the optimiser state's,
+    rl/optimizers.py) replaces cfg.entropy_cost when given. The LossOutput
+    holds the reduced scalar loss, the new PopArt statistics (the old ones
+    without PopArt), metrics per valid step of the global batch (with the
+    health metrics, and the per-task ones of `task_metrics` when
+    cfg.num_tasks > 1) and per-step extras for tests and analysis.
   """
   v = settings(cfg)
   normalize_advantages = v.normalize_advantages
@@ -234,9 +332,26 @@ TASK_COUNT = 'task/count'
 
 def task_metrics(value_error_sq, norm_target, advantage, mask, task, num_tasks: int,
                  axis_name: Optional[str]) -> dict:
-  """Each task's value loss 0.5 (target - value)^2 (normalised units, before
-  the baseline cost), its normalised targets' mean and spread, and the rms
-  of its advantages before any normalisation (in sigma units)."""
+  """Per-task metrics of a multi-task loss, means over each task's valid steps.
+
+  Sums and counts are global over `axis_name`.
+
+  Args:
+    value_error_sq: mask * (target - value)^2 in normalised units [T, B].
+    norm_target: the normalised value targets [T, B].
+    advantage: the advantages before any normalisation, in sigma units [T, B].
+    mask: 1 for valid steps, 0 otherwise, [T, B].
+    task: int task of each step [T, B].
+    num_tasks: the number of tasks K.
+    axis_name: the devices the batch spans; None for one device.
+
+  Returns:
+    [K] arrays: 'task/value_loss' (0.5 (target - value)^2, normalised units,
+    before the baseline cost), 'task/norm_target_mean' and
+    'task/norm_target_std' (the normalised targets' mean and spread),
+    'task/advantage_rms' (the rms of the advantages before any
+    normalisation) and TASK_COUNT (each task's valid steps).
+  """
   sums = lambda x: ac.global_sum(ac.task_sums(x, mask, task, num_tasks), axis_name)
   count = sums(jnp.ones_like(mask))
   per_step = lambda x: sums(x) / jnp.maximum(count, 1.0)
@@ -250,9 +365,19 @@ def task_metrics(value_error_sq, norm_target, advantage, mask, task, num_tasks: 
 
 
 def mean_metrics(step_metrics: dict) -> dict:
-  """An update's metrics from its optimiser steps' (leading axis): means,
-  except per-task metrics, weighted by each task's valid steps in each
-  step (a minibatch without a task does not pull its mean to 0)."""
+  """An update's metrics from those of its optimiser steps.
+
+  Per-task metrics ('task/...') are weighted by each task's valid steps in
+  each step, so a minibatch without a task does not pull its mean to 0; the
+  others are plain means.
+
+  Args:
+    step_metrics: metric name -> array with a leading axis of optimiser
+      steps; per-task metrics come with TASK_COUNT.
+
+  Returns:
+    The metrics without the leading axis; TASK_COUNT is summed over steps.
+  """
   out = {k: jnp.mean(x, axis=0) for k, x in step_metrics.items() if not k.startswith('task/')}
   if TASK_COUNT in step_metrics:
     count = step_metrics[TASK_COUNT]
@@ -265,9 +390,20 @@ def mean_metrics(step_metrics: dict) -> dict:
 
 
 def split_unrolls(batch: Unroll, num: int, key) -> Unroll:
-  """A device's shard as `num` minibatches of whole unrolls, shuffled,
-  stacked on a leading axis: fields [num, T + 1, B / num, ...], core
-  state [num, B / num, ...]."""
+  """A device's shard as shuffled minibatches of whole unrolls.
+
+  The unrolls are permuted with `key` and cut into `num` parts of B // num;
+  the B mod num left over are dropped (`batch_split` rejects such settings).
+
+  Args:
+    batch: the shard, fields [T + 1, B, ...], core state [B, ...].
+    num: the number of minibatches.
+    key: a PRNG key for the shuffle.
+
+  Returns:
+    An Unroll stacked on a leading axis: fields [num, T + 1, B / num, ...],
+    core state [num, B / num, ...].
+  """
   b = batch.action.shape[1]
   size = b // num
   idx = jax.random.permutation(key, b)[:num * size].reshape(num, size)
@@ -285,18 +421,33 @@ KL_UNROLLS = 4
 
 
 def update_kl(apply_fn, params, stats, minibatch: Unroll, log_pi_before, axis_name):
-  """KL(pi_before || pi_after) of one update, averaged over the valid steps
-  of the first KL_UNROLLS unrolls (per device) of its first minibatch:
-  `log_pi_before` is that minibatch's policy at the update's first step,
-  taken with the params the update started from. How far one update moves
-  the policy (PPO's approx_kl for V-trace); the behaviour KL adds the lag."""
+  """How far one update moved the policy: KL(pi_before || pi_after).
+
+  Averaged over the valid steps (reset steps excluded) of the first
+  KL_UNROLLS unrolls, per device, of the update's first minibatch, globally
+  over `axis_name`; nothing here carries a gradient. PPO's approx_kl for
+  V-trace; the behaviour KL ('kl_behaviour') adds the policy lag.
+
+  Args:
+    apply_fn: the network, as for `loss_fn`.
+    params: the params after the update.
+    stats: the PopArt statistics after the update.
+    minibatch: the update's first minibatch, [T + 1, B', ...].
+    log_pi_before: that minibatch's log-policy [T, B', A] at the update's
+      first step, taken with the params the update started from.
+    axis_name: the devices the batch spans; None for one device.
+
+  Returns:
+    A scalar.
+  """
   k = min(KL_UNROLLS, minibatch.action.shape[1])
   part = jax.tree.map(lambda x: x[:, :k], minibatch._replace(core_state=None))
   core = jax.tree.map(lambda x: x[:k], minibatch.core_state)
   logits = apply_fn(params, stats, part.obs, part.first, core)[0][:-1]
   log_pi_after = jax.nn.log_softmax(jax.lax.stop_gradient(logits))
   before = jax.lax.stop_gradient(log_pi_before[:, :k])
-  mask = 1.0 - part.first[1:].astype(jnp.float32)   # the loss's reset steps are not actions of a policy
+  # The loss's reset steps are not actions of a policy.
+  mask = 1.0 - part.first[1:].astype(jnp.float32)
   kl = jnp.sum(jnp.exp(before) * (before - log_pi_after), axis=-1)
   sums = ac.global_sum((jnp.sum(mask * kl), jnp.sum(mask)), axis_name)
   return sums[0] / jnp.maximum(sums[1], 1.0)
@@ -305,15 +456,30 @@ def update_kl(apply_fn, params, stats, minibatch: Unroll, log_pi_before, axis_na
 def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTransformation,
                 value_head: str, axis_name: Optional[str], seed: int = 0,
                 max_grad_norm: float = float('inf')) -> Callable:
-  """Returns update(params, opt_state, stats, batch, step) -> (params,
-  opt_state, new_stats, metrics) for one device's shard.
+  """The IMPALA learner's update of one device's shard.
 
   epochs x minibatches optimiser steps per batch (1 x 1 by default, the
   paper's one step per batch). Each minibatch holds whole unrolls and its
   V-trace targets, importance weights and PopArt move are taken with the
   params of its own step (Cleanba's minibatches): V-trace corrects for the
-  policy having moved since the actors acted. `seed` and the learner step
-  seed the shuffles.
+  policy having moved since the actors acted. Gradients are summed over
+  `axis_name` devices (rl/sgd.py).
+
+  Args:
+    apply_fn: the network, as for `loss_fn`.
+    cfg: the loss settings; cfg.clip_per_term clips each group of CLIP_GROUPS
+      apart.
+    optimizer: the optimiser (rl/optimizers.py).
+    value_head: the top-level param name of the value head PopArt rescales.
+    axis_name: the devices the batch spans; None for one device.
+    seed: with the learner step, seeds the minibatch shuffles (the same key on
+      every device).
+    max_grad_norm: the clip for an optimiser state without one.
+
+  Returns:
+    update(params, opt_state, stats, batch, step) -> (params, opt_state,
+    new_stats, metrics). Metrics are means over the update's optimiser steps
+    (`mean_metrics`) plus 'kl_update' (`update_kl`).
   """
   v = settings(cfg)
   sgd_step = sgd.make_sgd_step(
@@ -350,15 +516,26 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
 
 def task_gradient_norms(apply_fn: Callable, cfg: LossConfig, params, stats: popart.Stats,
                         batch: Unroll, shared: Sequence[str]) -> dict:
-  """The gradient on the shared modules (`shared`: top-level param names,
-  e.g. the torso and the core) of each task's policy-gradient term and of
-  its value term, on `batch` (one device; the loss as training takes it,
-  advantages normalised over this batch as over a minibatch).
+  """Which task and term pull the shared modules most.
 
-  Returns [K] arrays: 'task/grad_policy', 'task/grad_baseline' (norms) and
-  'task/grad_share_policy', 'task/grad_share_baseline' (each norm over the
-  sum of the 2K norms: which task and term pull the shared torso most).
-  One forward pass, 2K backward passes.
+  The gradient on the shared modules of each task's policy-gradient term and
+  of its value term, on `batch` (one device; the loss as training takes it,
+  advantages normalised over this batch as over a minibatch). One forward
+  pass, 2K backward passes.
+
+  Args:
+    apply_fn: the network, as for `loss_fn`.
+    cfg: the loss settings; cfg.num_tasks is K.
+    params: the network's parameters.
+    stats: the PopArt statistics.
+    batch: one device's unrolls.
+    shared: top-level param names of the shared modules (e.g. the torso and
+      the core); names not in the params are skipped.
+
+  Returns:
+    [K] arrays: 'task/grad_policy', 'task/grad_baseline' (gradient norms) and
+    'task/grad_share_policy', 'task/grad_share_baseline' (each norm over the
+    sum of the 2K norms).
   """
   k = cfg.num_tasks
   terms = loss_fn(apply_fn, cfg, None, by_term=True)

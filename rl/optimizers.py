@@ -28,13 +28,27 @@ HYPERPARAMETERS = ('learning_rate', 'entropy_cost', 'max_grad_norm', 'eps')
 
 
 def eps_field(optimizer_name: str) -> str:
-  """The config field of the named optimiser's epsilon."""
+  """The config field of the named optimiser's epsilon.
+
+  Args:
+    optimizer_name: one of OPTIMIZERS.
+
+  Returns:
+    'optimizer.adam_eps' for Adam, 'optimizer.rmsprop_eps' otherwise.
+  """
   return 'optimizer.adam_eps' if optimizer_name == 'adam' else 'optimizer.rmsprop_eps'
 
 
 def config_fields(optimizer_name: str) -> Dict[str, str]:
-  """Config field -> its key in opt_state.hyperparams, for a config whose
-  optimiser is `optimizer_name`."""
+  """Where each injected hyperparameter comes from in the config.
+
+  Args:
+    optimizer_name: the config's optimiser, one of OPTIMIZERS.
+
+  Returns:
+    Config field -> its key in opt_state.hyperparams, one entry per key of
+    HYPERPARAMETERS.
+  """
   return {'learning_rate': 'learning_rate', 'entropy_cost': 'entropy_cost',
           'optimizer.max_grad_norm': 'max_grad_norm', eps_field(optimizer_name): 'eps'}
 
@@ -45,17 +59,16 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
                    name: str = 'rmsprop', adam_b1: float = 0.9, adam_b2: float = 0.999,
                    adam_eps: float = 1e-5, entropy_cost: Optional[float] = None,
                    clip_in_chain: bool = True):
-  """(optimizer, schedule): global-norm clip, then RMSProp or Adam, the
-  learning rate annealed linearly to 0 over `total_learner_steps` optimiser
-  steps; `schedule(step, base=learning_rate)` is the rate at optimiser step
-  `step` for a base rate `base`.
+  """A global-norm clip, then RMSProp or Adam, the learning rate annealed to 0.
 
-  The base learning rate, `max_grad_norm`, the optimiser's epsilon (`eps`
-  for RMSProp, `adam_eps` for Adam) and `entropy_cost` (when not None; the
-  loss reads it, see agents/learner.py) are injected hyperparameters:
-  values in `opt_state.hyperparams`, not constants of the compiled update.
-  The anneal follows the optimiser's own step count, so a new base rate
-  mid-run keeps the schedule's place.
+  The learning rate falls linearly from its base to 0 over
+  `total_learner_steps` optimiser steps. The base learning rate,
+  `max_grad_norm`, the optimiser's epsilon (`eps` for RMSProp, `adam_eps` for
+  Adam) and `entropy_cost` (when not None; the loss reads it, see
+  agents/learner.py) are injected hyperparameters: float32 values in
+  `opt_state.hyperparams`, not constants of the compiled update. The anneal
+  follows the optimiser's own step count, so a new base rate mid-run keeps the
+  schedule's place.
 
   RMSProp: `eps_in_sqrt` picks the denominator: sqrt(nu + eps) as
   TensorFlow's RMSProp (IMPALA's own code), or sqrt(nu) + eps as PyTorch's
@@ -64,17 +77,41 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
 
   `initial_scale` is where RMSProp's second moment nu starts. optax's default
   0 makes the first step lr * g / sqrt(0.01 g^2) = 10 lr sign(g) for every
-  parameter at once when eps is small (with eps 1e-5 on Pong: a KL of 1.9
-  in one update, and most ReLU units dead within a few updates;
-  docs/pong.md, point 4). 1.0 is TensorFlow's RMSProp (IMPALA's and A2C's own code): steps
-  start at lr * g and grow as nu forgets its start.
+  parameter at once when eps is small, a step large enough to kill ReLU units
+  (docs/pong.md, point 4). 1.0 is TensorFlow's RMSProp (IMPALA's and A2C's own
+  code): steps start at lr * g and grow as nu forgets its start.
 
-  Adam (optax.adam, PyTorch's form): bias-corrected moments, epsilon
-  outside the square root (`adam_eps`; cleanrl's PPO uses 1e-5).
+  Adam (optax.adam, PyTorch's form): bias-corrected moments, epsilon outside
+  the square root (`adam_eps`; cleanrl's PPO uses 1e-5).
 
-  `clip_in_chain=False`: no global-norm clip in the chain; `max_grad_norm`
-  stays an injected hyperparameter for the learner, which clips each
-  term's gradient itself (rl/sgd.py, optimizer.clip_by='term').
+  Args:
+    learning_rate: the base learning rate.
+    total_learner_steps: optimiser steps over which the rate anneals to 0
+      (at least 1 is used).
+    max_grad_norm: the global-norm clip.
+    decay: RMSProp's decay of its second moment.
+    eps: RMSProp's epsilon.
+    momentum: RMSProp's momentum; 0 for none.
+    eps_in_sqrt: RMSProp's denominator, sqrt(nu + eps) when True, else
+      sqrt(nu) + eps.
+    initial_scale: RMSProp's initial second moment.
+    name: the optimiser, one of OPTIMIZERS.
+    adam_b1: Adam's first-moment decay.
+    adam_b2: Adam's second-moment decay.
+    adam_eps: Adam's epsilon.
+    entropy_cost: the loss's entropy cost, kept in the state beside the other
+      hyperparameters population-based training changes; None: not kept.
+    clip_in_chain: False leaves the global-norm clip out of the chain;
+      `max_grad_norm` stays an injected hyperparameter for the learner, which
+      clips each term's gradient itself (rl/sgd.py, optimizer.clip_by='term').
+
+  Returns:
+    (optimizer, schedule): an optax GradientTransformation, and
+    `schedule(step, base=learning_rate)`, the rate at optimiser step `step`
+    for a base rate `base`.
+
+  Raises:
+    ValueError: `name` is not one of OPTIMIZERS.
   """
   if name not in OPTIMIZERS:
     raise ValueError(f'unknown optimizer {name!r}; choose one of {", ".join(OPTIMIZERS)}')
@@ -109,12 +146,28 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
 
 
 def optimizer_from_config(config, total_learner_steps: int, steps_per_update: int):
-  """(optimizer, schedule) from a run config's learning_rate, entropy_cost
-  and `optimizer` group, for a learner taking `steps_per_update` optimiser
-  steps per update (rl/algorithms.optimizer_steps_per_update). The
-  optimiser anneals over every optimiser step of the run; the schedule
-  returned, `schedule(update, base=config's rate)`, is indexed by learner
-  update (what `LearnerState.step` counts), for logging."""
+  """The optimiser of a run config.
+
+  Reads the config's learning_rate, entropy_cost and `optimizer` group. The
+  optimiser anneals over every optimiser step of the run
+  (total_learner_steps x steps_per_update). A config without
+  `optimizer.clip_by` (runs written before it existed) reads 'global': the
+  clip is in the chain.
+
+  Args:
+    config: a run config (ml_collections).
+    total_learner_steps: learner updates in the run.
+    steps_per_update: optimiser steps per learner update
+      (rl/algorithms.optimizer_steps_per_update).
+
+  Returns:
+    (optimizer, schedule) as `make_optimizer`, except that the schedule,
+    `schedule(update, base=config's rate)`, is indexed by learner update
+    (what `LearnerState.step` counts), for logging.
+
+  Raises:
+    ValueError: the config names an optimiser not in OPTIMIZERS.
+  """
   o = config.optimizer
   k = steps_per_update
   optimizer, schedule = make_optimizer(
@@ -130,20 +183,49 @@ def optimizer_from_config(config, total_learner_steps: int, steps_per_update: in
 
 
 def hyperparameter(opt_state, key: str, default=None):
-  """One injected hyperparameter of an optimiser state, or `default` for an
-  optimiser without it (a bare optax chain)."""
+  """One injected hyperparameter of an optimiser state.
+
+  Args:
+    opt_state: an optimiser state.
+    key: a key of HYPERPARAMETERS.
+    default: what to return when the state does not hold `key`.
+
+  Returns:
+    `opt_state.hyperparams[key]` (a float32 scalar for a state made here), or
+    `default` for an optimiser without it (a bare optax chain).
+  """
   return getattr(opt_state, 'hyperparams', {}).get(key, default)
 
 
 def hyperparameters(opt_state) -> Dict[str, jnp.ndarray]:
-  """The injected hyperparameters of an optimiser state made here."""
+  """The injected hyperparameters of an optimiser state made here.
+
+  Args:
+    opt_state: a state of an optimiser from `make_optimizer`.
+
+  Returns:
+    A new dict: key -> float32 scalar.
+  """
   return dict(opt_state.hyperparams)
 
 
 def with_hyperparameters(opt_state, values: Dict[str, float]):
-  """`opt_state` with some injected hyperparameters set (keys of
-  HYPERPARAMETERS present in it); the next update uses them. Raises
-  KeyError naming a key the state does not hold."""
+  """An optimiser state with some injected hyperparameters set.
+
+  The next update uses the new values without compiling again: each is cast
+  to the old value's dtype and placed as the old one is (replicated over the
+  learner mesh, or uncommitted).
+
+  Args:
+    opt_state: a state of an optimiser from `make_optimizer`.
+    values: key of HYPERPARAMETERS present in the state -> its new value.
+
+  Returns:
+    `opt_state` with those hyperparameters replaced; the others unchanged.
+
+  Raises:
+    KeyError: a key the state does not hold; the message names those it holds.
+  """
   current = opt_state.hyperparams
   for key in values:
     if key not in current:

@@ -1,4 +1,5 @@
-"""Multi-task PopArt (van Hasselt et al. 2016; Hessel et al. 2019).
+"""Multi-task PopArt (van Hasselt et al. 2016, arXiv 1602.07714; Hessel et al.
+2019, arXiv 1809.04474).
 
 Each task i keeps a first moment mu_i and a second moment nu_i of its value
 targets; sigma_i = sqrt(nu_i - mu_i^2), clipped to [1e-4, 1e6]. The value head
@@ -38,8 +39,21 @@ STARTS = ('identity', 'debiased')
 
 
 def init_stats(num_tasks: int, start: str = 'identity') -> Stats:
-  """mu = 0 and nu = 1, so sigma starts at 1: the identity normalisation;
-  with start 'debiased' also weight 0 (no update taken yet)."""
+  """The statistics of K tasks before any update.
+
+  mu = 0 and nu = 1, so sigma starts at 1: the identity normalisation; with
+  start 'debiased' also weight 0 (no update taken yet). All float32.
+
+  Args:
+    num_tasks: the number of tasks K.
+    start: one of STARTS.
+
+  Returns:
+    {'mu': [K], 'nu': [K]}, and 'weight': [K] for the debiased start.
+
+  Raises:
+    ValueError: `start` is not one of STARTS.
+  """
   if start not in STARTS:
     raise ValueError(f'unknown PopArt start {start!r}; choose one of {", ".join(STARTS)}')
   stats = {'mu': jnp.zeros((num_tasks,), jnp.float32),
@@ -48,38 +62,95 @@ def init_stats(num_tasks: int, start: str = 'identity') -> Stats:
 
 
 def with_start(stats: Stats, start: str) -> Stats:
-  """`stats` ready for `start`: with a zero 'weight' per task for the
-  debiased start (the network's head makes only mu and nu), as given for
-  the identity start."""
+  """Statistics ready for a start.
+
+  The network's head makes only mu and nu; the debiased start also needs a
+  weight per task.
+
+  Args:
+    stats: PopArt statistics.
+    start: one of STARTS.
+
+  Returns:
+    For the debiased start, `stats` with a zero 'weight' per task when it has
+    none; otherwise `stats` as given.
+  """
   if start == 'debiased' and 'weight' not in stats:
     return {**stats, 'weight': jnp.zeros_like(stats['mu'])}
   return stats
 
 
 def sigma(stats: Stats) -> jax.Array:
+  """Each task's scale sigma_i = sqrt(nu_i - mu_i^2).
+
+  The variance is floored at SIGMA_MIN^2 (in float32 it can round below 0)
+  and sigma clipped to [SIGMA_MIN, SIGMA_MAX].
+
+  Args:
+    stats: PopArt statistics.
+
+  Returns:
+    sigma [K].
+  """
   # nu - mu^2 can round below zero in float32; floor it before the sqrt.
   variance = jnp.maximum(stats['nu'] - stats['mu'] ** 2, SIGMA_MIN ** 2)
   return jnp.clip(jnp.sqrt(variance), SIGMA_MIN, SIGMA_MAX)
 
 
 def normalize(stats: Stats, x: jax.Array, task_ids: jax.Array) -> jax.Array:
-  """(x - mu_i) / sigma_i for each element's task i."""
+  """Values in each task's normalised units: (x - mu_i) / sigma_i.
+
+  Args:
+    stats: PopArt statistics.
+    x: values in unnormalised units, any shape.
+    task_ids: int task i of each element, the shape of x.
+
+  Returns:
+    An array the shape of x.
+  """
   return (x - stats['mu'][task_ids]) / sigma(stats)[task_ids]
 
 
 def unnormalize(stats: Stats, n: jax.Array, task_ids: jax.Array) -> jax.Array:
-  """sigma_i * n + mu_i for each element's task i."""
+  """Normalised values back in unnormalised units: sigma_i * n + mu_i.
+
+  Args:
+    stats: PopArt statistics.
+    n: normalised values, any shape.
+    task_ids: int task i of each element, the shape of n.
+
+  Returns:
+    An array the shape of n.
+  """
   return sigma(stats)[task_ids] * n + stats['mu'][task_ids]
 
 
 def scale(stats: Stats, x: jax.Array, task_ids: jax.Array) -> jax.Array:
-  """x / sigma_i: a difference of values (an advantage, a TD error) in task
-  i's normalised units; no shift, as mu cancels in a difference."""
+  """A difference of values in each task's normalised units: x / sigma_i.
+
+  For an advantage or a TD error; no shift, as mu cancels in a difference.
+
+  Args:
+    stats: PopArt statistics.
+    x: differences of unnormalised values, any shape.
+    task_ids: int task i of each element, the shape of x.
+
+  Returns:
+    An array the shape of x.
+  """
   return x / sigma(stats)[task_ids]
 
 
 def unnormalize_all(stats: Stats, n: jax.Array) -> jax.Array:
-  """sigma * n + mu for outputs [..., K] of every task's value head."""
+  """Every task's value head's outputs in unnormalised units: sigma * n + mu.
+
+  Args:
+    stats: PopArt statistics.
+    n: normalised outputs [..., K].
+
+  Returns:
+    An array [..., K].
+  """
   return sigma(stats) * n + stats['mu']
 
 
@@ -95,6 +166,21 @@ def update_stats(stats: Stats, targets: jax.Array, task_ids: jax.Array,
   Tasks with no valid target in the batch keep their statistics. With a
   'weight' in `stats` (the debiased start) the step of task i is
   beta / w_i', where w_i' = (1 - beta) w_i + beta is its new weight.
+
+  See "Learning values across many orders of magnitude" by van Hasselt et al.
+  2016 (https://arxiv.org/abs/1602.07714) and "Multi-task Deep Reinforcement
+  Learning with PopArt" by Hessel et al. 2019 (https://arxiv.org/abs/1809.04474).
+
+  Args:
+    stats: PopArt statistics of K tasks.
+    targets: value targets in unnormalised units, any shape.
+    task_ids: int task of each target, the shape of targets.
+    mask: 1 for valid targets, 0 otherwise, the shape of targets.
+    beta: the step size.
+    axis_name: the devices the batch spans; None for one device.
+
+  Returns:
+    The new statistics, with the keys of `stats`.
   """
   num_tasks = stats['mu'].shape[0]
   weights = jax.nn.one_hot(task_ids, num_tasks) * mask[..., None]
@@ -119,10 +205,18 @@ def update_stats(stats: Stats, targets: jax.Array, task_ids: jax.Array,
 
 def preserve_outputs(head_params: Dict[str, jax.Array], old: Stats,
                      new: Stats) -> Dict[str, jax.Array]:
-  """Rescale a Dense value head (kernel [H, K], bias [K]) for new statistics.
+  """Rescales a Dense value head for new statistics, preserving its outputs.
 
   w' = w sigma / sigma',  b' = (sigma b + mu - mu') / sigma', so that
   sigma' (w' h + b') + mu' == sigma (w h + b) + mu for every input h.
+
+  Args:
+    head_params: the head's params, kernel [H, K] and bias [K].
+    old: the statistics the head was trained for.
+    new: the statistics to rescale it to.
+
+  Returns:
+    `head_params` with kernel and bias replaced; other entries unchanged.
   """
   sigma_old, sigma_new = sigma(old), sigma(new)
   kernel = head_params['kernel'] * (sigma_old / sigma_new)
@@ -131,25 +225,57 @@ def preserve_outputs(head_params: Dict[str, jax.Array], old: Stats,
 
 
 def rescaled_value(old: Stats, new: Stats, n: jax.Array, task_ids: jax.Array) -> jax.Array:
-  """What a head that gave normalised value `n` under `old` gives after
-  preserve_outputs for `new`: (sigma n + mu - mu') / sigma', per element's
-  task. The losses compare targets with this, the value the rescaled
-  network would see."""
+  """The normalised value a head gives after `preserve_outputs`.
+
+  For a head that gave normalised value `n` under `old`:
+  (sigma n + mu - mu') / sigma', per element's task. The losses compare
+  targets with this, the value the rescaled network would see.
+
+  Args:
+    old: the statistics `n` was produced under.
+    new: the statistics the head is rescaled to.
+    n: normalised values, any shape.
+    task_ids: int task i of each element, the shape of n.
+
+  Returns:
+    An array the shape of n.
+  """
   return (sigma(old)[task_ids] * n + old['mu'][task_ids] - new['mu'][task_ids]) / sigma(new)[task_ids]
 
 
 def rescale_head(params: Dict[str, Any], value_head: str, old: Stats, new: Stats) -> Dict[str, Any]:
-  """Network params with the head `params[value_head]` rescaled for `new`
-  statistics (preserve_outputs); the other params unchanged."""
+  """Network params with the value head rescaled for new statistics.
+
+  Args:
+    params: the network's params.
+    value_head: the top-level name of the Dense value head in `params`.
+    old: the statistics the head was trained for.
+    new: the statistics to rescale it to.
+
+  Returns:
+    `params` with `params[value_head]` rescaled (`preserve_outputs`); the
+    other params unchanged.
+  """
   return {**params, value_head: preserve_outputs(params[value_head], old, new)}
 
 
 def rescale_head_grads(grads: Dict[str, Any], value_head: str, old: Stats, new: Stats
                        ) -> Dict[str, Any]:
-  """A gradient taken at the head before its rescale, moved to the rescaled
-  head. The loss sees the head through w h + b; at w' = w sigma / sigma' the
-  same loss as a function of w' has gradient sigma' / sigma times the old
-  one (likewise b), so the optimiser steps the parameters the network now
-  has."""
+  """A gradient taken at the head before its rescale, moved to the rescaled head.
+
+  The loss sees the head through w h + b; at w' = w sigma / sigma' the same
+  loss as a function of w' has gradient sigma' / sigma times the old one
+  (likewise b), so the optimiser steps the parameters the network now has.
+
+  Args:
+    grads: the gradient, a pytree shaped like the network's params.
+    value_head: the top-level name of the value head.
+    old: the statistics before the rescale.
+    new: the statistics after it.
+
+  Returns:
+    `grads` with the value head's entries scaled by sigma' / sigma per task;
+    the others unchanged.
+  """
   ratio = sigma(new) / sigma(old)
   return {**grads, value_head: jax.tree.map(lambda g: g * ratio, grads[value_head])}

@@ -1,4 +1,5 @@
-"""PPO (Schulman et al. 2017) with per-task PopArt, on the actors' unrolls.
+"""PPO (Schulman et al. 2017, arXiv 1707.06347) with per-task PopArt, on the
+actors' unrolls.
 
 The same unrolls, PopArt head and sharded update as IMPALA (rl/impala.py),
 over the same evaluation of an unroll (rl/actor_critic.py); what differs is
@@ -62,11 +63,20 @@ class PPOConfig(NamedTuple):
 
 
 def settings(cfg: LossConfig) -> PPOConfig:
-  """The PPO settings of `cfg` (their defaults where it holds another learner's)."""
+  """The PPO settings of a LossConfig.
+
+  Args:
+    cfg: the loss settings.
+
+  Returns:
+    `cfg.settings` when it is a PPOConfig; PPOConfig's defaults when it holds
+    another learner's settings or None.
+  """
   return cfg.settings if isinstance(cfg.settings, PPOConfig) else PPOConfig()
 
 
 def _number_problem(value, least: float, strict: bool, note: str = '') -> Optional[str]:
+  """Why `value` is not a number > `least` (strict) or >= `least`, or None."""
   if (isinstance(value, bool) or not isinstance(value, (int, float))
       or (value <= least if strict else value < least)):
     return (f'must be a positive number, got {value!r}' if strict and least == 0 else
@@ -75,7 +85,18 @@ def _number_problem(value, least: float, strict: bool, note: str = '') -> Option
 
 
 def check(p: PPOConfig):
-  """(field of the `ppo` group, why) for a value the update cannot use, or None."""
+  """Checks the PPO settings for values the update cannot use.
+
+  Args:
+    p: the settings.
+
+  Returns:
+    (field of the `ppo` group, why) for the first value the update cannot
+    use, or None: epochs and minibatches must be integers >= 1, clip_epsilon
+    a positive number, value_clip_epsilon a number >= 0 (0 = no clip),
+    gae_lambda in [0, 1], value_targets one of VALUE_TARGETS, split one of
+    SPLITS and normalize_advantages a bool.
+  """
   lam = p.gae_lambda
   return ac.first_problem([
       ('epochs', ac.integer_problem(p.epochs)),
@@ -93,8 +114,20 @@ def check(p: PPOConfig):
 
 
 def batch_split(p: PPOConfig, per_device_batch: int, unroll_length: int):
-  """('minibatches', why) when the minibatches cannot cut one learner
-  device's shard evenly (its unrolls, or its steps); else None."""
+  """Checks that the minibatches cut each learner device's shard evenly.
+
+  With split 'unrolls', `p.minibatches` must divide the device's unrolls; with
+  split 'steps', its steps (unrolls x unroll length).
+
+  Args:
+    p: the settings.
+    per_device_batch: unrolls per learner device.
+    unroll_length: steps per unroll.
+
+  Returns:
+    ('minibatches', why) when the minibatches cannot cut one learner device's
+    shard evenly; else None.
+  """
   m = p.minibatches
   if p.split == 'unrolls' and per_device_batch % m:
     return ('minibatches', f'{m} minibatches of whole unrolls do not split the '
@@ -108,7 +141,14 @@ def batch_split(p: PPOConfig, per_device_batch: int, unroll_length: int):
 
 
 def settings_from(group) -> PPOConfig:
-  """PPOConfig of the run config's `ppo` group."""
+  """The PPOConfig of the run config's `ppo` group.
+
+  Args:
+    group: the run config's `ppo` group (ml_collections).
+
+  Returns:
+    A PPOConfig of its fields.
+  """
   return PPOConfig(epochs=group.epochs, minibatches=group.minibatches,
                    clip_epsilon=group.clip_epsilon, value_clip_epsilon=group.value_clip_epsilon,
                    gae_lambda=group.gae_lambda, value_targets=group.value_targets,
@@ -125,12 +165,22 @@ class Targets(NamedTuple):
 
 
 def gae(values, rewards, discounts, lambda_):
-  """Generalised advantage estimates (Schulman et al. 2016), time-major.
+  """Generalised advantage estimates, time-major.
 
-  values [T + 1, B]; rewards, discounts [T, B] (discount = gamma, or 0 at a
-  termination). delta_t = r_t + d_t V_{t+1} - V_t and
-  A_t = delta_t + d_t lambda A_{t+1}, with A_T = 0 beyond the unroll (the
-  last value is the bootstrap). Returns A [T, B].
+  delta_t = r_t + d_t V_{t+1} - V_t and A_t = delta_t + d_t lambda A_{t+1},
+  with A_T = 0 beyond the unroll (the last value is the bootstrap).
+
+  See "High-Dimensional Continuous Control Using Generalized Advantage
+  Estimation" by Schulman et al. 2016 (https://arxiv.org/abs/1506.02438).
+
+  Args:
+    values: V [T + 1, B]; the last row is the bootstrap.
+    rewards: r [T, B].
+    discounts: d [T, B]: gamma, or 0 at a termination.
+    lambda_: GAE's lambda.
+
+  Returns:
+    A [T, B].
   """
   deltas = rewards + discounts * values[1:] - values[:-1]
 
@@ -145,10 +195,33 @@ def gae(values, rewards, discounts, lambda_):
 
 
 def targets_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None):
-  """Returns targets(params, stats, batch) -> (new_stats, Targets, metrics).
+  """What every minibatch of one PPO update shares, from one forward pass.
 
-  `params` are the learner's before the update; the caller rescales the
-  value head for `new_stats` (popart.rescale_head) before the epochs.
+  The values the advantages and value targets start from come from the
+  current params over the whole batch: GAE(lambda) (`value_targets='gae'`)
+  or V-trace(lambda) with the behaviour policy's importance weights
+  (`'vtrace'`), with lambda = gae_lambda, over the episode-aware transitions
+  (actor_critic.episode_aware; reset steps are masked and get advantage 0),
+  computed in reward units and, for reward mode 'h', mapped into h-space.
+  With PopArt the statistics take one step on the value targets; the targets
+  and the start-of-update values are then in the new normalised units, and
+  each advantage is divided by its task's sigma (PopArt-PPO). Every Targets
+  field is stopped from gradients.
+
+  Args:
+    apply_fn: `apply_fn(params, stats, obs, first, core_state)` returns logits
+      [T + 1, B, A] and normalised values [T + 1, B, K].
+    cfg: the loss settings; `settings(cfg)` gives the PPO settings.
+    axis_name: the devices the batch spans (PopArt and metrics are global
+      over them); None for one device.
+
+  Returns:
+    targets(params, stats, batch) -> (new_stats, Targets, metrics), the
+    Targets per transition [T, B]. `params` are the learner's before the
+    update; the caller rescales the value head for `new_stats`
+    (popart.rescale_head) before the epochs. The metrics, per valid step of
+    the global batch, are 'value_mean', 'advantage_mean', 'kl_behaviour'
+    (KL(mu || pi) at the start of the update) and the health metrics.
   """
   p = settings(cfg)
 
@@ -205,11 +278,33 @@ class Minibatch(NamedTuple):
 
 
 def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None):
-  """Returns loss(params, stats, minibatch, entropy_cost=None) -> (loss, metrics).
+  """The PPO loss of one minibatch.
 
-  The reduction follows cfg.reduction: 'mean' over the minibatch's valid
-  transitions (cleanrl's), or 'sum'. `entropy_cost` (a traced scalar: the
-  optimiser state's) replaces cfg.entropy_cost when given.
+  The clipped surrogate -min(r A, clip(r, 1 - eps, 1 + eps) A) with
+  r = pi(a|x) / mu(a|x) against the behaviour policy, the advantages
+  optionally normalised over the minibatch (global over `axis_name`); a value
+  loss 0.5 (n - target)^2 on the normalised targets, with value_clip_epsilon
+  > 0 the larger of that and the loss of the value clipped to within
+  value_clip_epsilon of the start-of-update value; and the entropy bonus. The
+  value loss is weighted by cfg.baseline_cost, the entropy bonus by the
+  entropy cost.
+
+  See "Proximal Policy Optimization Algorithms" by Schulman et al. 2017
+  (https://arxiv.org/abs/1707.06347).
+
+  Args:
+    apply_fn: the network, as for `targets_fn`.
+    cfg: the loss settings; the reduction follows cfg.reduction: 'mean' over
+      the minibatch's valid transitions (cleanrl's), or 'sum'.
+    axis_name: the devices the minibatch spans; None for one device.
+
+  Returns:
+    loss(params, stats, minibatch, entropy_cost=None) -> (loss, metrics).
+    `entropy_cost` (a traced scalar: the optimiser state's) replaces
+    cfg.entropy_cost when given. The metrics, per valid transition of the
+    global minibatch: the loss terms, 'entropy', 'ppo/clip_fraction',
+    'ppo/approx_kl' (Schulman's k3 estimate of KL(mu || pi)) and
+    'ppo/ratio_mean'.
   """
   p = settings(cfg)
 
@@ -270,8 +365,22 @@ def split_minibatches(batch: Unroll, targets: Targets, num: int, split: str, key
 
   'steps': the T x B transitions shuffled and cut into `num` parts, each a
   [1, T B / num] batch of single steps (feed-forward networks: no state
-  crosses steps). 'unrolls': the B unrolls shuffled and cut into `num`
-  parts of [T + 1, B / num] with their core states (recurrent networks).
+  crosses steps; `first` is True everywhere). 'unrolls': the B unrolls
+  shuffled and cut into `num` parts of [T + 1, B / num] with their core states
+  (recurrent networks). Leftovers that do not fill a part are dropped.
+
+  Args:
+    batch: the shard, fields [T + 1, B, ...], core state [B, ...].
+    targets: its Targets [T, B].
+    num: the number of minibatches.
+    split: one of SPLITS.
+    key: a PRNG key for the shuffle.
+
+  Returns:
+    A Minibatch whose fields have a leading axis of `num`.
+
+  Raises:
+    ValueError: `split` is not one of SPLITS.
   """
   t, b = targets.mask.shape
   if split == 'steps':
@@ -299,11 +408,28 @@ def split_minibatches(batch: Unroll, targets: Targets, num: int, split: str, key
 def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTransformation,
                 value_head: str, axis_name: Optional[str], seed: int = 0,
                 max_grad_norm: float = float('inf')) -> Callable:
-  """Returns update(params, opt_state, stats, batch, step) -> (params,
-  opt_state, new_stats, metrics) for one device's shard: the targets and
-  PopArt's move once per batch, the value head rescaled once, then epochs x
-  minibatches optimiser steps on the rescaled head. `seed` and the learner
-  step seed the shuffles."""
+  """The PPO learner's update of one device's shard.
+
+  The targets and PopArt's move once per batch (`targets_fn`), the value head
+  rescaled once, then epochs x minibatches optimiser steps on the rescaled
+  head, a fresh shuffle each epoch. Gradients are summed over `axis_name`
+  devices (rl/sgd.py).
+
+  Args:
+    apply_fn: the network, as for `targets_fn`.
+    cfg: the loss settings.
+    optimizer: the optimiser (rl/optimizers.py).
+    value_head: the top-level param name of the value head PopArt rescales.
+    axis_name: the devices the batch spans; None for one device.
+    seed: with the learner step, seeds the shuffles (the same key on every
+      device).
+    max_grad_norm: the clip for an optimiser state without one.
+
+  Returns:
+    update(params, opt_state, stats, batch, step) -> (params, opt_state,
+    new_stats, metrics). The metrics are those of `targets_fn` and the means
+    over the update's optimiser steps of those of `loss_fn` and rl/sgd.py.
+  """
   p = settings(cfg)
   targets = targets_fn(apply_fn, cfg, axis_name)
   ppo_loss = loss_fn(apply_fn, cfg, axis_name)

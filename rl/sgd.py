@@ -23,24 +23,42 @@ def make_sgd_step(loss_fn: Callable, optimizer: optax.GradientTransformation, va
                   moves_statistics: bool = False,
                   clip_groups: Optional[Tuple[Sequence[Sequence[float]], Sequence[str]]] = None
                   ) -> Callable:
-  """Returns step(params, opt_state, stats, minibatch) -> (params, opt_state, aux).
+  """One optimiser step of a learner's loss, the same for every loss.
 
-  `loss_fn(params, stats, minibatch, entropy_cost)` returns (loss, aux) with
-  `aux.metrics` (a dict) and, when `moves_statistics`, `aux.new_stats`: the
-  statistics after the loss's PopArt step, for which the head is rescaled
-  before the optimiser steps it. The loss sums (or averages) over the
-  global minibatch, so its gradient is the sum of the per-device gradients.
-  `aux.metrics` gains 'grad_norm' and 'grad_clipped' (1 when the clip binds;
-  `max_grad_norm` is the clip of an optimiser state without one).
+  The gradient of the loss on this device's shard is summed over the learner
+  devices (`axis_name`); the loss sums (or averages) over the global
+  minibatch, so its gradient is the sum of the per-device gradients. When
+  `moves_statistics`, the value head and its gradient are rescaled to the
+  statistics after the loss's PopArt step (rl/popart.py) before the optimiser
+  steps it. The entropy cost the loss reads and the clip the metrics compare
+  with are the optimiser state's injected hyperparameters (rl/optimizers.py).
 
-  `clip_groups` = (weights [G, terms], names [G]): the clip per term. The
-  loss then returns an array [terms, ...] (rl/impala.loss_fn(by_term=True))
-  whose entries sum to the loss; group g's gradient is that of the sum of
-  its terms weighted by weights[g] (one forward pass, G backward passes),
-  each group's gradient is clipped to the clip on its own, and their sum
-  goes to the optimiser (whose chain then does not clip:
-  optimizers.make_optimizer(clip_in_chain=False)). 'grad_norm/<name>' is
-  each group's norm before its clip; 'grad_clipped' is 1 when any binds.
+  With `clip_groups` = (weights [G, terms], names [G]) the gradient is clipped
+  per term: the loss then returns an array [terms, ...]
+  (rl/impala.loss_fn(by_term=True)) whose entries sum to the loss; group g's
+  gradient is that of the sum of its terms weighted by weights[g] (one forward
+  pass, G backward passes), each group's gradient is clipped to the clip on
+  its own, and their sum goes to the optimiser (whose chain then does not
+  clip: optimizers.make_optimizer(clip_in_chain=False)).
+
+  Args:
+    loss_fn: `loss_fn(params, stats, minibatch, entropy_cost)` -> (loss, aux),
+      `aux` a LossOutput-like tuple with `metrics` (a dict) and, when
+      `moves_statistics`, `new_stats`.
+    optimizer: the optimiser (rl/optimizers.py).
+    value_head: the top-level param name of the value head.
+    axis_name: the learner devices; None for one device.
+    max_grad_norm: the clip of an optimiser state without one.
+    moves_statistics: whether the loss moves the PopArt statistics.
+    clip_groups: (weights [G, terms], names [G]) to clip per term; None to
+      leave the clip to the optimiser.
+
+  Returns:
+    step(params, opt_state, stats, minibatch) -> (params, opt_state, aux).
+    `aux.metrics` gains 'grad_norm' (of the summed gradient, after any
+    per-term clip) and 'grad_clipped' (1 when the clip binds); with
+    `clip_groups` also 'grad_norm/<name>', each group's norm before its clip,
+    and 'grad_clipped' is 1 when any group's clip binds.
   """
 
   def gradient(params, stats, minibatch, entropy_cost, clip):
