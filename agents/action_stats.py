@@ -17,18 +17,35 @@ def _entropy(logits: np.ndarray) -> np.ndarray:
 
 
 class ActionStats:
+  """A window of action counts and policy entropy per task.
+
+  Holds no lock: use it from one thread (training: the learner loop's
+  Summariser).
+
+  Args:
+    num_tasks: K.
+    num_actions: A.
+  """
 
   def __init__(self, num_tasks: int, num_actions: int):
     self._k, self._a = num_tasks, num_actions
     self.reset()
 
   def reset(self) -> None:
+    """Empties the window."""
     self._counts = np.zeros((self._k, self._a), np.int64)
     self._entropy_sum = np.zeros(self._k)
 
   def add(self, task_id: np.ndarray, action: np.ndarray, logits: np.ndarray) -> None:
-    """One batch: task_id, action [T, B] and behaviour logits [T, B, A]. The
-    last step of each unroll is the first of the next, so it is skipped."""
+    """Adds one learner batch to the window.
+
+    The last step of each unroll is the first of the next, so it is skipped.
+
+    Args:
+      task_id: int [T, B].
+      action: int [T, B].
+      logits: the behaviour logits [T, B, A].
+    """
     task_id, action, logits = task_id[:-1].ravel(), action[:-1].ravel(), logits[:-1]
     self._counts += np.bincount(task_id * self._a + action,
                                 minlength=self._k * self._a).reshape(self._k, self._a)
@@ -36,7 +53,13 @@ class ActionStats:
                                      minlength=self._k)
 
   def drain(self) -> Dict[str, list]:
-    """The window as JSON-able lists ('counts' [K][A], 'entropy_sum' [K]); resets it."""
+    """The window, to be summed over processes (`summary`); resets it.
+
+    Returns:
+      The window as JSON-able lists: 'counts' [K][A] (actions per task),
+      'entropy_sum' [K] (the behaviour policy's entropy, summed over each
+      task's steps).
+    """
     window = {'counts': self._counts.tolist(), 'entropy_sum': self._entropy_sum.tolist()}
     self.reset()
     return window
@@ -44,10 +67,23 @@ class ActionStats:
   def summary(self, task_names: Sequence[str], action_names: Sequence[str],
               windows: Optional[Sequence[Dict[str, list]]] = None,
               ) -> Tuple[Dict[str, float], List[str]]:
-    """Metrics `actions/<t>/<action>` (frequencies), `entropy/<t>` and
-    `collapse/<t>` (1.0 when one action took > 90% of the window), and a
-    warning line per collapsed task. Summarises the sum of `windows` (drained
-    windows, e.g. one per process) or else this window, which it resets."""
+    """The window's metrics, and a warning per collapsed task.
+
+    Summarises the sum of `windows` (drained windows, e.g. one per process)
+    or else this window, which it resets. Tasks without a step in the window
+    are left out.
+
+    Args:
+      task_names: K names, the `<t>` of the metrics.
+      action_names: A names, the `<action>` of the metrics.
+      windows: drained windows (`drain`) to sum, or None for this one.
+
+    Returns:
+      (metrics, warnings): metrics `actions/<t>/<action>` (frequencies),
+      `entropy/<t>` (the mean entropy per step) and `collapse/<t>` (1.0 when
+      one action took more than COLLAPSE_THRESHOLD, 90%, of the window, else
+      0.0); a warning line per collapsed task.
+    """
     if windows is None:
       windows = [self.drain()]
     counts = np.sum([w['counts'] for w in windows], axis=0).reshape(self._k, self._a)

@@ -1,4 +1,5 @@
-"""Sebulba actor threads: step a batch of envs, run the policy, send unrolls.
+"""Sebulba actor threads (Hessel et al. 2021, arXiv 2104.06272): step a batch
+of envs, run the policy, send unrolls.
 
 Each actor owns a batched env and a jitted `act` on its actor device. It
 collects unrolls of T + 1 steps (the last is the first of the next unroll),
@@ -25,17 +26,24 @@ from rl.types import Unroll
 
 
 class ParamsStore:
-  """The learner's latest variables and their version (learner step)."""
+  """The learner's latest variables and their version (learner step).
+
+  Thread-safe: the learner publishes, every actor thread reads, under one
+  lock. Holds a reference, not a copy: a publisher must not mutate what it
+  published.
+  """
 
   def __init__(self):
     self._lock = threading.Lock()
     self._variables, self._version = None, -1
 
   def publish(self, variables, version: int) -> None:
+    """Replaces the variables (any pytree) and their version."""
     with self._lock:
       self._variables, self._version = variables, version
 
   def get(self):
+    """(variables, version); (None, -1) before the first publish."""
     with self._lock:
       return self._variables, self._version
 
@@ -48,7 +56,18 @@ class UnrollBlock:
 
 
 def make_act_fn(network):
-  """act(variables, obs [B, ...], first [B], core_state, rng) -> action, logits, state, rng."""
+  """The actors' jitted policy step: one step of B envs.
+
+  Args:
+    network: the AgentNetwork.
+
+  Returns:
+    act(variables, obs, first, core_state, rng) -> (action, logits,
+    core_state, rng): obs key -> [B, ...], first bool [B]; action int32 [B]
+    sampled from the policy's logits [B, A] with a key split from `rng`,
+    the core state after the step and the rng to pass next. Runs on the
+    device its inputs are on.
+  """
 
   @jax.jit
   def act(variables, obs, first, core_state, rng):
@@ -89,7 +108,35 @@ class _Buffers:
 
 
 class Actor(threading.Thread):
-  """One actor thread. Errors are kept in `self.error` for the learner to raise."""
+  """One actor thread. Errors are kept in `self.error` for the learner to raise.
+
+  A daemon thread named 'actor-<id>'. Each unroll has unroll_length + 1
+  steps, the last the first of the next; it goes on `unrolls` as an
+  UnrollBlock tagged with the params version it started with (fields
+  [T + 1, B, ...] on the host, core state [B, ...] at its first step). The
+  newest published params are read at the start of every unroll and put
+  on `device`. Whole games that end go on `episodes` as rollout.Episode.
+  `env_steps` counts the env steps taken (B per step).
+
+  Args:
+    actor_id: the global actor id (its thread's name).
+    env: the batched env; the actor owns it.
+    act_fn: make_act_fn's act.
+    initial_state: the core state for B envs (network.initial_state).
+    store: where the learner publishes params.
+    unrolls: the bounded queue of UnrollBlocks to the learner.
+    episodes: the queue of finished games.
+    timer: the stage timer (stages 'inference', 'env_step',
+      'actor_queue_put', 'actor_wait_learner').
+    stop: set to end the loop.
+    unroll_length: T, steps per unroll (without the extra one).
+    device: the actor device the policy runs on.
+    seed: the action sampling seed (builder.actor_seed).
+    wait_for_learner: after queueing an unroll, wait for room in the queue
+      before acting again, so that the next unroll starts with params about
+      one update behind the update that consumes it; False: run ahead by
+      queue_size blocks.
+  """
 
   def __init__(self, actor_id: int, env, act_fn: Callable, initial_state: Any,
                store: ParamsStore, unrolls: queue.Queue, episodes: queue.SimpleQueue,
@@ -114,6 +161,8 @@ class Actor(threading.Thread):
     self.env_steps = 0
 
   def run(self):
+    """Runs the actor loop until `stop` is set; any exception ends it and is
+    kept in `error`."""
     try:
       self._loop()
     except BaseException as e:  # reported by the learner loop
@@ -182,10 +231,23 @@ class Actor(threading.Thread):
 
 
 def make_envs(config, plan, first_actor: int = 0, env_steps: int = 0, count=None) -> list:
-  """The batched envs of this process's actors (the first `count`; all by
-  default), as training makes them: actor i steps plan.actor_env_groups[i],
-  seeded for global actor id first_actor + i at `env_steps` (a resumed run
-  gets fresh games, builder.env_seed)."""
+  """The batched envs of this process's actors, as training makes them.
+
+  Actor i steps plan.actor_env_groups[i], seeded for global actor id
+  first_actor + i at `env_steps` (a resumed run gets fresh games,
+  builder.env_seed). With actors.nle_ttyrecs, NLE writes its ttyrecs under
+  `<workdir>/nle`.
+
+  Args:
+    config: the run config.
+    plan: its RunPlan.
+    first_actor: the global id of this process's first actor.
+    env_steps: the run's env step (0 for a fresh run).
+    count: make the envs of the first `count` actors only; None: all.
+
+  Returns:
+    A list of batched envs, one per actor.
+  """
   a = config.actors
   groups = plan.actor_env_groups if count is None else plan.actor_env_groups[:count]
   return [registry.make_actor_envs(
@@ -199,9 +261,30 @@ def make_envs(config, plan, first_actor: int = 0, env_steps: int = 0, count=None
 def make_actors(config, plan, network, envs, store: 'ParamsStore', unrolls: queue.Queue,
                 episodes: queue.SimpleQueue, timer: StageTimer, stop: threading.Event,
                 rng: jax.Array, env_steps: int = 0, first_actor: int = 0) -> list:
-  """One Actor per env of `envs` (make_envs), acting with `network` on
+  """The actor threads of this process, not started.
+
+  One Actor per env of `envs` (make_envs), acting with `network` on
   plan.actor_device; their sampling seeds come from the learner's `rng` at
-  `env_steps` (builder.actor_seed). Not started."""
+  `env_steps` (builder.actor_seed). config.unroll_length and
+  config.actors.wait_for_learner set theirs.
+
+  Args:
+    config: the run config.
+    plan: its RunPlan.
+    network: the AgentNetwork.
+    envs: the batched envs (make_envs), one per actor.
+    store: where the learner publishes params.
+    unrolls: the bounded queue to the learner.
+    episodes: the queue of finished games.
+    timer: the stage timer.
+    stop: set to end every actor.
+    rng: the learner's PRNG key.
+    env_steps: the run's env step.
+    first_actor: the global id of this process's first actor.
+
+  Returns:
+    A list of Actor threads.
+  """
   act = make_act_fn(network)
   return [Actor(first_actor + i, e, act, network.initial_state(e.num_envs), store, unrolls,
                 episodes, timer, stop, config.unroll_length, plan.actor_device,

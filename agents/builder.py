@@ -22,6 +22,20 @@ from rl import algorithms, impala, optimizers, popart
 
 @dataclasses.dataclass(frozen=True)
 class Agent:
+  """What `build_agent` assembles: the network, its state and its update.
+
+  Attributes:
+    network: the AgentNetwork.
+    variables: the initial {'params', 'popart', ...}.
+    optimizer: the optax optimiser.
+    schedule: the learning rate by learner update.
+    mesh: the learner devices.
+    state: the initial learner state, replicated over the mesh.
+    update: jitted (state, batch) -> (state, metrics), or None.
+    task_gradients: jitted (params, stats, batch) -> each task's gradient
+      norms on the shared torso (rl/impala.task_gradient_norms); None unless
+      a multi-task V-trace run asks for them (log.task_gradients_seconds).
+  """
   network: agent_net.AgentNetwork
   variables: Dict[str, Any]                 # initial {'params', 'popart', ...}
   optimizer: optax.GradientTransformation
@@ -37,10 +51,27 @@ class Agent:
 
 def build_agent(config, plan, num_actions: int, observation_spec: Dict[str, tuple],
                 with_update: bool = True) -> Agent:
-  """The agent of `config` (validated into `plan`) for an env with
-  `num_actions` actions and `observation_spec` (the env's keys, without
-  prev_action / prev_reward). `with_update=False` skips the update (tools
-  that only act or restore)."""
+  """The agent of a config, for an env.
+
+  The network's variables are initialised from config.seed (with
+  config.network.init); with PopArt the statistics get config.popart.start's
+  entries ('identity' in runs written before it existed). The learner state
+  is replicated over the mesh of plan.learner_devices, and network.dtype
+  'auto' is resolved for their platform.
+
+  Args:
+    config: the run config.
+    plan: the config validated into a RunPlan.
+    num_actions: the env's action count.
+    observation_spec: the env's keys, without prev_action / prev_reward:
+      {key: (shape per env step, dtype)}.
+    with_update: False skips the update (tools that only act or restore).
+
+  Returns:
+    An Agent; its `update` is None without `with_update`, its
+    `task_gradients` None unless a multi-task V-trace run sets
+    log.task_gradients_seconds.
+  """
   network = agent_net.make_network(config.network, num_actions, plan.num_values, plan.num_tasks,
                                    platform=plan.learner_devices[0].platform)
   variables = agent_net.init_variables(network, jax.random.key(config.seed),
@@ -71,14 +102,31 @@ def build_agent(config, plan, num_actions: int, observation_spec: Dict[str, tupl
 
 
 def env_seed(config, actor_id: int, env_steps: int = 0) -> int:
-  """The seed of actor `actor_id`'s envs (actor ids are global over
-  processes). A resumed run passes its env step: fresh games rather than a
-  replay of the start."""
+  """The seed of an actor's envs.
+
+  Args:
+    config: the run config (its seed).
+    actor_id: the global actor id (actor ids are global over processes).
+    env_steps: the run's env step; a resumed run passes its own, for fresh
+      games rather than a replay of the start.
+
+  Returns:
+    An int in [0, 2**31).
+  """
   return (config.seed * 100_003 + 1_009 * actor_id + env_steps) % 2**31
 
 
 def actor_seed(rng: jax.Array, env_steps: int, actor_id: int) -> int:
-  """The seed of actor `actor_id`'s action sampling, from the learner's rng
-  at `env_steps`."""
+  """The seed of an actor's action sampling.
+
+  Args:
+    rng: the learner's PRNG key.
+    env_steps: the run's env step.
+    actor_id: the global actor id.
+
+  Returns:
+    An int in [0, 2**31 - 1), from `rng` folded with `env_steps` and
+    `actor_id`.
+  """
   key = jax.random.fold_in(jax.random.fold_in(rng, env_steps), actor_id)
   return int(jax.random.randint(key, (), 0, 2**31 - 1))

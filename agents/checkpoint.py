@@ -60,6 +60,7 @@ class CheckpointError(RuntimeError):
 
 
 def directory(workdir: str) -> str:
+  """The absolute path of `<workdir>/checkpoints`."""
   return os.path.abspath(os.path.join(workdir, SUBDIR))
 
 
@@ -82,7 +83,15 @@ def _digest(path: str) -> str:
 
 
 def write_manifest(step_dir: str) -> None:
-  """Reads every file of a written checkpoint back into its manifest."""
+  """Reads every file of a written checkpoint back into its manifest.
+
+  Writes `<step_dir>/verified.json`: {'files': {relative path: [size in
+  bytes, SHA-256 hex digest]}} for every file but the manifest itself,
+  through a temporary file that is fsynced and renamed into place.
+
+  Args:
+    step_dir: the checkpoint's folder, `checkpoints/<env_steps>`.
+  """
   files = {rel: [os.path.getsize(os.path.join(step_dir, rel)), _digest(os.path.join(step_dir, rel))]
            for rel in _files(step_dir)}
   tmp = os.path.join(step_dir, MANIFEST + '.tmp')
@@ -94,9 +103,22 @@ def write_manifest(step_dir: str) -> None:
 
 
 def damage(step_dir: str) -> Optional[str]:
-  """None if the checkpoint's files are as written, else what is wrong (one
-  line): a file missing, of another size or content, or orbax's metadata
-  missing (checkpoints without a manifest)."""
+  """What is wrong with a checkpoint's files, if anything. Reads only.
+
+  With a manifest, every file it lists must exist with its size and
+  SHA-256. Without one, a checkpoint at or after the folder's
+  MANIFESTS_SINCE step is damaged (cut off before it was verified); an
+  older one, written before manifests existed, needs only orbax's metadata
+  (REQUIRED).
+
+  Args:
+    step_dir: the checkpoint's folder, `checkpoints/<env_steps>`.
+
+  Returns:
+    None if the files are as written, else one line: a file missing, of
+    another size or content, an unreadable manifest, no manifest where one
+    is due, or orbax's metadata missing.
+  """
   manifest_path = os.path.join(step_dir, MANIFEST)
   if not os.path.isfile(manifest_path):
     since = manifests_from_step(os.path.dirname(os.path.abspath(step_dir)))
@@ -122,8 +144,16 @@ def damage(step_dir: str) -> Optional[str]:
 
 
 def manifests_from_step(checkpoint_dir: str) -> Optional[int]:
-  """The env step from which every checkpoint in `checkpoint_dir` has a
-  manifest (None: a folder written before manifests existed)."""
+  """The env step from which every checkpoint in a folder has a manifest.
+
+  Args:
+    checkpoint_dir: the `checkpoints` folder.
+
+  Returns:
+    The step of its MANIFESTS_SINCE file; None when there is none (a folder
+    written before manifests existed); 0 when it is unreadable (every
+    checkpoint is then held to a manifest).
+  """
   try:
     with open(os.path.join(checkpoint_dir, MANIFESTS_SINCE)) as f:
       return int(json.load(f)['from_step'])
@@ -165,8 +195,16 @@ def _no_space(e: BaseException) -> Optional[str]:
 
 
 def set_aside(workdir: str, step: int) -> str:
-  """Moves checkpoints/<step> to checkpoints.damaged/<step> (a new name if
-  taken); returns where it went."""
+  """Moves a checkpoint out of orbax's sight, keeping it.
+
+  Args:
+    workdir: the run folder.
+    step: the checkpoint's env step.
+
+  Returns:
+    Where it went: `checkpoints.damaged/<step>`, or `<step>.<n>` (n = 2, 3,
+    ...) when that name is taken.
+  """
   dest_dir = os.path.join(os.path.abspath(workdir), DAMAGED_SUBDIR)
   os.makedirs(dest_dir, exist_ok=True)
   dest, n = os.path.join(dest_dir, str(step)), 1
@@ -178,8 +216,16 @@ def set_aside(workdir: str, step: int) -> str:
 
 
 def steps_on_disk(workdir: str) -> List[int]:
-  """Env steps of the checkpoint folders, ascending (orbax's unfinished
-  temporary folders are not numbers and are skipped)."""
+  """Env steps of the checkpoint folders, ascending. Reads only.
+
+  Args:
+    workdir: the run folder.
+
+  Returns:
+    The steps of `checkpoints/<step>` folders; [] without a checkpoints
+    folder. orbax's unfinished temporary folders are not numbers and are
+    skipped.
+  """
   root = directory(workdir)
   if not os.path.isdir(root):
     return []
@@ -188,8 +234,15 @@ def steps_on_disk(workdir: str) -> List[int]:
 
 
 def find_intact(workdir: str) -> Tuple[Optional[int], List[Tuple[int, str]]]:
-  """(newest intact checkpoint's step or None, [(step, what is wrong)] for
-  the damaged ones newer than it). Reads only."""
+  """The newest intact checkpoint, checking newest first (`damage`). Reads only.
+
+  Args:
+    workdir: the run folder.
+
+  Returns:
+    (the newest intact checkpoint's step or None, [(step, what is wrong)]
+    for the damaged ones newer than it, newest first).
+  """
   damaged = []
   for step in reversed(steps_on_disk(workdir)):
     problem = damage(os.path.join(directory(workdir), str(step)))
@@ -230,6 +283,25 @@ def _with_injected_hyperparameters(state: LearnerState, like: LearnerState) -> L
 
 
 class Checkpointer:
+  """Writes, verifies, rotates and restores the checkpoints of a run folder.
+
+  Saves are synchronous. With several processes every process makes the
+  same calls (orbax's are collective); the primary process (0) verifies,
+  writes the manifests and sets damaged checkpoints aside, and every
+  process acts on its verdict. Rotation is done here, after verification,
+  not by orbax's max_to_keep.
+
+  Args:
+    workdir: the run folder; checkpoints go to `<workdir>/checkpoints`.
+    keep_intermediate: keep every checkpoint; False keeps the newest
+      KEEP_LAST.
+    read_only: open for restoring only: nothing is created or written.
+    primary: this process writes the manifests and deletes old checkpoints
+      (process 0).
+
+  Raises:
+    CheckpointError: MANIFESTS_SINCE cannot be written.
+  """
 
   def __init__(self, workdir: str, keep_intermediate: bool = False, read_only: bool = False,
                primary: bool = True):
@@ -254,6 +326,7 @@ class Checkpointer:
 
   @property
   def directory(self) -> str:
+    """The absolute path of the checkpoints folder."""
     return str(self._manager.directory)
 
   def steps(self) -> Sequence[int]:
@@ -261,13 +334,31 @@ class Checkpointer:
     return tuple(sorted(self._manager.all_steps()))
 
   def latest_step(self) -> Optional[int]:
+    """The newest checkpoint's env step, or None without one."""
     return self._manager.latest_step()
 
   def save(self, env_steps: int, state: LearnerState, rng: jax.Array) -> bool:
-    """Writes and verifies a checkpoint at `env_steps`; True when one was
-    written now, False when that step is saved already. A checkpoint that
-    fails verification is set aside and named in `problems` (the earlier
-    ones stay); the next save tries again."""
+    """Writes and verifies a checkpoint at `env_steps`.
+
+    A checkpoint that fails verification is set aside and named in
+    `problems` (the earlier ones stay); the next save tries again. A
+    checkpoint already on disk at that step is kept if intact, else set
+    aside and written again. After a verified save all but the newest
+    KEEP_LAST are deleted unless keep_intermediate. Every process calls it.
+
+    Args:
+      env_steps: the env step, the checkpoint's number.
+      state: the learner state.
+      rng: the PRNG key the actors are seeded from.
+
+    Returns:
+      True when one was written now (verified or not), False when that step
+      is saved already.
+
+    Raises:
+      CheckpointError: the disk is full (one line naming the newest intact
+        checkpoint); other errors of orbax's write pass through.
+    """
     if env_steps in self._verified:
       return False
     self._manager.reload()  # orbax's list may lag a save cut off by a signal
@@ -352,7 +443,24 @@ class Checkpointer:
 
   def restore(self, like: LearnerState, env_steps: Optional[int] = None,
               ) -> Dict[str, Any]:
-    """{'state': LearnerState placed like `like`, 'env_steps': int, 'rng': key}."""
+    """Restores a checkpoint into the shape and placement of a learner state.
+
+    Checkpoints written before the optimiser state held its hyperparameters
+    (optax.inject_hyperparams) restore too: their optimiser state becomes
+    the inner state, with `like`'s hyperparameters (the config's).
+
+    Args:
+      like: a learner state of this run (structure, shapes, shardings).
+      env_steps: the checkpoint's env step; None: the newest.
+
+    Returns:
+      {'state': LearnerState placed like `like`, 'env_steps': int, 'rng':
+      key}.
+
+    Raises:
+      FileNotFoundError: no checkpoint, or none at `env_steps`.
+      CheckpointError: orbax cannot restore it into `like` (one line).
+    """
     step = self.latest_step() if env_steps is None else env_steps
     if step is None:
       raise FileNotFoundError(f'no checkpoint in {self._manager.directory}')
@@ -389,8 +497,18 @@ class Checkpointer:
     return not any(key.startswith("('state', 'opt_state', 'hyperparams'") for key in keys)
 
   def restore_raw(self, env_steps: int) -> Dict[str, Any]:
-    """A checkpoint as saved, as nested dicts of arrays, with no target
-    structure needed (for analyses: `['state']['params']`)."""
+    """A checkpoint as saved, with no target structure needed.
+
+    Args:
+      env_steps: the checkpoint's env step.
+
+    Returns:
+      Nested dicts of arrays (for analyses: `['state']['params']`), with
+      'state', 'env_steps' and 'rng'.
+
+    Raises:
+      FileNotFoundError: no checkpoint at `env_steps`.
+    """
     self._check_step(env_steps)
     return self._manager.restore(env_steps, args=ocp.args.StandardRestore())
 
@@ -400,4 +518,5 @@ class Checkpointer:
                               f'{self._manager.directory}; have {", ".join(map(str, self.steps()))}')
 
   def close(self) -> None:
+    """Closes orbax's manager."""
     self._manager.close()

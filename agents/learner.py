@@ -1,4 +1,5 @@
-"""The learner: state, optimiser, and one jitted update sharded over devices.
+"""The learner: state, optimiser, and one jitted update sharded over devices
+(the Sebulba learner of Hessel et al. 2021, arXiv 2104.06272).
 
 The update is written as a per-device function with named-axis collectives,
 exactly as a `jax.pmap` body, and run with `jax.jit(jax.shard_map(...))` over
@@ -39,6 +40,7 @@ class LearnerState(NamedTuple):
 
 
 def make_mesh(devices: Sequence[jax.Device]) -> Mesh:
+  """The 1-D learner mesh over `devices`, its one axis named AXIS."""
   return Mesh(np.asarray(devices), (AXIS,))
 
 
@@ -51,7 +53,16 @@ _BATCH_SPECS = Unroll(*[_batch_spec(axis) for axis in BATCH_AXES])
 
 
 def batch_sharding(mesh: Mesh, unroll: Unroll):
-  """NamedShardings that split every field of an unroll along its batch axis."""
+  """NamedShardings that split every field of an unroll along its batch axis.
+
+  Args:
+    mesh: the learner mesh.
+    unroll: an Unroll (only its structure is read).
+
+  Returns:
+    An Unroll of NamedShardings, one per leaf: each field split over AXIS
+    along its batch axis (rl/types.BATCH_AXES).
+  """
   return Unroll(*[jax.tree.map(lambda _, spec=spec: NamedSharding(mesh, spec), field)
                   for field, spec in zip(unroll, _BATCH_SPECS)])
 
@@ -59,19 +70,40 @@ def batch_sharding(mesh: Mesh, unroll: Unroll):
 def build_update(apply_fn: Callable, optimizer, schedule, loss_cfg: LossConfig,
                  value_head: str, mesh: Mesh, max_grad_norm: float = float('inf'),
                  seed: int = 0):
-  """Returns jitted update(state, batch) -> (state, metrics).
+  """The learner's jitted update, sharded over the mesh.
 
-  `apply_fn(params, popart_stats, obs, first, core_state)` runs the network
-  (with networks.agent.apply_fn(..., with_health=True) the metrics include
-  the network's health, rl/health.py); `value_head` names the value
-  head's entry in params and the popart collection. `loss_cfg.name` picks
-  the learner from the table (rl/algorithms.py): its update takes the
-  batch's optimiser steps (rl/sgd.py), reading the learning rate, clip,
-  epsilon and entropy cost from the optimiser state's injected
-  hyperparameters (rl/optimizers.py), so setting them mid-run needs no
-  recompilation. `seed` and the learner step seed its shuffles.
-  `max_grad_norm` (the optimiser's clip, when the optimiser state does not
-  hold one) only feeds the 'grad_clipped' metric.
+  Each device runs the update on its shard of the batch with collectives
+  over AXIS (shard_map, pmap semantics). A centring torso's mean frames are
+  first moved to include the batch's frames (networks/centring.update);
+  then the learner's update takes the batch's optimiser steps (rl/sgd.py),
+  reading the learning rate, clip, epsilon and entropy cost from the
+  optimiser state's injected hyperparameters (rl/optimizers.py), so setting
+  them mid-run needs no recompilation. The new state and the metrics are
+  replicated over the mesh.
+
+  Args:
+    apply_fn: `apply_fn(params, popart_stats, obs, first, core_state)` runs
+      the network; with networks.agent.apply_fn(..., with_health=True) the
+      metrics include the network's health (rl/health.py).
+    optimizer: the optax optimiser.
+    schedule: the learning rate by learner step, schedule(step) or
+      schedule(step, base_rate) when the optimiser state holds the base
+      rate.
+    loss_cfg: the loss settings; `loss_cfg.name` picks the learner from the
+      table (rl/algorithms.py).
+    value_head: the value head's entry in params and the popart collection.
+    mesh: the learner mesh (make_mesh).
+    max_grad_norm: the optimiser's clip, when the optimiser state does not
+      hold one; it only feeds the 'grad_clipped' metric.
+    seed: with the learner step, seeds the update's shuffles.
+
+  Returns:
+    update(state, batch) -> (state, metrics): `batch` an Unroll sharded as
+    batch_sharding says (shard_batch); the state's step goes up by 1. The
+    metrics hold the learner's, 'learning_rate', 'hparams/<name>' for each
+    injected hyperparameter, 'popart/mu' and 'popart/sigma' [K], and
+    'nonfinite/state', the count of non-finite values in the new params,
+    optimiser state and PopArt statistics.
   """
   learner = algorithms.get(loss_cfg.name)
   algorithm_update = learner.make_update(
@@ -100,10 +132,20 @@ def build_update(apply_fn: Callable, optimizer, schedule, loss_cfg: LossConfig,
 
 
 def build_task_gradients(apply_fn: Callable, loss_cfg: LossConfig, value_head: str):
-  """Returns jitted report(params, stats, batch) -> {'task/grad_*': [K]}:
-  each task's policy-gradient and value gradient norms on the shared
-  modules (every top-level module but the two heads) of one device's
-  params, on a few host unrolls (rl/impala.task_gradient_norms)."""
+  """The jitted per-task gradient report of multi-task V-trace runs.
+
+  Args:
+    apply_fn: the network's apply in the learner's form, without health.
+    loss_cfg: the loss settings.
+    value_head: the value head's entry in params; it and 'policy_head' are
+      the heads, every other top-level module is shared.
+
+  Returns:
+    report(params, stats, batch) -> {'task/grad_*': [K]}: each task's
+    policy-gradient and value gradient norms on the shared modules of one
+    device's params (local_copy), on a few host unrolls
+    (rl/impala.task_gradient_norms).
+  """
   heads = ('policy_head', value_head)
 
   @jax.jit
@@ -149,8 +191,19 @@ def _finish(state, params, opt_state, value_head, new_stats, metrics, schedule):
 
 
 def init_state(variables, optimizer, mesh: Mesh, algorithm=()) -> LearnerState:
-  """Learner state replicated over the mesh; `algorithm`: the learner's own
-  initial state (rl/actor_critic.Learner.init_state)."""
+  """The initial learner state, replicated over the mesh.
+
+  Args:
+    variables: the network's initial {'params', 'popart', ...}.
+    optimizer: the optax optimiser; its state is initialised from the
+      params.
+    mesh: the learner mesh.
+    algorithm: the learner's own initial state
+      (rl/actor_critic.Learner.init_state); () for IMPALA and PPO.
+
+  Returns:
+    A LearnerState at step 0 (int32), every leaf replicated over `mesh`.
+  """
   state = LearnerState(
       params=variables['params'], popart=variables['popart'],
       opt_state=optimizer.init(variables['params']),
@@ -164,6 +217,13 @@ def shard_batch(batch: Unroll, mesh: Mesh) -> Unroll:
   With one process the batch is the global batch. With several, each
   process's rows go to its own learner devices and the global batch is the
   processes' batches side by side in process order.
+
+  Args:
+    batch: this process's Unroll of host arrays.
+    mesh: the learner mesh.
+
+  Returns:
+    The Unroll as global jax.Arrays sharded by batch_sharding.
   """
   shardings = batch_sharding(mesh, batch)
   if jax.process_count() == 1:
@@ -172,6 +232,15 @@ def shard_batch(batch: Unroll, mesh: Mesh) -> Unroll:
 
 
 def local_copy(tree):
-  """This process's copy of a replicated pytree (on its first learner
-  device): what actors, checks and analyses read, with one or many processes."""
+  """This process's copy of a replicated pytree.
+
+  What actors, checks and analyses read, with one or many processes.
+
+  Args:
+    tree: a pytree of replicated jax.Arrays.
+
+  Returns:
+    The same tree of single-device arrays: each leaf's first addressable
+    shard (on this process's first learner device).
+  """
   return jax.tree.map(lambda x: x.addressable_data(0), tree)

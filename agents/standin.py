@@ -28,6 +28,9 @@ class StandInEnv:
     num_tasks: envs are split evenly over tasks in order (task_id).
     episode_length: steps per episode of each env; env i's first episode is
       shorter by i % episode_length steps.
+
+  Raises:
+    ValueError: a count below 1.
   """
 
   def __init__(self, num_envs: int, num_actions: int, observation_spec: Dict[str, Tuple],
@@ -49,10 +52,24 @@ class StandInEnv:
                       truncated=np.zeros(self.num_envs, bool), task_id=self._task_id)
 
   def reset(self) -> StepResult:
+    """The first observations: zeros, reward 0, nothing terminated."""
     self._pending_reset[:] = False
     return self._result(np.zeros(self.num_envs, np.float32), np.zeros(self.num_envs, bool))
 
   def step(self, actions) -> StepResult:
+    """One step of every env: reward 1, or 0 on a reset step.
+
+    Args:
+      actions: [B] (ignored but for its shape).
+
+    Returns:
+      A StepResult with the preallocated observations; an env terminates
+      every `episode_length` steps, and its next step is a reset step.
+      Nothing is truncated.
+
+    Raises:
+      ValueError: `actions` is not of shape [B].
+    """
     if np.shape(actions) != (self.num_envs,):
       raise ValueError(f'actions must have shape ({self.num_envs},), got {np.shape(actions)}')
     resetting = self._pending_reset
@@ -63,13 +80,22 @@ class StandInEnv:
     return self._result(reward, terminated)
 
   def close(self) -> None:
+    """Does nothing: there is nothing to close."""
     pass
 
 
 def standin_act_fn(num_envs: int, num_actions: int):
-  """An `act(variables, obs, first, core_state, rng)` that returns action 0
-  and uniform logits for every env as numpy arrays, the state and rng
-  unchanged: no device work."""
+  """A stand-in for actor.make_act_fn's act that does no device work.
+
+  Args:
+    num_envs: B.
+    num_actions: A.
+
+  Returns:
+    act(variables, obs, first, core_state, rng) -> (action int32 zeros [B],
+    uniform logits float32 zeros [B, A], core_state, rng): the same numpy
+    arrays on every call, the state and rng unchanged.
+  """
   action = np.zeros(num_envs, np.int32)
   logits = np.zeros((num_envs, num_actions), np.float32)
 

@@ -21,7 +21,17 @@ from rl.impala import TASK_COUNT
 class Summariser:
   """Keeps what outlives a window: each task's latest return and
   human-normalised score (a sweep's target, the HNS summary), and the
-  action statistics of the window in progress."""
+  action statistics of the window in progress.
+
+  Holds no lock: use it from the learner loop's thread.
+
+  Args:
+    plan: the RunPlan (task names and games, frames per step).
+    popart_enabled: PopArt keeps one statistic per task; without it the
+      single statistic is reported for every task.
+    action_names: the names of the A actions.
+    num_actions: A.
+  """
 
   def __init__(self, plan, popart_enabled: bool, action_names: Sequence[str], num_actions: int):
     self._plan, self._popart = plan, popart_enabled
@@ -31,12 +41,29 @@ class Summariser:
     self._latest_returns: Dict[str, float] = {}
 
   def add_batch(self, unroll) -> None:
-    """The actions and behaviour logits of one learner batch."""
+    """Adds the actions and behaviour logits of one learner batch.
+
+    Args:
+      unroll: the batch, an Unroll of host arrays.
+    """
     self.action_stats.add(unroll.task_id, unroll.action, unroll.behaviour_logits)
 
   def report(self, episodes, lags: List[int], actor_env_steps: int, queue_size: int,
              restarts: int) -> Dict:
-    """This process's side of a window, JSON-able. Resets the action window."""
+    """This process's side of a window, JSON-able. Resets the action window.
+
+    Args:
+      episodes: the rollout.Episodes that ended in the window.
+      lags: each learner block's policy lag, in learner updates.
+      actor_env_steps: env steps the actors took so far (a running total).
+      queue_size: blocks waiting in the unroll queue now.
+      restarts: env restarts so far.
+
+    Returns:
+      {'episodes': [[task_id, return, length, stats]], 'actions': the
+      drained ActionStats window, 'lags', 'actor_env_steps', 'queue_size',
+      'restarts'}.
+    """
     return {'episodes': [[e.task_id, e.episode_return, e.episode_length, e.stats]
                          for e in episodes],
             'actions': self.action_stats.drain(), 'lags': [int(x) for x in lags],
@@ -45,8 +72,34 @@ class Summariser:
 
   def summarise(self, window: List[Dict], reports: List[Dict], env_steps: int,
                 learner_steps: int, sps: float) -> Dict:
-    """The log step's metrics from the update metrics of the window and every
-    process's report (process order)."""
+    """The log step's metrics. Resets the action window.
+
+    Update metrics are averaged over the window's updates (those some
+    updates lack, over the updates that have them); per-task metrics
+    ('task/<m>' [K]) become '<m>/<task>'. PopArt's mu and sigma are the last
+    update's, per task. Episode metrics are means per task over every
+    process's episodes; 'mean_episode_return' and the HNS summary use each
+    task's latest window with episodes. Collapsed tasks are logged as
+    warnings.
+
+    Args:
+      window: the update metrics of the window's updates (device or host
+        arrays).
+      reports: every process's `report`, in process order.
+      env_steps: the run's env step.
+      learner_steps: the learner step.
+      sps: env steps per second over the window.
+
+    Returns:
+      A flat dict {name: number}: 'env_steps', 'env_frames',
+      'learner_steps', 'sps', 'policy_lag', 'policy_lag_max',
+      'actor_env_steps', 'queue_size', per-process counts with several
+      processes, the update metrics, 'popart/mu/<task>',
+      'popart/sigma/<task>', 'episode_return/<task>',
+      'episode_length/<task>', 'episodes/<task>', the env's stats per task,
+      'hns/<task>' for Atari games with reference scores, the action
+      statistics (ActionStats.summary) and 'env/restarts'.
+    """
     plan = self._plan
     host = jax.device_get(window)
     lags = [x for r in reports for x in r['lags']]

@@ -11,12 +11,14 @@ import time
 
 
 class StageTimer:
+  """Accumulated wall-clock time and calls per stage. Thread-safe."""
 
   def __init__(self):
     self._lock = threading.Lock()
     self._totals = collections.defaultdict(lambda: [0.0, 0])
 
   def add(self, stage: str, seconds: float, calls: int = 1) -> None:
+    """Adds `seconds` and `calls` to `stage`'s totals."""
     with self._lock:
       entry = self._totals[stage]
       entry[0] += seconds
@@ -24,6 +26,8 @@ class StageTimer:
 
   @contextlib.contextmanager
   def time(self, stage: str):
+    """A context manager that adds its wall-clock time (time.perf_counter) to
+    `stage` as one call, also when its body raises."""
     start = time.perf_counter()
     try:
       yield
@@ -31,7 +35,12 @@ class StageTimer:
       self.add(stage, time.perf_counter() - start)
 
   def drain(self) -> dict:
-    """{'timing/<stage>_ms': mean ms per call} since the last drain."""
+    """The mean time per call of each stage since the last drain; resets the totals.
+
+    Returns:
+      {'timing/<stage>_ms': mean milliseconds per call} for every stage with
+      calls.
+    """
     with self._lock:
       totals, self._totals = self._totals, collections.defaultdict(lambda: [0.0, 0])
     return {f'timing/{stage}_ms': 1000.0 * s / n for stage, (s, n) in totals.items() if n}

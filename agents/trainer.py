@@ -1,4 +1,5 @@
-"""The Sebulba training loop: actor threads feed a sharded, jitted learner.
+"""The Sebulba training loop (Hessel et al. 2021, arXiv 2104.06272): actor
+threads feed a sharded, jitted learner.
 
 `Trainer` builds envs, agent (agents/builder.py) and actors from a config
 and its RunPlan, and restores the latest checkpoint of its workdir. Its
@@ -35,6 +36,7 @@ from rl.types import Unroll
 
 
 class ActorFailed(RuntimeError):
+  """An actor thread failed or stopped; the message names it."""
   pass
 
 
@@ -49,8 +51,16 @@ FINITE_CHECKS = ('loss/total', 'grad_norm', 'popart/mu', 'popart/sigma', 'nonfin
 
 
 def first_non_finite(metrics: Dict) -> Optional[str]:
-  """The first of FINITE_CHECKS whose value (host arrays) is not finite (for
-  'nonfinite/state': not 0), or None."""
+  """The first failed check of an update's metrics.
+
+  Args:
+    metrics: update metrics as host arrays; keys of FINITE_CHECKS that are
+      absent are skipped.
+
+  Returns:
+    The first of FINITE_CHECKS whose value is not finite (for
+    'nonfinite/state': not 0), or None.
+  """
   for key in FINITE_CHECKS:
     if key not in metrics:
       continue
@@ -61,7 +71,16 @@ def first_non_finite(metrics: Dict) -> Optional[str]:
 
 
 def concat_blocks(blocks: List[UnrollBlock]) -> Unroll:
-  """Actor blocks side by side along the batch axis (axis 1; 0 for core state)."""
+  """Actor blocks side by side along the batch axis (axis 1; 0 for core state).
+
+  Args:
+    blocks: UnrollBlocks of host arrays, fields [T + 1, B_i, ...], core
+      state [B_i, ...].
+
+  Returns:
+    One Unroll of host arrays, fields [T + 1, sum B_i, ...]; the block's own
+    unroll when there is one block.
+  """
   unrolls = [b.unroll for b in blocks]
   if len(unrolls) == 1:
     return unrolls[0]
@@ -72,6 +91,25 @@ def concat_blocks(blocks: List[UnrollBlock]) -> Unroll:
 
 
 class Trainer:
+  """Envs, agent, actors and checkpoints of one process of a run.
+
+  Construction makes the envs, the agent and the actor threads (not
+  started) and restores the latest checkpoint of config.workdir: a resumed
+  run continues from it with the config's learner hyperparameters (those
+  that differ from the checkpoint's are in `changed_hyperparameters`), and
+  its envs and actors get fresh seeds. With several processes every
+  process makes one, and they must see the same latest checkpoint.
+
+  Args:
+    config: the run config.
+    plan: its RunPlan.
+    stop_requested: set (by a signal handler, a benchmark) to end the loop
+      after the update in progress; a new Event when None.
+
+  Raises:
+    RuntimeError: processes see different latest checkpoints.
+    CheckpointError: the checkpoint cannot be restored.
+  """
 
   def __init__(self, config, plan, stop_requested: Optional[threading.Event] = None):
     self.config, self.plan = config, plan
@@ -154,20 +192,43 @@ class Trainer:
         self.version)
 
   def load(self, state, env_steps: int) -> None:
-    """Replaces the learner state (e.g. another run's checkpoint) before start."""
+    """Replaces the learner state (e.g. another run's checkpoint) before start.
+
+    Args:
+      state: the learner state, placed as this trainer's.
+      env_steps: the env step that goes with it.
+    """
     self.state, self.env_steps, self.version = state, env_steps, int(state.step)
 
   def next_batch(self) -> Tuple[Unroll, List[int]]:
-    """The next learner batch from the actors' blocks, and each block's
-    policy lag (learner updates between its params and the current ones)."""
+    """The next learner batch from the actors' blocks.
+
+    Waits for plan.blocks_per_batch blocks, checking the actors at each.
+
+    Returns:
+      (the batch, an Unroll of host arrays (concat_blocks), each block's
+      policy lag: learner updates between its params and the current ones).
+
+    Raises:
+      ActorFailed: an actor failed or stopped.
+    """
     blocks = [self._next_block() for _ in range(self.plan.blocks_per_batch)]
     return concat_blocks(blocks), [self.version - b.params_version for b in blocks]
 
   def step(self, unroll: Unroll) -> Dict:
-    """One learner update on `unroll`: checked for non-finite values, then
-    committed, published and counted. Returns the update's metrics (device
-    arrays). Raises NonFiniteError, after saving the state before the
-    update, when a checked quantity is not finite."""
+    """One learner update: checked for non-finite values, then committed,
+    published and counted.
+
+    Args:
+      unroll: this process's batch (next_batch), host arrays.
+
+    Returns:
+      The update's metrics (device arrays).
+
+    Raises:
+      NonFiniteError: a checked quantity (FINITE_CHECKS) is not finite; the
+        state before the update is saved first and the actors stopped.
+    """
     with self.timer.time('learner_h2d'):
       batch = learner_lib.shard_batch(unroll, self.mesh)
     with self.timer.time('learner_step'):
@@ -185,13 +246,29 @@ class Trainer:
   def run(self, on_log: Callable[[Dict], None], until: Optional[int] = None):
     """Trains until total_env_steps; returns the final learner state.
 
-    `on_log` gets the metrics of every log step, on process 0 only; every
-    process's episodes and actions are in them. Raises NonFiniteError after
-    saving the last good state when a loss, gradient or PopArt statistic
-    stops being finite. `until` (env steps) ends this call there instead,
-    with a log step, the actors left running and the trainer open, so that
-    a later call goes on (population members train interval by interval);
-    the run's end, a stop or an error closes it.
+    Checkpoints are saved every config.checkpoint_every_steps env steps
+    (with several processes, the replicas are then checked to agree), and
+    at step 0 with keep_intermediate. A stop asked for ends the loop after
+    the update in progress (with several processes, at the same update on
+    all of them) and sets `interrupted`; a stop asked for during start-up
+    ends it before the first update.
+
+    Args:
+      on_log: gets the metrics of every log step (every
+        config.log.every_seconds, and at the end), on process 0 only;
+        every process's episodes and actions are in them.
+      until: env steps at which this call ends instead, with a log step,
+        the actors left running and the trainer open, so that a later call
+        goes on (population members train interval by interval); the run's
+        end, a stop or an error closes it.
+
+    Returns:
+      The learner state.
+
+    Raises:
+      NonFiniteError: a loss, gradient or PopArt statistic stopped being
+        finite (the last good state is saved first).
+      ActorFailed: an actor failed or stopped.
     """
     config = self.config
     target = config.total_env_steps if until is None else min(until, config.total_env_steps)
@@ -214,7 +291,8 @@ class Trainer:
         self.summariser.add_batch(unroll)
         report = {}
         if self.task_gradients is not None and time.perf_counter() - last_report >= report_every:
-          with self.timer.time('task_gradients'):  # waited for: its time is its own, not the next update's
+          # Waited for: its time is its own, not the next update's.
+          with self.timer.time('task_gradients'):
             report = jax.block_until_ready(self.task_gradient_report(unroll))
           last_report = time.perf_counter()
         window.append({**self.step(unroll), **report})
@@ -249,10 +327,20 @@ class Trainer:
     return self.state
 
   def task_gradient_report(self, unroll: Unroll, per_task: int = 2) -> Dict:
-    """Each task's policy and value gradient norms on the shared torso
-    (rl/impala.task_gradient_norms), at the current params, on `per_task`
-    unrolls of each task drawn from `unroll` (host arrays): a sample a
-    little larger than a minibatch, in which every task is present."""
+    """Each task's policy and value gradient norms on the shared torso.
+
+    At the current params (this process's copy), on `per_task` unrolls of
+    each task drawn from `unroll`: a sample a little larger than a
+    minibatch, in which every task is present. The draw is seeded by the
+    learner step.
+
+    Args:
+      unroll: a batch of host arrays; a column's task is its first step's.
+      per_task: unrolls drawn per task.
+
+    Returns:
+      {'task/grad_*': [K]} (rl/impala.task_gradient_norms), device arrays.
+    """
     tasks = np.asarray(unroll.task_id)[0]
     rng = np.random.default_rng(int(self.state.step))
     columns = np.concatenate([
@@ -279,14 +367,27 @@ class Trainer:
     return (env_steps // every + 1) * every if every else float('inf')
 
   def save_checkpoint(self) -> bool:
-    """Saves the learner state at the current env step (once per step);
-    True when a checkpoint was written now. With several processes every
-    process calls it (orbax writes once)."""
+    """Saves the learner state at the current env step (once per step).
+
+    With several processes every process calls it (orbax writes once).
+
+    Returns:
+      True when a checkpoint was written now (Checkpointer.save).
+    """
     return self.checkpointer.save(self.env_steps, self.state, self.rng)
 
   def check_replicas(self) -> str:
-    """The params' digest, the same on every learner device of every process;
-    raises RuntimeError naming the processes whose copies differ."""
+    """Checks that every learner device of every process holds the same params.
+
+    Every process calls it (a collective).
+
+    Returns:
+      The params' digest (multihost.replica_digest), the same everywhere.
+
+    Raises:
+      RuntimeError: the copies differ; the message lists each process's
+        digest.
+    """
     digest = multihost.replica_digest(self.state.params)
     digests = multihost.allgather_json(digest)
     if len(set(digests)) != 1 or digest == 'differ':

@@ -1,1 +1,2 @@
-"""Infrastructure: several processes (JAX distributed runtime, collectives on host data, watchdog)."""
+"""Infrastructure: several processes (JAX distributed runtime, collectives on
+host data, watchdog) and stop signals."""

@@ -88,8 +88,26 @@ def resolve(coordinator_address: Optional[str] = None, num_processes: Optional[i
 
   Each setting comes from its flag, else its JAX_* environment variable.
   With none set, a cluster JAX detects (an srun step of more than one task,
-  or mpirun) supplies them; on a plain machine the run is single-process. Some set and
-  some not is an error naming the missing ones, unless a cluster fills them.
+  or mpirun) supplies them; on a plain machine the run is single-process.
+  Some set and some not is an error naming the missing ones, unless a
+  cluster fills them. One process given explicitly (num_processes 1 and
+  every setting) is the single-process run too.
+
+  Args:
+    coordinator_address: --coordinator_address, host:port of process 0.
+    num_processes: --num_processes.
+    process_id: --process_id, in 0..num_processes - 1.
+    environ: the environment to read the JAX_* variables and cluster
+      variables from.
+
+  Returns:
+    A ProcessSpec (fields None where a detected cluster fills them in), or
+    None for a single-process run.
+
+  Raises:
+    DistributedError: settings missing with no cluster to fill them, a
+      non-integer count or id, num_processes < 1, process_id out of range,
+      or a coordinator address that is not host:port.
   """
   given = {'coordinator_address': coordinator_address, 'num_processes': num_processes,
            'process_id': process_id}
@@ -123,8 +141,19 @@ def resolve(coordinator_address: Optional[str] = None, num_processes: Optional[i
 
 
 def initialize(spec: ProcessSpec, timeout_seconds: float, connect_timeout_seconds: float) -> None:
-  """Starts JAX's distributed runtime and this process's watchdog; call
-  before anything touches a device."""
+  """Starts JAX's distributed runtime and this process's watchdog.
+
+  Call before anything touches a device. JAX's own heartbeat timeout is set
+  JAX_HEARTBEAT_MARGIN seconds above `timeout_seconds`, so that the
+  watchdog's one line comes first.
+
+  Args:
+    spec: the process layout (`resolve`).
+    timeout_seconds: how long a peer may stay silent before the watchdog
+      ends this process (distributed.timeout_seconds).
+    connect_timeout_seconds: how long to wait for every process to connect
+      (at least 1 s).
+  """
   jax.distributed.initialize(
       coordinator_address=spec.coordinator_address, num_processes=spec.num_processes,
       process_id=spec.process_id,
@@ -134,8 +163,13 @@ def initialize(spec: ProcessSpec, timeout_seconds: float, connect_timeout_second
 
 
 def check_uniform_devices() -> None:
-  """Every process must have as many local devices as the others (the
-  global mesh and JAX's process_allgather assume it)."""
+  """Checks that every process has as many local devices as the others.
+
+  The global mesh and JAX's process_allgather assume it.
+
+  Raises:
+    DistributedError: the counts differ (the message lists each process's).
+  """
   counts: Dict[int, int] = {}
   for d in jax.devices():
     counts[d.process_index] = counts.get(d.process_index, 0) + 1
@@ -147,6 +181,7 @@ def check_uniform_devices() -> None:
 
 
 def is_multiprocess() -> bool:
+  """Whether the run has more than one process."""
   return jax.process_count() > 1
 
 
@@ -156,9 +191,18 @@ def is_primary() -> bool:
 
 
 def learner_devices(num_local: int) -> tuple:
-  """The global learner devices: the first `num_local` local devices of every
-  process, process by process, so each process's rows of the batch are one
-  contiguous block of the mesh."""
+  """The global learner devices, process by process.
+
+  Each process's rows of the batch are then one contiguous block of the
+  mesh.
+
+  Args:
+    num_local: learner devices per process.
+
+  Returns:
+    A tuple of the first `num_local` local devices (by id) of every
+    process, in process order.
+  """
   by_process: Dict[int, list] = {}
   for d in jax.devices():
     by_process.setdefault(d.process_index, []).append(d)
@@ -167,7 +211,17 @@ def learner_devices(num_local: int) -> tuple:
 
 
 def allgather_json(value) -> List:
-  """`value` (JSON-able) of every process, in process order, on every process."""
+  """Gathers a JSON-able value from every process, on every process.
+
+  A collective: every process must call it. With one process no collective
+  runs.
+
+  Args:
+    value: any JSON-able value.
+
+  Returns:
+    [value of process 0, value of process 1, ...], as JSON decodes them.
+  """
   if not is_multiprocess():
     return [value]
   from jax.experimental import multihost_utils
@@ -182,7 +236,16 @@ def allgather_json(value) -> List:
 
 
 def allgather_ints(values: Sequence[int]) -> np.ndarray:
-  """[processes, len(values)]: small integers of every process, one collective."""
+  """Gathers small integers from every process, in one collective.
+
+  Every process must call it, with as many values.
+
+  Args:
+    values: int32 values.
+
+  Returns:
+    int32 [processes, len(values)], one row per process in process order.
+  """
   row = np.asarray(values, np.int32)
   if not is_multiprocess():
     return row[None]
@@ -191,8 +254,15 @@ def allgather_ints(values: Sequence[int]) -> np.ndarray:
 
 
 def replica_digest(tree) -> str:
-  """A hash of every local copy of a replicated pytree, or 'differ' when two
-  local copies are not bitwise equal."""
+  """A hash of every local copy of a replicated pytree.
+
+  Args:
+    tree: a pytree of replicated jax.Arrays.
+
+  Returns:
+    A 16-hex-digit BLAKE2b digest of the leaves' bytes, or 'differ' when two
+    local copies are not bitwise equal.
+  """
   digests = set()
   leaves = jax.tree.leaves(tree)
   for k in range(len(leaves[0].addressable_shards) if leaves else 0):
@@ -215,8 +285,14 @@ _watchdog: Optional['Watchdog'] = None
 
 
 def start_watchdog(timeout_seconds: float) -> None:
-  """Starts this process's watchdog (once, right after initialisation, so a
-  peer lost during start-up is caught too)."""
+  """Starts this process's watchdog; later calls do nothing.
+
+  Call it right after initialisation, so that a peer lost during start-up is
+  caught too.
+
+  Args:
+    timeout_seconds: how long a peer may stay silent (Watchdog).
+  """
   global _watchdog
   if _watchdog is None:
     _watchdog = Watchdog(timeout_seconds)
@@ -224,7 +300,8 @@ def start_watchdog(timeout_seconds: float) -> None:
 
 
 def on_peer_stop(cleanup: Callable[[], None]) -> None:
-  """`cleanup` runs (bounded in time) before the watchdog ends this process."""
+  """Registers `cleanup` to run (bounded in time) before the watchdog ends
+  this process; without a watchdog, does nothing."""
   if _watchdog is not None:
     _watchdog.cleanups.append(cleanup)
 
@@ -237,14 +314,20 @@ def peer_stopping() -> bool:
 
 def await_verdict(seconds: float) -> None:
   """Gives the watchdog `seconds` to find a dead peer (it ends the process
-  if it does); returns if it does not."""
+  if it does); returns if it does not, or at once without a watchdog."""
   if _watchdog is not None:
     _watchdog.join(timeout=seconds)
 
 
 def announce_failure(message: str) -> None:
-  """Tells the other processes this one is stopping on an error; they stop
-  too, naming it. From then on this process's watchdog judges no peer."""
+  """Tells the other processes this one is stopping on an error.
+
+  They stop too, naming it. From then on this process's watchdog judges no
+  peer. Errors of an unreachable coordinator are ignored.
+
+  Args:
+    message: what failed; the first 2000 characters are sent.
+  """
   if _watchdog is not None:
     _watchdog.standing_down.set()
   try:
@@ -255,10 +338,16 @@ def announce_failure(message: str) -> None:
 
 
 def leave(code: int) -> None:
-  """Ends a process of a multi-process run that stops on an error, without
-  JAX's shutdown barrier (peers may be dead). Process 0 hosts the store that
-  keeps every process alive, so it leaves last: it waits (bounded) until the
-  others have said goodbye."""
+  """Ends a process of a multi-process run that stops on an error.
+
+  Leaves without JAX's shutdown barrier (peers may be dead). Process 0 hosts
+  the store that keeps every process alive, so it leaves last: it waits (at
+  most BYE_SECONDS) until the others have said goodbye or been found dead.
+  Does not return.
+
+  Args:
+    code: the exit status.
+  """
   try:
     client, me = _client(), jax.process_index()
     client.key_value_set(f'{_KEY}/bye/{me}', '1', allow_overwrite=True)
@@ -277,13 +366,19 @@ def leave(code: int) -> None:
 
 
 def finish(code: int = 0) -> None:
-  """Ends a process of a multi-process run that finished (every process
-  calls it), without JAX's exit-time shutdown, which aborted process 1 about
-  once in ten runs ("FATAL: exception not rethrown"). Process 0 hosts the
-  coordination service, and a process still connected when it goes is
-  aborted by JAX; so the others wait (bounded) for process 0's "done", which
-  comes after its cleanup (closing the logger, wandb), then say goodbye and
-  leave at once, and process 0 leaves once it has every goodbye (`leave`)."""
+  """Ends a process of a multi-process run that finished; every process calls it.
+
+  Leaves without JAX's exit-time shutdown, which can abort a process
+  ("FATAL: exception not rethrown"). Process 0 hosts the coordination
+  service, and a process still connected when it goes is aborted by JAX; so
+  the others wait (at most BYE_SECONDS) for process 0's "done", which comes
+  after its cleanup (closing the logger, wandb), then say goodbye and leave
+  at once, and process 0 leaves once it has every goodbye (`leave`). Does
+  not return.
+
+  Args:
+    code: the exit status.
+  """
   try:
     client, me = _client(), jax.process_index()
     if me == 0:
@@ -300,7 +395,14 @@ def finish(code: int = 0) -> None:
 
 
 def exit_now(code: int) -> None:
-  """Leaves without JAX's shutdown barrier (peers may be dead or gone)."""
+  """Leaves without JAX's shutdown barrier (peers may be dead or gone).
+
+  Flushes stdout and stderr, then os._exit: no atexit handlers, no
+  finally blocks. Does not return.
+
+  Args:
+    code: the exit status.
+  """
   sys.stdout.flush()
   sys.stderr.flush()
   os._exit(code)
@@ -319,6 +421,14 @@ class Watchdog(threading.Thread):
   long. Beats come from this thread, so a long compile or a slow step is not
   silence; a dead or frozen process is. Before exiting it runs the
   registered cleanups (at most CLEANUP_SECONDS), then `leave`s.
+
+  A daemon thread. `stopping` is set once it is ending the process,
+  `standing_down` (set by announce_failure) stops it judging peers, and
+  `silent` holds the peers found dead.
+
+  Args:
+    timeout_seconds: how long a peer or the coordinator may stay silent.
+    beat_seconds: the heartbeat period.
   """
   CLEANUP_SECONDS = 20.0
 
@@ -332,6 +442,7 @@ class Watchdog(threading.Thread):
     self.silent: set = set()                # peers found dead (no goodbye to wait for)
 
   def run(self) -> None:
+    """Beats and watches every `beat_seconds` until it ends the process."""
     client = _client()
     beat = 0
     heard = {p: (None, time.monotonic()) for p in range(self._n) if p != self._me}

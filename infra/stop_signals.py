@@ -8,7 +8,7 @@ of them: the trainer's vote), and the run saves and exits 0; during
 start-up it stops before its first update. The handler does not raise: an
 exception raised from a handler lands wherever the main thread is, and
 where that is a callback whose exceptions Python ignores (JAX's gc
-callback, seen in CI) the stop was lost and the run trained on; where it is
+callback) the stop would be lost and the run would train on; where it is
 half-built envs, a crash. SIGINT needs its handler set too: a process
 started in the background by a shell (`cmd &`, nohup) inherits SIGINT
 *ignored*, and `kill -INT` would then do nothing. A second signal does not
@@ -25,9 +25,20 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def install(stop_requested: threading.Event, multi: bool) -> Dict[int, Callable]:
-  """Installs the handlers; returns the previous ones, for `restore` ({}
-  off the main thread, where none can be set). `multi`: the run has
-  several processes."""
+  """Installs the SIGINT and SIGTERM handlers (see the module docstring).
+
+  Off the main thread, where no handler can be set, does nothing.
+
+  Args:
+    stop_requested: the run's event; the first signal sets it.
+    multi: the run has several processes: a second signal exits at once
+      with status 1 (multihost.exit_now) instead of raising
+      KeyboardInterrupt.
+
+  Returns:
+    The previous handlers {signal number: handler}, for `restore`; {} off
+    the main thread.
+  """
   if threading.current_thread() is not threading.main_thread():
     return {}
 
@@ -47,13 +58,17 @@ def install(stop_requested: threading.Event, multi: bool) -> Dict[int, Callable]
 
 
 def ignore() -> None:
-  """Signals from now on are ignored (a cleanup that must not be cut short;
-  a run whose last line is out)."""
+  """Ignores SIGINT and SIGTERM from now on (a cleanup that must not be cut
+  short; a run whose last line is out). Call it on the main thread."""
   for sig in SIGNALS:
     signal.signal(sig, signal.SIG_IGN)
 
 
 def restore(previous: Dict[int, Callable]) -> None:
-  """Puts back the handlers `install` returned."""
+  """Puts back the handlers `install` returned.
+
+  Args:
+    previous: {signal number: handler}, as `install` returned it.
+  """
   for sig, handler in previous.items():
     signal.signal(sig, handler)

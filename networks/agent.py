@@ -3,7 +3,8 @@
 One code path for acting and learning: inputs are time-major [T, B, ...]
 (the actor passes T = 1). The torso sees the flattened [T * B] batch, and
 only its own observation keys (OBS_KEYS). network 'attention' replaces torso
-and core by networks/attention.py's recurrent AttentionCore.
+and core by networks/attention.py's recurrent AttentionCore (Mott et al.
+2019, arXiv 1906.02500).
 
 Core extra inputs (IMPALA, Espeholt et al. 2018): with a recurrent core and
 `core_extra_inputs` set, the core also gets one_hot(prev_action) and
@@ -44,7 +45,19 @@ DTYPES = ('auto', 'float32', 'bfloat16')
 
 
 def compute_dtype(name: str, platform: str):
-  """The jnp dtype of network.dtype `name` for a learner on `platform`."""
+  """The dtype the torso computes in, from the config's network.dtype.
+
+  Args:
+    name: network.dtype, one of DTYPES.
+    platform: the learner devices' platform ('cpu', 'gpu', 'tpu', ...); it
+      decides 'auto': float32 on 'cpu', bfloat16 elsewhere.
+
+  Returns:
+    A jnp.dtype: float32 or bfloat16.
+
+  Raises:
+    ValueError: `name` is not one of DTYPES.
+  """
   if name not in DTYPES:
     raise ValueError(f'unknown network dtype {name!r}; choose one of {", ".join(DTYPES)}')
   if name == 'auto':
@@ -53,7 +66,38 @@ def compute_dtype(name: str, platform: str):
 
 
 class AgentNetwork(nn.Module):
-  """Returns (logits [T, B, A], normalised values [T, B, K], core state)."""
+  """Torso, optional recurrent core, policy head and PopArt value head.
+
+  Time-major: T steps of B envs. The torso (TORSOS[torso]) sees the [T * B]
+  batch of its OBS_KEYS (plus `extra_inputs`, and 'task_id' when centring);
+  with `lstm_size` > 0 a ResettingLSTM, whose input is the torso's output
+  and the core extra inputs, runs over time and resets where `first` is
+  True. torso 'attention' is AttentionCore instead of torso and core. The
+  policy head gives logits over the A actions, the PopArt value head
+  (collection `popart`, entry VALUE_HEAD) one normalised value per task.
+  Parameters, the core, the heads and all outputs are float32.
+
+  Attributes:
+    torso: network.name: a key of TORSOS, or 'attention'.
+    torso_kwargs: the torso's keyword arguments, as sorted (name, value) pairs.
+    num_actions: A, the size of the action set.
+    num_values: K, the value head's outputs (one per task with PopArt).
+    lstm_size: the LSTM core's size; 0 for a feed-forward network. The
+      attention network needs it > 0 (its policy LSTM).
+    core_extra_inputs: feed one_hot(prev_action) and clip(prev_reward, -1, 1)
+      to the recurrent core; obs must then carry CORE_EXTRA_INPUTS. Unused
+      without a core.
+    extra_inputs: observation keys the torso reads beside its OBS_KEYS (NLE
+      torsos: networks.nethack.EXTRA_INPUTS), passed to it as `extra_inputs`.
+    centre_frames: centre each task's frames on its running mean frame
+      (networks/centring.py); the torso then also reads obs['task_id'] and
+      keeps `num_tasks` mean frames.
+    num_tasks: the number of tasks (the centred frames' rows).
+    kernels: which implementation the conv layers run (networks/kernels.py);
+      'auto' chooses by the platform the program is lowered for.
+    dtype: the torso's computation dtype (compute_dtype); its output is
+      float32.
+  """
   torso: str
   torso_kwargs: Any
   num_actions: int
@@ -77,6 +121,25 @@ class AgentNetwork(nn.Module):
 
   @nn.compact
   def __call__(self, obs, first, core_state):
+    """Runs the network on T steps of B envs.
+
+    Args:
+      obs: observation key -> [T, B, ...]: the torso's keys, and
+        CORE_EXTRA_INPUTS with `core_extra_inputs`, 'task_id' [T, B] with
+        `centre_frames`.
+      first: bool [T, B], True where the observation starts an episode (the
+        core's state is zeroed there).
+      core_state: the state before the first step (`initial_state`); () for
+        a feed-forward network.
+
+    Returns:
+      (logits [T, B, A], normalised values [T, B, K], the core state after
+      the last step).
+
+    Raises:
+      ValueError: core extra inputs are missing from obs, or the attention
+        network has lstm_size 0.
+    """
     t, b = first.shape
     extra = self._core_extra_inputs(obs, t, b)
     if self.torso == 'attention':
@@ -128,6 +191,18 @@ class AgentNetwork(nn.Module):
                        "LSTM's previous output makes the attention queries")
 
   def initial_state(self, batch: int):
+    """The core state at the start of training: zeros for `batch` envs.
+
+    Args:
+      batch: B, the number of envs.
+
+    Returns:
+      () for a feed-forward network; the LSTM's (c, h), each float32
+      [B, lstm_size]; AttentionCore.initial_state for 'attention'.
+
+    Raises:
+      ValueError: the attention network has lstm_size 0.
+    """
     if self.torso == 'attention':
       self._check_attention()
       # parent=None: a detached instance, only to read its sizes (no params).
@@ -140,8 +215,28 @@ class AgentNetwork(nn.Module):
 
 def make_network(network_config, num_actions: int, num_values: int,
                  num_tasks: int = 1, platform: str = 'cpu') -> AgentNetwork:
-  """The network of a config's `network` group; `platform` (the learner
-  devices') resolves network.dtype 'auto'."""
+  """The AgentNetwork of a config's `network` group.
+
+  Runs written before core_extra_inputs, extra_inputs, centre_frames,
+  kernels or dtype existed read False, (), False, 'auto' and 'auto'.
+
+  Args:
+    network_config: the config's `network` group (name, torso_kwargs,
+      lstm_size, core_extra_inputs, extra_inputs, centre_frames, kernels,
+      dtype).
+    num_actions: A, the size of the action set.
+    num_values: K, the value head's outputs.
+    num_tasks: the number of tasks (mean frames when centring).
+    platform: the learner devices' platform; it resolves network.dtype
+      'auto' (compute_dtype).
+
+  Returns:
+    The AgentNetwork (a module definition: no parameters).
+
+  Raises:
+    ValueError: an unknown network.dtype, or the attention network with
+      lstm_size 0.
+  """
   network = AgentNetwork(
       torso=network_config.name,
       torso_kwargs=tuple(sorted(dict(network_config.get('torso_kwargs', {})).items())),
@@ -164,10 +259,28 @@ def make_network(network_config, num_actions: int, num_values: int,
 
 def init_variables(network: AgentNetwork, rng, obs_example, batch: int = 1,
                    init: str = 'lecun'):
-  """Params and PopArt statistics, from one example observation (no batch axes).
+  """The network's initial variables, from one example observation.
 
-  `init` is the weight scheme of networks/init.py: 'lecun' (the modules' own
-  initialisers) or 'orthogonal'.
+  The network is initialised on the example broadcast to [1, batch, ...]
+  with every step first; the weights are then re-initialised with `init`
+  (networks/init.apply_init) from a key folded from `rng`. The health
+  collection is dropped.
+
+  Args:
+    network: the AgentNetwork.
+    rng: a PRNG key.
+    obs_example: observation key -> one observation, without batch axes
+      (rollout.example_observation).
+    batch: B of the example batch.
+    init: the weight scheme of networks/init.py: 'lecun' (the modules' own
+      initialisers) or 'orthogonal'.
+
+  Returns:
+    {'params': ..., 'popart': {VALUE_HEAD: {'mu': [K], 'nu': [K]}}}: the
+    params and the PopArt statistics, float32.
+
+  Raises:
+    ValueError: an unknown `init`.
   """
   obs = jax.tree.map(lambda x: jnp.broadcast_to(x, (1, batch) + x.shape), obs_example)
   first = jnp.ones((1, batch), bool)
@@ -180,12 +293,19 @@ def init_variables(network: AgentNetwork, rng, obs_example, batch: int = 1,
 
 
 def apply_fn(network: AgentNetwork, with_health: bool = False):
-  """apply(params, popart_stats, obs, first, core_state) in the learner's form:
-  (logits, normalised values, core state).
+  """The network's apply in the learner's form.
 
-  with_health=True adds a fourth output, {layer: per-unit maximum over the
-  batch of the layer's ReLU output}, from the torsos' `health` sows (see
-  rl/health.py); layers without ReLUs report nothing.
+  Args:
+    network: the AgentNetwork.
+    with_health: add a fourth output, {layer: per-unit maximum over the
+      batch of the layer's ReLU output}, from the torsos' `health` sows (see
+      rl/health.py); layers without ReLUs report nothing.
+
+  Returns:
+    apply(params, popart_stats, obs, first, core_state) -> (logits
+    [T, B, A], normalised values [T, B, K], core state), with the health
+    dict as a fourth output when `with_health`. `popart_stats` is the value
+    head's {'mu', 'nu'}.
   """
   def apply(params, stats, obs, first, core_state):
     variables = {'params': params, POPART_COLLECTION: {VALUE_HEAD: stats}}
@@ -197,8 +317,18 @@ def apply_fn(network: AgentNetwork, with_health: bool = False):
 
 
 def flatten_health(sown) -> dict:
-  """{'torso': {'conv1': (x,)}} -> {'conv1': x}: the sown layers by their own
-  names (the module path below the torso, joined with '/')."""
+  """The `health` collection as one flat dict of the sown layers.
+
+  {'torso': {'conv1': (x,)}} -> {'conv1': x}.
+
+  Args:
+    sown: the `health` collection an apply returned (nested dicts of
+      1-tuples).
+
+  Returns:
+    {name: value}, each name the module path below the torso, joined with
+    '/'.
+  """
   flat = flax.traverse_util.flatten_dict(flax.core.unfreeze(sown))
   out = {}
   for path, value in flat.items():

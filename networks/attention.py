@@ -1,4 +1,5 @@
-"""The Attention-Augmented Agent (Mott et al. 2019), sized for a CPU.
+"""The Attention-Augmented Agent (Mott et al. 2019, arXiv 1906.02500), sized
+for a CPU.
 
 Per time step: a conv stack encodes the frames; a ConvLSTM (the vision core)
 carries its maps over time; the ConvLSTM's output is split into keys and
@@ -35,7 +36,14 @@ _VISION_KERNELS = ((8, 4), (4, 2))  # (kernel, stride) per layer
 
 
 def vision_map_size(frame_size: int) -> int:
-  """Height (= width) of the vision core's maps for square frames."""
+  """The side of the vision core's maps for square frames.
+
+  Args:
+    frame_size: the frames' height (= width) in pixels.
+
+  Returns:
+    The maps' height (= width) after the vision convolutions (84 -> 9).
+  """
   n = frame_size
   for k, s in _VISION_KERNELS:
     n = (n - k) // s + 1
@@ -43,11 +51,20 @@ def vision_map_size(frame_size: int) -> int:
 
 
 def spatial_basis(height: int, width: int, num_frequencies: int):
-  """[height, width, 4 * num_frequencies]: sin and cos of x and of y.
+  """A fixed Fourier basis of map positions: sin and cos of x and of y.
 
   Positions run over [-1, 1]; frequency k (1..F) is k * pi / 2, so the lowest
   is monotonic over the map (coarse position) and the highest has a period
   of 4 / F of the map width.
+
+  Args:
+    height: the map's height h.
+    width: the map's width w.
+    num_frequencies: F, frequencies per coordinate.
+
+  Returns:
+    float32 [h, w, 4F]: sin(y), cos(y) for each frequency, then sin(x),
+    cos(x).
   """
   freqs = jnp.arange(1, num_frequencies + 1, dtype=jnp.float32) * (math.pi / 2)
   y = jnp.linspace(-1.0, 1.0, height)[:, None] * freqs  # [h, F]
@@ -108,9 +125,24 @@ class _AttentionStep(nn.Module):
 
 
 class AttentionCore(nn.Module):
-  """frames [T, B, C, H, W] uint8, first [T, B], extra [T, B, E], state -> ([T, B, L], state).
+  """The attention agent's encoder and recurrent core (see the module docstring).
 
-  `extra` is concatenated to the policy LSTM's input (E may be 0).
+  Attributes:
+    lstm_size: L, the policy LSTM's size.
+    frame_size: input frames are frame_size x frame_size.
+    vision_channels: the two vision conv layers' channels (8x8/4, 4x4/2).
+    conv_lstm_channels: the ConvLSTM's hidden channels (keys + values).
+    key_size: ConvLSTM channels used as keys; the rest are values. Must be
+      in (0, conv_lstm_channels).
+    num_queries: queries per step.
+    query_hidden_size: the hidden layer of the query MLP.
+    num_frequencies: F; the spatial basis adds 4F channels to keys and
+      values.
+    num_centres: > 0: frames are centred on their task's mean frame
+      (networks/centring.py), one per task.
+    kernels: the conv layers' implementation (networks/kernels.py).
+    dtype: the vision stack's computation dtype; the recurrent parts are
+      float32.
   """
   lstm_size: int
   frame_size: int = 84            # input frames are frame_size x frame_size
@@ -120,12 +152,32 @@ class AttentionCore(nn.Module):
   num_queries: int = 4
   query_hidden_size: int = 128
   num_frequencies: int = 4        # spatial basis: 4 * this channels
-  num_centres: int = 0            # > 0: frames centred on their task's mean frame (networks/centring.py)
+  num_centres: int = 0            # > 0: frames centred on their task's mean (centring.py)
   kernels: str = 'auto'           # the conv layers' implementation (networks/kernels.py)
-  dtype: Any = jnp.float32        # the vision stack's computation dtype (the recurrent parts: float32)
+  dtype: Any = jnp.float32        # the vision stack's dtype (the recurrent parts: float32)
 
   @nn.compact
   def __call__(self, frames, first, extra, state, task_id=None):
+    """Runs the core over T steps of B envs.
+
+    The attention weights [T, B, num_queries, h, w] are sown into
+    'intermediates' (see the module docstring).
+
+    Args:
+      frames: uint8 [T, B, C, H, W] with H = W = frame_size.
+      first: bool [T, B], True where the observation starts an episode (the
+        vision and policy states are zeroed there).
+      extra: [T, B, E], concatenated to the policy LSTM's input (E may be 0).
+      state: the state before the first step (`initial_state`).
+      task_id: int [T, B], each frame's task; needed with num_centres > 0.
+
+    Returns:
+      (outputs float32 [T, B, L], the state after the last step).
+
+    Raises:
+      ValueError: the frames are not frame_size x frame_size, or key_size is
+        not in (0, conv_lstm_channels).
+    """
     t, b = first.shape
     if frames.shape[-2:] != (self.frame_size, self.frame_size):
       raise ValueError(f'attention network built for {self.frame_size}x{self.frame_size} '
@@ -158,6 +210,16 @@ class AttentionCore(nn.Module):
     return y, state
 
   def initial_state(self, batch: int):
+    """Zero states for `batch` envs.
+
+    Args:
+      batch: B, the number of envs.
+
+    Returns:
+      {'vision': (c, h), each float32 [B, n, n, conv_lstm_channels] with
+      n = vision_map_size(frame_size), 'policy': (c, h), each float32
+      [B, lstm_size]}.
+    """
     n = vision_map_size(self.frame_size)
     zeros = lambda *shape: jnp.zeros((batch,) + shape, jnp.float32)
     return {'vision': (zeros(n, n, self.conv_lstm_channels), zeros(n, n, self.conv_lstm_channels)),

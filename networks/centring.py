@@ -1,15 +1,14 @@
 """Frame centring: each task's running per-pixel mean frame, subtracted from
 its frames before the first layer.
 
-Why: an Atari screen is mostly a fixed background (on Pong 74% of pixels
-never change over a batch, and the mean pixel is 0.42 after / 255). Fed
-raw, every first-layer unit sees almost the same input in every state: its
-weight gradients share a sign, Adam moves them all by about the learning
-rate together, and the unit's output drifts as one, in every state alike.
-Half of the units end up dead for every input and the rest nearly
-constant, all the way to the policy head, whose logits then move together:
-the policy collapses or stays blind (docs/pong.md). With the background
-subtracted, a unit's input is what changes between states.
+Purpose: an Atari screen is mostly a fixed background. Fed raw, every
+first-layer unit sees almost the same input in every state: its weight
+gradients share a sign, Adam moves them all by about the learning rate
+together, and the unit's output drifts as one, in every state alike. Units
+then end up dead for every input or nearly constant, all the way to the
+policy head, whose logits move together: the policy collapses or stays
+blind (docs/pong.md). With the background subtracted, a unit's input is
+what changes between states.
 
 The statistics are the torso's parameters `frame_centre` {'mean': [K, H, W]
 (pixel units, 0-255), 'count': [K]}, one row per task, so they travel with
@@ -33,21 +32,40 @@ MIN_WEIGHT = 1e-3
 
 
 class FrameCentre(nn.Module):
-  """The per-task mean frames [K, H, W] (no gradient): the learner's `update` sets them."""
+  """The per-task mean frames [K, H, W] (no gradient): the learner's `update` sets them.
+
+  Parameters: 'mean' [K, H, W] (pixel units, 0-255) and 'count' [K], both
+  initialised to 0.
+
+  Attributes:
+    num_tasks: K.
+    frame_shape: (H, W).
+  """
   num_tasks: int
   frame_shape: tuple   # (H, W)
 
   @nn.compact
   def __call__(self):
+    """Returns the mean frames [K, H, W], stopped from gradients."""
     mean = self.param('mean', nn.initializers.zeros_init(), (self.num_tasks,) + tuple(self.frame_shape))
     self.param('count', nn.initializers.zeros_init(), (self.num_tasks,))
     return jax.lax.stop_gradient(mean)
 
 
 def centred_frames(frames, task_id, centres):
-  """frames uint8 [N, C, H, W] / 255, each minus its task's mean frame:
-  float32 [N, C, H, W]. The plain convolutions' input (the fused Nature CNN
-  takes the centres itself)."""
+  """Frames centred on their task's mean frame, scaled to [0, 1] units.
+
+  The plain convolutions' input (the fused Nature CNN takes the centres
+  itself). Every channel of a frame stack has the same mean subtracted.
+
+  Args:
+    frames: uint8 [N, C, H, W].
+    task_id: int [N], each frame's task.
+    centres: the mean frames [K, H, W] in pixel units (FrameCentre).
+
+  Returns:
+    float32 [N, C, H, W]: (frames - centres[task_id]) / 255.
+  """
   return (frames.astype(jnp.float32) - centres[task_id][:, None]) / 255.0
 
 
@@ -61,12 +79,22 @@ def _find(params) -> Optional[tuple]:
 def update(params, frames, task_id, axis_name: Optional[str] = None):
   """Params with each task's mean frame moved towards the batch's.
 
-  frames uint8 [T, B, C, H, W] (the newest frame of each stack, channel -1,
-  is counted: every frame enters a stack newest first), task_id [T, B].
-  Per task k with n_k frames in the (global) batch: w = max(n_k / (count_k
-  + n_k), MIN_WEIGHT), mean_k += w (batch mean_k - mean_k), count_k += n_k;
-  a task absent from the batch keeps its row. Params without a frame
-  centre come back unchanged.
+  Only the newest frame of each stack (channel -1) is counted: every frame
+  enters a stack newest first. Per task k with n_k frames in the (global)
+  batch: w = max(n_k / (count_k + n_k), MIN_WEIGHT), mean_k += w (batch
+  mean_k - mean_k), count_k += n_k; a task absent from the batch keeps its
+  row. Sums and counts are summed over `axis_name`, so every device gets
+  the same new means.
+
+  Args:
+    params: the network's params.
+    frames: uint8 [T, B, C, H, W].
+    task_id: int [T, B].
+    axis_name: the devices the batch spans; None for one device.
+
+  Returns:
+    The params with the frame_centre entry's 'mean' and 'count' updated;
+    params without a frame centre come back unchanged.
   """
   path = _find(params)
   if path is None:

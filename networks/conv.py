@@ -1,8 +1,8 @@
 """`Conv2D`: a drop-in for `flax.linen.Conv` (2-D, NHWC) that is fast on XLA:CPU.
 
-Why it exists: XLA:CPU's own convolutions, and their gradients above all,
-run far below the CPU's matmul rate for the Nature CNN's learner batches.
-Here a convolution is an explicit im2col + one matmul, forward and backward:
+XLA:CPU's own convolutions, and their gradients above all, run far below
+the CPU's matmul rate for the Nature CNN's learner batches. Here a
+convolution is an explicit im2col + one matmul, forward and backward:
 
 * Stride s: space-to-depth (s x s pixel blocks become channels) turns it into
   a stride-1 conv with a ceil(k/s)-sized kernel, whose patches are a
@@ -141,7 +141,24 @@ _KN2ROW_MAX_BATCH = 64
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
 def conv2d(x, kernel, bias, strides, pads):
-  """NHWC x HWIO convolution plus bias [O]; equals lax.conv_general_dilated + bias."""
+  """A 2-D convolution plus bias with a gradient written for XLA:CPU.
+
+  Equals lax.conv_general_dilated(x, kernel, strides, pads, NHWC/HWIO) +
+  bias up to float summation order. Without a gradient, stride 1 uses XLA's
+  conv, and strided convs use kn2row for batches up to _KN2ROW_MAX_BATCH and
+  the chunked im2col above that; under differentiation forward and backward
+  both take the chunked im2col path (see the module docstring).
+
+  Args:
+    x: [N, H, W, C].
+    kernel: [kh, kw, C, O].
+    bias: [O].
+    strides: (sh, sw) (not differentiated).
+    pads: ((lo, hi), (lo, hi)) for H and W (not differentiated).
+
+  Returns:
+    [N, oh, ow, O] in the inputs' dtype.
+  """
   if tuple(strides) == (1, 1):
     return lax.conv_general_dilated(x, kernel, strides, pads,
                                     dimension_numbers=('NHWC', 'HWIO', 'NHWC')) + bias
@@ -185,13 +202,42 @@ conv2d.defvjp(_conv_fwd, _conv_bwd)
 
 
 def xla_conv2d(x, kernel, bias, strides, pads):
-  """The same convolution as XLA's own op: what accelerators run."""
+  """The same convolution as XLA's own op: what accelerators run.
+
+  Args:
+    x: [N, H, W, C].
+    kernel: [kh, kw, C, O].
+    bias: [O].
+    strides: (sh, sw).
+    pads: ((lo, hi), (lo, hi)) for H and W.
+
+  Returns:
+    lax.conv_general_dilated(x, kernel) + bias, [N, oh, ow, O].
+  """
   return lax.conv_general_dilated(x, kernel, strides, pads,
                                   dimension_numbers=('NHWC', 'HWIO', 'NHWC')) + bias
 
 
 class Conv2D(nn.Module):
-  """2-D convolution over the last three axes (H, W, C); see the module docstring."""
+  """2-D convolution over the last three axes (H, W, C); see the module docstring.
+
+  A drop-in for nn.Conv: the same parameters ('kernel' [kh, kw, cin,
+  features], 'bias' [features]) and initialisers.
+
+  Attributes:
+    features: output channels.
+    kernel_size: (kh, kw).
+    strides: an int or (sh, sw).
+    padding: 'VALID', 'SAME' (lax's: the extra pad at the end) or explicit
+      ((lo, hi), (lo, hi)).
+    use_bias: whether to add a bias.
+    dtype: the computation dtype (inputs and parameters are promoted to it).
+    param_dtype: the parameters' dtype.
+    kernel_init: the kernel's initialiser.
+    bias_init: the bias's initialiser.
+    kernels: networks/kernels.py: 'auto', 'cpu' (conv2d) or 'xla'
+      (xla_conv2d).
+  """
   features: int
   kernel_size: Sequence[int]
   strides: Union[int, Sequence[int]] = (1, 1)
@@ -205,6 +251,17 @@ class Conv2D(nn.Module):
 
   @nn.compact
   def __call__(self, x):
+    """Convolves `x`.
+
+    Args:
+      x: [..., H, W, C]: any leading batch dims.
+
+    Returns:
+      [..., oh, ow, features] in `dtype`.
+
+    Raises:
+      ValueError: kernel_size is not 2-D, or an unsupported padding string.
+    """
     kernel_size = tuple(self.kernel_size)
     if len(kernel_size) != 2:
       raise ValueError(f'Conv2D needs a 2-D kernel_size, got {self.kernel_size}')

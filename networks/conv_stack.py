@@ -2,9 +2,8 @@
 convolutions with ELU (NLE's baseline map and crop encoders), as one
 custom-VJP op that is fast to differentiate on XLA:CPU.
 
-Why: with 8-32 channels on the 21x79 map, XLA:CPU's own convolution
-gradients are slow and dominated the baseline network's learner step.
-Here:
+With 8-32 channels on the 21x79 map, XLA:CPU's own convolution gradients
+are slow and dominate the baseline network's learner step. Here:
 
 * Forward: the first layer as nine table lookups (_embed_conv3x3: each
   glyph's embedding times each kernel tap, made once per call), then XLA's
@@ -46,8 +45,15 @@ _CONV_DIMS = ('NHWC', 'HWIO', 'NHWC')
 
 
 def patches3x3(x):
-  """[n, H, W, C] -> [n, H, W, 9 C]: the zero-padded 3x3 neighbourhoods, in
-  (row offset, column offset, channel) order, i.e. HWIO kernel order."""
+  """The zero-padded 3x3 neighbourhoods of every cell (im2col for a SAME conv).
+
+  Args:
+    x: [n, H, W, C].
+
+  Returns:
+    [n, H, W, 9 C], features in (row offset, column offset, channel) order,
+    i.e. HWIO kernel order.
+  """
   h, w = x.shape[1:3]
   x = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
   return jnp.concatenate([x[:, i:i + h, j:j + w] for i in range(3) for j in range(3)], axis=-1)
@@ -76,22 +82,45 @@ def _unchunk(a):
 
 
 def glyph_conv_stack(glyphs, embedding, kernels, biases, impl: str = 'auto'):
-  """glyphs int [N, H, W], embedding [G, E], kernels [3, 3, Cin, Cout] and
-  biases [Cout], one per layer -> [N, H, W, C_last]:
-  elu(conv(... elu(conv(embedding[glyphs], k0) + b0) ...) + bL), each conv
-  3x3, stride 1, zero padding 1. Glyphs must lie in [0, G). `impl`: a
-  networks/kernels.py choice ('auto', 'cpu': this module's op, 'xla')."""
+  """A glyph embedding followed by 3x3 SAME convolutions with ELU.
+
+  Computes elu(conv(... elu(conv(embedding[glyphs], k0) + b0) ...) + bL),
+  each conv 3x3, stride 1, zero padding 1, with gradients to the embedding,
+  kernels and biases (none to the glyphs).
+
+  Args:
+    glyphs: int [N, H, W]; must lie in [0, G).
+    embedding: [G, E].
+    kernels: one [3, 3, Cin, Cout] per layer, Cin of the first = E.
+    biases: one [Cout] per layer.
+    impl: a networks/kernels.py choice ('auto', 'cpu': this module's op,
+      'xla': xla_glyph_conv_stack).
+
+  Returns:
+    [N, H, W, C_last] in the kernels' dtype.
+  """
   cpu = lambda g, e, k, b: _glyph_conv_stack(g, e.astype(k[0].dtype), k, b)
   return kernels_lib.select(impl, cpu, xla_glyph_conv_stack,
                             glyphs.astype(jnp.int32), embedding, tuple(kernels), tuple(biases))
 
 
 def xla_glyph_conv_stack(glyphs, embedding, kernels, biases):
-  """The same function as an embedding lookup and XLA's own convolutions.
+  """`glyph_conv_stack` as an embedding lookup and XLA's own convolutions.
+
   The lookup reads `embedding` in its own dtype (the float32 parameters) and
   casts after it, to the kernels' dtype: the lookup's gradient is a
   scatter-add over every cell's glyph, mostly the same few glyphs, and in
-  bfloat16 that scatter made the main job's learner 11x slower on an H200."""
+  bfloat16 that scatter is many times slower on a GPU.
+
+  Args:
+    glyphs: int [N, H, W] in [0, G).
+    embedding: [G, E].
+    kernels: one [3, 3, Cin, Cout] per layer.
+    biases: one [Cout] per layer.
+
+  Returns:
+    [N, H, W, C_last] in the kernels' dtype.
+  """
   x = jnp.take(embedding, glyphs, axis=0).astype(kernels[0].dtype)
   for k, b in zip(kernels, biases):
     x = jax.nn.elu(_conv3x3(x, k, b))

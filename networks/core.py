@@ -18,11 +18,28 @@ class _ResettingLSTMStep(nn.Module):
 
 
 class ResettingLSTM(nn.Module):
-  """inputs [T, B, F], first [T, B], state (c, h) each [B, size]."""
+  """An LSTM scanned over time whose state is zeroed where an episode starts.
+
+  inputs [T, B, F], first [T, B], state (c, h) each [B, size]. One
+  nn.OptimizedLSTMCell ('step/lstm') shared by every step.
+
+  Attributes:
+    size: the LSTM's size.
+  """
   size: int
 
   @nn.compact
   def __call__(self, inputs, first, state):
+    """Runs the LSTM over T steps of B envs.
+
+    Args:
+      inputs: [T, B, F].
+      first: bool [T, B]; where True the state is zeroed before that step.
+      state: (c, h), each [B, size]: the state before the first step.
+
+    Returns:
+      (outputs [T, B, size], the state (c, h) after the last step).
+    """
     scan = nn.scan(_ResettingLSTMStep, variable_broadcast='params',
                    split_rngs={'params': False}, in_axes=0, out_axes=0)
     state, outputs = scan(self.size, name='step')(state, (inputs, first))
@@ -30,5 +47,6 @@ class ResettingLSTM(nn.Module):
 
   @staticmethod
   def initial_state(size: int, batch: int):
+    """Zero state (c, h), each float32 [batch, size]."""
     return (jnp.zeros((batch, size), jnp.float32),
             jnp.zeros((batch, size), jnp.float32))

@@ -1,4 +1,5 @@
-"""Policy head and the multi-task PopArt value head."""
+"""Policy head and the multi-task PopArt value head (Hessel et al. 2019,
+arXiv 1809.04474)."""
 
 import flax.linen as nn
 
@@ -12,12 +13,26 @@ class PopArtValueHead(nn.Module):
 
   Returns (normalised values n(x) [..., K], unnormalised sigma n(x) + mu).
   The statistics live in the `popart` collection as {'mu': [K], 'nu': [K]};
-  the learner updates them and rescales `kernel` and `bias`.
+  the learner updates them and rescales `kernel` and `bias`. Parameters:
+  'kernel' [F, K] (LeCun normal) and 'bias' [K] (zeros); the statistics
+  start at rl/popart.init_stats (mu = 0, nu = 1).
+
+  Attributes:
+    num_values: K, one output per task.
   """
   num_values: int
 
   @nn.compact
   def __call__(self, x):
+    """The value outputs of features `x`.
+
+    Args:
+      x: features [..., F].
+
+    Returns:
+      (normalised values n(x) [..., K], unnormalised values sigma n(x) + mu
+      [..., K]).
+    """
     kernel = self.param('kernel', nn.initializers.lecun_normal(),
                         (x.shape[-1], self.num_values))
     bias = self.param('bias', nn.initializers.zeros, (self.num_values,))
@@ -31,11 +46,19 @@ class PopArtValueHead(nn.Module):
 
 
 class PolicyHead(nn.Module):
-  """Logits over the shared action set; small init keeps the first policy near uniform."""
+  """Logits over the shared action set; small init keeps the first policy near uniform.
+
+  One Dense layer whose kernel is initialised with variance scaling 0.01
+  (fan in, truncated normal).
+
+  Attributes:
+    num_actions: A.
+  """
   num_actions: int
 
   @nn.compact
   def __call__(self, x):
+    """Logits [..., A] of features `x` [..., F]."""
     return nn.Dense(self.num_actions,
                     kernel_init=nn.initializers.variance_scaling(
                         0.01, 'fan_in', 'truncated_normal'))(x)

@@ -46,7 +46,18 @@ def _gain(path, policy_head: str, value_head: str, core: str):
 
 
 def orthogonal_kernel(key, shape, gain: float, dtype=jnp.float32):
-  """An orthogonal [..., fan_out] kernel: the leading axes flattened to one."""
+  """An orthogonal kernel, its leading axes flattened to one for the orthogonality.
+
+  Args:
+    key: a PRNG key.
+    shape: [..., fan_out], e.g. [kh, kw, cin, cout] or [fan_in, fan_out].
+    gain: the scale of the orthogonal matrix.
+    dtype: the kernel's dtype.
+
+  Returns:
+    An array of `shape`: an orthogonal [prod(shape[:-1]), fan_out] matrix
+    times `gain`, reshaped.
+  """
   flat = (math.prod(shape[:-1]), shape[-1])
   return nn.initializers.orthogonal(scale=gain)(key, flat, dtype).reshape(shape)
 
@@ -58,7 +69,24 @@ def apply_init(params: Dict[str, Any], scheme: str, key, *, policy_head: str = '
   Kernels are the leaves named 'kernel' of at least 2 dimensions (Dense,
   conv, the value head, the LSTM cell's gates); the biases beside them
   become 0. The key of each kernel is folded from `key` and its position in
-  the sorted tree, so the result depends only on `key` and the tree.
+  the sorted tree, so the result depends only on `key` and the tree. Other
+  leaves are kept.
+
+  Args:
+    params: the network's params, freshly initialised.
+    scheme: one of INITS; 'lecun' returns `params` unchanged.
+    key: a PRNG key.
+    policy_head: the top-level name of the policy head (gain POLICY_GAIN).
+    value_head: the top-level name of the value head (gain VALUE_GAIN).
+    core: the top-level name of the LSTM core (gain CORE_GAIN); every other
+      kernel gets HIDDEN_GAIN.
+
+  Returns:
+    Params of the same tree, shapes and dtypes (a plain nested dict for
+    'orthogonal').
+
+  Raises:
+    ValueError: `scheme` is not one of INITS.
   """
   if scheme not in INITS:
     raise ValueError(f'unknown init {scheme!r}; choose one of {", ".join(INITS)}')

@@ -39,16 +39,43 @@ KERNELS = ('auto', 'cpu', 'xla')
 
 
 def check(kernels: str) -> str:
-  """`kernels` if it is one of KERNELS, else a ValueError naming the choices."""
+  """Checks a network.kernels value.
+
+  Args:
+    kernels: the value to check.
+
+  Returns:
+    `kernels` unchanged.
+
+  Raises:
+    ValueError: `kernels` is not one of KERNELS (the message names the
+      choices).
+  """
   if kernels not in KERNELS:
     raise ValueError(f'unknown kernels {kernels!r}; choose one of {", ".join(KERNELS)}')
   return kernels
 
 
 def select(kernels: str, cpu: Callable, xla: Callable, *args):
-  """cpu(*args) or xla(*args) as `kernels` says ('auto': by the platform the
-  program is lowered for). Both must return arrays of the same shapes and
-  dtypes; `args` is any pytree of arrays (None leaves allowed)."""
+  """Runs the CPU or the XLA implementation, as `kernels` says.
+
+  'auto' decides when the program is lowered, for the platform it is
+  lowered for (jax.lax.platform_dependent): `cpu` for CPU, `xla` otherwise.
+
+  Args:
+    kernels: one of KERNELS.
+    cpu: the implementation written for XLA:CPU.
+    xla: the implementation with XLA's own ops. Both must return arrays of
+      the same shapes and dtypes.
+    *args: the arguments of both; any pytrees of arrays (None leaves
+      allowed).
+
+  Returns:
+    cpu(*args) or xla(*args).
+
+  Raises:
+    ValueError: `kernels` is not one of KERNELS.
+  """
   if check(kernels) == 'cpu':
     return cpu(*args)
   if kernels == 'xla':

@@ -1,10 +1,11 @@
-"""`nature_convs`: the Nature CNN's three convolutions (uint8 frames
-[N, 4, 84, 84] -> /255 -> 32 8x8/4 -> relu -> 64 4x4/2 -> relu -> 64 3x3/1
--> relu), as one custom-VJP op that is fast to differentiate on XLA:CPU.
+"""`nature_convs`: the Nature CNN's three convolutions (Mnih et al. 2015;
+uint8 frames [N, 4, 84, 84] -> /255 -> 32 8x8/4 -> relu -> 64 4x4/2 -> relu
+-> 64 3x3/1 -> relu), as one custom-VJP op that is fast to differentiate on
+XLA:CPU.
 
-Why: with one `Conv2D` (networks/conv.py) per layer, most of the learner's
-torso time is data movement rather than matmuls: XLA:CPU emits every slice
-that feeds a concatenate as its own kernel (the im2col patches are written
+With one `Conv2D` (networks/conv.py) per layer, most of the learner's torso
+time is data movement rather than matmuls: XLA:CPU emits every slice that
+feeds a concatenate as its own kernel (the im2col patches are written
 twice), duplicates elementwise producers into each consumer, and transposing
 fusions are slow. So here:
 
@@ -66,7 +67,14 @@ _relu = jax.nn.relu
 
 
 def supported(frames) -> bool:
-  """Whether `nature_convs` takes these frames (else use plain convs)."""
+  """Whether `nature_convs` takes these frames (else use plain convs).
+
+  Args:
+    frames: the torso's frames.
+
+  Returns:
+    True for uint8 frames [N, 4, 84, 84].
+  """
   return frames.dtype == jnp.uint8 and frames.ndim == 4 and tuple(frames.shape[1:]) == (4, 84, 84)
 
 
@@ -213,13 +221,30 @@ def _forward(frames, task, centres, k1, b1, k2, b2, k3, b3, keep):
 
 
 def nature_convs(frames, k1, b1, k2, b2, k3, b3, task_id=None, centres=None):
-  """uint8 frames [N, 4, 84, 84] and the three layers' kernels and biases ->
-  (conv3's relu output [N, 7, 7, 64], per-unit maxima over the batch of the
-  three relu outputs: [20, 20, 32], [9, 9, 64], [7, 7, 64]). Equals the plain
-  network on frames / 255 (NHWC); with `centres` [K, 84, 84] (pixel units)
-  and `task_id` int [N], on (frames - centres[task_id]) / 255
-  (networks/centring.py). No gradient flows to the frames, the centres or
-  the maxima."""
+  """The Nature CNN's three convolutions as one op written for XLA:CPU.
+
+  Equals the plain network (three VALID convs with relu, NHWC) on frames /
+  255, up to float summation order; with `centres` and `task_id`, on
+  (frames - centres[task_id]) / 255 (networks/centring.py). Computes in
+  float32. Gradients flow to the kernels and biases only: none to the
+  frames, the centres or the maxima.
+
+  Args:
+    frames: uint8 [N, 4, 84, 84] (`supported`).
+    k1: conv1's kernel [8, 8, 4, 32] (stride 4).
+    b1: conv1's bias [32].
+    k2: conv2's kernel [4, 4, 32, 64] (stride 2).
+    b2: conv2's bias [64].
+    k3: conv3's kernel [3, 3, 64, 64] (stride 1).
+    b3: conv3's bias [64].
+    task_id: int [N], each frame stack's task; with `centres`.
+    centres: the tasks' mean frames [K, 84, 84] in pixel units, or None.
+
+  Returns:
+    (conv3's relu output float32 [N, 7, 7, 64], the per-unit maxima over
+    the batch of the three relu outputs: [20, 20, 32], [9, 9, 64],
+    [7, 7, 64]).
+  """
   if centres is None:
     return _convs(frames, jnp.zeros(frames.shape[:1], jnp.int32), False,
                   jnp.zeros((1, 84, 84), jnp.float32), k1, b1, k2, b2, k3, b3)
@@ -228,9 +253,24 @@ def nature_convs(frames, k1, b1, k2, b2, k3, b3, task_id=None, centres=None):
 
 
 def xla_convs(frames, k1, b1, k2, b2, k3, b3, task_id=None, centres=None, dtype=jnp.float32):
-  """`nature_convs`' function and outputs, as three XLA convolutions on
-  frames / 255 (centred as there), NHWC, computed in `dtype`; the maxima
-  (float32) carry no gradient."""
+  """`nature_convs`' function and outputs, as three XLA convolutions.
+
+  Runs on frames / 255 (centred as there), NHWC, computed in `dtype`: what
+  accelerators run.
+
+  Args:
+    frames: uint8 [N, C, H, W].
+    k1, b1, k2, b2, k3, b3: the three layers' kernels [kh, kw, cin, cout]
+      and biases [cout] (strides 4, 2, 1).
+    task_id: int [N], each frame stack's task; with `centres`.
+    centres: the tasks' mean frames [K, H, W] in pixel units (stopped from
+      gradients), or None.
+    dtype: the computation dtype.
+
+  Returns:
+    (conv3's relu output in `dtype`, the per-unit maxima over the batch of
+    the three relu outputs, float32, stopped from gradients).
+  """
   if centres is None:
     x = frames.astype(jnp.float32) / 255.0
   else:

@@ -1,6 +1,7 @@
-"""NetHack (NLE) torsos: NLE's baseline network and an attention variant.
+"""NetHack (NLE) torsos: NLE's baseline network (Kuttler et al. 2020, arXiv
+2006.13760), a variant with a shallower map CNN, and an attention variant.
 
-Both read obs['glyphs'] int [N, 21, 79] and obs['blstats'] int [N, 27] and end
+All read obs['glyphs'] int [N, 21, 79] and obs['blstats'] int [N, 27] and end
 at FC 512; the LSTM 512 is AgentNetwork's core (network.lstm_size=512).
 """
 
@@ -16,22 +17,42 @@ from networks.conv import Conv2D
 from networks.conv_stack import glyph_conv_stack
 from networks.pooling import max_pool_3x3_s2
 
-NLE_NUM_GLYPHS = 5976 + 1  # nle.nethack.MAX_GLYPH + 1; kept literal so networks/ needs no NLE import.
+NLE_NUM_GLYPHS = 5976 + 1  # nle.nethack.MAX_GLYPH + 1, literal so networks/ needs no NLE
 NO_GLYPH = 5976            # nle.nethack.NO_GLYPH: the crop's padding beyond the map edges
 
 
 def normalise_blstats(blstats):
-  """Signed log scaling: blstats mix coordinates, HP, gold and turn counters
-  spanning 0..1e5, and a log keeps all of them in a trainable range."""
+  """Signed log scaling of the bottom-line statistics: sign(x) log(1 + |x|).
+
+  blstats mix coordinates, HP, gold and turn counters spanning 0..1e5, and a
+  log keeps all of them in a trainable range.
+
+  Args:
+    blstats: int [N, 27] (any shape and number type).
+
+  Returns:
+    float32, the shape of `blstats`.
+  """
   x = blstats.astype(jnp.float32)
   return jnp.sign(x) * jnp.log1p(jnp.abs(x))
 
 
 def blstats_mlp(blstats, size: int = 32, names=('blstats_fc0', 'blstats_fc1'),
                 dtype=jnp.float32):
-  """normalise_blstats, then one ReLU Dense of `size` per name, computed in
-  `dtype`. Call it inside a module's compact __call__: the Dense layers are
-  that module's, under `names`."""
+  """The blstats embedding: normalise_blstats, then ReLU Dense layers.
+
+  Call it inside a module's compact __call__: the Dense layers are that
+  module's, under `names`.
+
+  Args:
+    blstats: int [N, 27].
+    size: each layer's width.
+    names: one Dense layer per name, in order.
+    dtype: the computation dtype.
+
+  Returns:
+    [N, size] in `dtype`.
+  """
   x = normalise_blstats(blstats).astype(dtype)
   for name in names:
     x = nn.relu(nn.Dense(size, dtype=dtype, name=name)(x))
@@ -39,11 +60,21 @@ def blstats_mlp(blstats, size: int = 32, names=('blstats_fc0', 'blstats_fc1'),
 
 
 def crop_glyphs(glyphs, x, y, size: int = 9):
-  """[N, H, W] int glyphs -> [N, size, size], centred on column x and row y [N].
+  """A size x size window of the glyphs centred on each agent's position.
 
   Beyond the map the crop reads NO_GLYPH (its own embedding row, unlike
   glyph 0, a giant ant). The crop is taken from the int glyphs, before the
-  embedding: an int gather needs no gradient.
+  embedding: an int gather needs no gradient. Positions are clipped to the
+  map.
+
+  Args:
+    glyphs: int [N, H, W].
+    x: the centre's column [N] (blstats[:, 0]).
+    y: the centre's row [N] (blstats[:, 1]).
+    size: the crop's side (odd).
+
+  Returns:
+    [N, size, size], the dtype of `glyphs`.
   """
   r = size // 2
   h, w = glyphs.shape[-2:]
@@ -62,15 +93,28 @@ EXTRA_INPUTS = ('message', 'under_hero')
 
 def message_mlp(message, length: int = 80, char_size: int = 16, channels=(32, 64),
                 kernel: int = 5, dtype=jnp.float32):
-  """NLE's message line -> [N, channels[-1]]: a character CNN (as NLE's and
-  Sample Factory's agents read text), small enough for a CPU learner.
+  """NLE's message line encoded by a character CNN.
 
-  The first `length` characters (a message fills one 80-column terminal
-  line; NLE's 256 are zero-padded) are embedded, go through 1-D convs of
+  A character CNN (as NLE's and Sample Factory's agents read text), small
+  enough for a CPU learner. The first `length` characters (a message fills
+  one 80-column terminal line; NLE's 256 are zero-padded) are embedded
+  (looked up in float32, then cast to `dtype`), go through 1-D SAME convs of
   `kernel` with ReLU (receptive field 1 + (kernel - 1) * layers characters,
   9 with the defaults: enough for "staircase" or "down here") and are
   max-pooled over the line, so a word counts wherever it stands. Call it
-  inside a module's compact __call__ (the layers are that module's).
+  inside a module's compact __call__ (the layers, 'message_embed' and
+  'message_conv<i>', are that module's).
+
+  Args:
+    message: uint8 [N, 256], NLE's message (zero-padded text).
+    length: characters read.
+    char_size: the character embedding's size.
+    channels: one conv layer per entry, its channels.
+    kernel: the convs' width in characters.
+    dtype: the computation dtype.
+
+  Returns:
+    [N, channels[-1]] in `dtype`.
   """
   chars = message[:, :length].astype(jnp.int32)
   # Looked up in float32, then cast: see conv_stack.xla_glyph_conv_stack.
@@ -81,9 +125,25 @@ def message_mlp(message, length: int = 80, char_size: int = 16, channels=(32, 64
 
 
 def extra_features(obs, extra_inputs, glyph_embedding, dtype=jnp.float32):
-  """Features of the `extra_inputs` (EXTRA_INPUTS order), to concatenate
-  before a torso's FC; `glyph_embedding` ([NLE_NUM_GLYPHS, E]) embeds
-  under_hero as the map's glyphs are. Call inside a compact __call__."""
+  """Features of the extra inputs, to concatenate before a torso's FC.
+
+  Call inside a compact __call__ (message_mlp's layers are that module's).
+
+  Args:
+    obs: the observation dict: 'message' uint8 [N, 256] and/or 'under_hero'
+      int [N], as `extra_inputs` asks.
+    extra_inputs: a subset of EXTRA_INPUTS.
+    glyph_embedding: [NLE_NUM_GLYPHS, E]; it embeds under_hero as the map's
+      glyphs are.
+    dtype: the computation dtype.
+
+  Returns:
+    A list of [N, F_i] features in `dtype`, in EXTRA_INPUTS order: message
+    [N, 64] (message_mlp), under_hero [N, E].
+
+  Raises:
+    ValueError: an entry of `extra_inputs` is not in EXTRA_INPUTS.
+  """
   unknown = [k for k in extra_inputs if k not in EXTRA_INPUTS]
   if unknown:
     raise ValueError(f'unknown extra inputs {unknown}; known: {EXTRA_INPUTS}')
@@ -102,12 +162,19 @@ def _cast(tree, dtype):
 
 class ConvParams(nn.Module):
   """An nn.Conv's parameters (same names, shapes and initialisers) without
-  the conv, for ops that take the kernels themselves (glyph_conv_stack)."""
+  the conv, for ops that take the kernels themselves (glyph_conv_stack).
+
+  Attributes:
+    features: output channels.
+    kernel_size: (kh, kw).
+  """
   features: int
   kernel_size: tuple = (3, 3)
 
   @nn.compact
   def __call__(self, in_features: int):
+    """Returns (kernel [kh, kw, in_features, features] (LeCun normal), bias
+    [features] (zeros)), float32."""
     kernel = self.param('kernel', nn.initializers.lecun_normal(),
                         tuple(self.kernel_size) + (in_features, self.features))
     bias = self.param('bias', nn.initializers.zeros_init(), (self.features,))
@@ -115,12 +182,13 @@ class ConvParams(nn.Module):
 
 
 class NLEBaselineTorso(nn.Module):
-  """NLE's bundled agent network (Kuttler et al. 2020), up to its FC 512.
+  """NLE's bundled agent network, up to its FC 512.
 
   A glyph embedding shared by the full 21x79 map and a crop centred on the
   agent; each goes through 3x3 stride-1 pad-1 convs with ELU; blstats through
   an MLP; all concatenated -> FC -> FC (ReLU). The core (LSTM 512) and the
-  heads are AgentNetwork's.
+  heads are AgentNetwork's. See "The NetHack Learning Environment" by
+  Kuttler et al. 2020 (https://arxiv.org/abs/2006.13760).
 
   blstats are scaled by normalise_blstats' signed log (as nle_simple), not by
   NLE's fixed per-field divisors: one rule for any NLE version's fields.
@@ -129,6 +197,18 @@ class NLEBaselineTorso(nn.Module):
   same parameter tree); the default runs the embedding and each conv stack
   as one glyph_conv_stack op, whose `kernels` (networks/kernels.py) picks
   the CPU-tuned op or XLA's convolutions (measurements: docs/speed.md).
+
+  Attributes:
+    embedding_size: E, the glyph embedding's size.
+    channels: the crop's conv channels, one layer each.
+    map_channels: the full map's conv channels; () = `channels`.
+    crop_size: the crop's side.
+    blstats_size: the blstats MLP's width.
+    hidden_size: the two FC layers' width.
+    reference: plain nn.Embed / nn.Conv (tests and benchmarks).
+    extra_inputs: EXTRA_INPUTS read beside glyphs and blstats, before fc0.
+    kernels: networks/kernels.py: 'auto', 'cpu' or 'xla'.
+    dtype: the computation dtype; parameters stay float32.
   """
   embedding_size: int = 32
   channels: tuple = (16, 16, 16, 16, 8)
@@ -143,6 +223,18 @@ class NLEBaselineTorso(nn.Module):
 
   @nn.compact
   def __call__(self, obs):
+    """Encodes a batch of NLE observations.
+
+    Args:
+      obs: 'glyphs' int [N, 21, 79], 'blstats' int [N, 27], and the
+        `extra_inputs`.
+
+    Returns:
+      float32 [N, hidden_size].
+
+    Raises:
+      ValueError: an unknown entry of `extra_inputs`.
+    """
     glyphs = obs['glyphs'].astype(jnp.int32)
     blstats = obs['blstats']
     crop = crop_glyphs(glyphs, blstats[:, 0], blstats[:, 1], self.crop_size)
@@ -182,12 +274,16 @@ class NLEFastTorso(NLEBaselineTorso):
   gives the deep local view; the map gives the layout (rooms, corridors,
   where the stairs are), for which a 5x5 receptive field before the FC is
   enough.
+
+  Attributes:
+    map_channels: (16, 8); the other attributes and `__call__` are
+      NLEBaselineTorso's.
   """
   map_channels: tuple = (16, 8)
 
 
 class NLEAttentionTorso(nn.Module):
-  """The course report's variant of the baseline: attention replaces the crop.
+  """The course report's variant of the NLE baseline: attention replaces the crop.
 
   Glyph CNN: embedding 32 -> conv 3x3 (ELU) -> max-pool 3x3/2 (21x79 -> 11x40)
   -> residual blocks; then per later stage conv 3x3 -> max-pool 3x3/2 ->
@@ -206,6 +302,17 @@ class NLEAttentionTorso(nn.Module):
   The default runs the embedding and first conv as a glyph_conv_stack and
   the later convs as Conv2D, each choosing its implementation by `kernels`
   (networks/kernels.py; measurements: docs/speed.md).
+
+  Attributes:
+    embedding_size: the glyph embedding's size.
+    channels: each stage's channels.
+    num_blocks: residual blocks per stage.
+    key_size: D, the attention's query and key size.
+    blstats_size: the blstats MLP's width.
+    hidden_size: the two FC layers' width.
+    reference: plain nn.Embed / nn.Conv throughout.
+    kernels: networks/kernels.py: 'auto', 'cpu' or 'xla'.
+    dtype: the computation dtype; parameters stay float32.
   """
   embedding_size: int = 32
   channels: tuple = (16, 32, 64)
@@ -219,6 +326,14 @@ class NLEAttentionTorso(nn.Module):
 
   @nn.compact
   def __call__(self, obs):
+    """Encodes a batch of NLE observations.
+
+    Args:
+      obs: 'glyphs' int [N, 21, 79], 'blstats' int [N, 27].
+
+    Returns:
+      float32 [N, hidden_size].
+    """
     glyphs = obs['glyphs'].astype(jnp.int32)
     embed = nn.Embed(NLE_NUM_GLYPHS, self.embedding_size, name='glyph_embed')  # float32 lookups
     c0 = self.channels[0]

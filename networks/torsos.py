@@ -25,13 +25,21 @@ from networks.pooling import max_pool_3x3_s2
 
 
 def sow_unit_max(module: nn.Module, name: str, x=None, unit_max=None) -> None:
-  """Records a ReLU layer's per-unit maximum over the batch axis (axis 0 of
-  its output `x`, or given as `unit_max`) in the `health` collection, under
-  the layer's own name: a unit whose maximum is 0 is dead on the batch
-  (rl/health.py). A no-op unless the caller makes `health` mutable.
+  """Records a ReLU layer's per-unit maximum over the batch in `health`.
+
+  The value goes into the `health` collection under the layer's own name,
+  appended to a tuple as sow does: a unit whose maximum is 0 is dead on the
+  batch (rl/health.py). It is stopped from gradients and stored as float32.
+  A no-op unless the caller makes `health` mutable.
 
   Written as sow's tuple-append on the scope: `module.sow(name)` would
   clash with the layer's submodule of the same name in flax 0.12.
+
+  Args:
+    module: the torso whose scope records it.
+    name: the layer's name.
+    x: the layer's ReLU output [N, ...]; its maximum over axis 0 is taken.
+    unit_max: the per-unit maximum [...], when already taken (instead of x).
   """
   if not module.is_mutable_collection('health'):
     return
@@ -63,12 +71,21 @@ def _conv_input(frames, task_id, centres, dtype=jnp.float32):
 
 
 class MLPTorso(nn.Module):
-  """For low-dimensional state vectors (classic control): obs['state'] [N, D]."""
+  """For low-dimensional state vectors (classic control): obs['state'] [N, D].
+
+  ReLU Dense layers; records each one's per-unit maximum in `health` as
+  'fc<i>'.
+
+  Attributes:
+    hidden_sizes: one ReLU Dense layer per entry, its width.
+    dtype: the computation dtype.
+  """
   hidden_sizes: tuple = (64, 64)
   dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, obs):
+    """Returns float32 [N, hidden_sizes[-1]] for obs['state'] [N, D]."""
     x = obs['state'].astype(self.dtype)
     for i, size in enumerate(self.hidden_sizes):
       x = nn.relu(nn.Dense(size, dtype=self.dtype)(x))
@@ -102,7 +119,8 @@ class NatureCNNTorso(nn.Module):
   Those go through `nature_cnn.nature_convs` (networks/nature_cnn.py): the
   three convolutions as one custom-VJP op, same parameters (conv1..3 with
   `kernel` and `bias`, then `fc`). Other frame sizes or dtypes use one
-  `Conv2D` per layer. The op's measurements are in its module docstring.
+  `Conv2D` per layer. The op's design is in its module docstring, its
+  measurements in docs/speed.md.
 
   Records each layer's per-unit maximum over the batch of its relu output
   in `health` (conv1 [20, 20, 32], conv2 [9, 9, 64], conv3 [7, 7, 64],
@@ -114,6 +132,13 @@ class NatureCNNTorso(nn.Module):
   `kernels` (networks/kernels.py): 'auto' runs the fused op when lowered
   for CPU and `nature_cnn.xla_convs` (three XLA convolutions, the same
   function) on accelerators; 'cpu' or 'xla' force one.
+
+  Attributes:
+    hidden_size: the FC layer's width.
+    num_centres: K > 0: frames centred on their task's mean frame; 0: not.
+    kernels: networks/kernels.py: 'auto', 'cpu' or 'xla'.
+    dtype: the computation dtype; the fused CPU op computes in float32
+      whatever this is.
   """
   hidden_size: int = 512
   num_centres: int = 0
@@ -122,6 +147,15 @@ class NatureCNNTorso(nn.Module):
 
   @nn.compact
   def __call__(self, obs):
+    """Encodes a batch of frame stacks.
+
+    Args:
+      obs: 'frames' uint8 [N, C, H, W] ([N, 4, 84, 84] for the fused op),
+        and 'task_id' int [N] with num_centres > 0.
+
+    Returns:
+      float32 [N, hidden_size].
+    """
     frames = obs['frames']
     task_id, centres = _centres(self, obs)
     # conv1's input as nn.Conv would get it. The fused op reads the uint8
@@ -157,11 +191,21 @@ def _in_dtype(outputs, dtype):
 
 
 class ResNetTorso(nn.Module):
-  """IMPALA's deep network (Espeholt et al. 2018, fig. 3, right).
+  """IMPALA's deep network (Espeholt et al. 2018, arXiv 1802.01561, fig. 3, right).
 
   obs['frames'] uint8 [N, 4, 84, 84]. Per stage: conv 3x3, max-pool 3x3/2,
   then two residual blocks (relu, conv, relu, conv, + skip); 84 -> 42 -> 21 -> 11.
-  `num_centres` and `kernels` as NatureCNNTorso's.
+  `num_centres` and `kernels` as NatureCNNTorso's. Records the per-unit
+  maxima of the last stage's relu output ('stages') and of the FC ('fc') in
+  `health`.
+
+  Attributes:
+    channels: each stage's channels.
+    num_blocks: residual blocks per stage.
+    hidden_size: the FC layer's width.
+    num_centres: K > 0: frames centred on their task's mean frame; 0: not.
+    kernels: networks/kernels.py: 'auto', 'cpu' or 'xla'.
+    dtype: the computation dtype.
   """
   channels: tuple = (16, 32, 32)
   num_blocks: int = 2
@@ -172,6 +216,15 @@ class ResNetTorso(nn.Module):
 
   @nn.compact
   def __call__(self, obs):
+    """Encodes a batch of frame stacks.
+
+    Args:
+      obs: 'frames' uint8 [N, C, H, W], and 'task_id' int [N] with
+        num_centres > 0.
+
+    Returns:
+      float32 [N, hidden_size].
+    """
     x = _conv_input(obs['frames'], *_centres(self, obs), self.dtype)
     conv = functools.partial(Conv2D, kernel_size=(3, 3), padding='SAME', kernels=self.kernels,
                              dtype=self.dtype)
@@ -190,11 +243,19 @@ class ResNetTorso(nn.Module):
 
 
 class NLESimpleTorso(nn.Module):
-  """A first NetHack encoder: glyph embedding + conv over the map + blstats MLP.
+  """A small NetHack encoder: glyph embedding + conv over the map + blstats MLP.
 
   obs['glyphs'] int [N, 21, 79], obs['blstats'] int [N, 27]. Kept small so the
   main job trains at a useful rate on a CPU: the second conv has stride 2.
   `kernels` as NatureCNNTorso's.
+
+  Attributes:
+    embedding_size: the glyph embedding's size.
+    channels: the convs' channels (3x3 SAME with ELU; the first stride 1,
+      the others stride 2).
+    hidden_size: the map FC's and the final FC's width.
+    kernels: networks/kernels.py: 'auto', 'cpu' or 'xla'.
+    dtype: the computation dtype.
   """
   embedding_size: int = 16
   channels: tuple = (16, 32)
@@ -204,6 +265,8 @@ class NLESimpleTorso(nn.Module):
 
   @nn.compact
   def __call__(self, obs):
+    """Returns float32 [N, hidden_size] for obs 'glyphs' [N, 21, 79] and
+    'blstats' [N, 27]."""
     glyphs = obs['glyphs'].astype(jnp.int32)
     # Looked up in float32, then cast: see conv_stack.xla_glyph_conv_stack.
     x = nn.Embed(NLE_NUM_GLYPHS, self.embedding_size, name='glyph_embed')(glyphs).astype(self.dtype)
@@ -254,6 +317,13 @@ EXTRA_INPUT_NETWORKS = ('nle_baseline', 'nle_fast')
 
 
 def is_recurrent(network) -> bool:
-  """Whether a config's `network` (name, lstm_size) carries a state along
-  the unroll: an LSTM core, or a network with its own."""
+  """Whether a network carries a state along the unroll.
+
+  Args:
+    network: a config's `network` group (name, lstm_size).
+
+  Returns:
+    True for an LSTM core (lstm_size > 0) or a network with its own
+    (RECURRENT_NETWORKS).
+  """
   return bool(network.lstm_size) or network.name in RECURRENT_NETWORKS
