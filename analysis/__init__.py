@@ -1,1 +1,2 @@
-"""Offline tools on trained runs: loading, evaluation, saliency, inspection, update diagnostics, frame checks."""
+"""Offline tools on trained runs: loading, evaluation, saliency, inspection,
+update diagnostics, frame checks."""

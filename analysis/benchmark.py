@@ -31,6 +31,20 @@ from rl.types import Unroll
 
 
 def bench_raw(config, plan, seconds, warmup):
+  """The envs alone: every actor's batched env stepped with random actions.
+
+  One thread per actor's env (actor.make_envs), no policy; the envs are
+  closed after.
+
+  Args:
+    config: the run config.
+    plan: its RunPlan (configs.validation.validate).
+    seconds: how long to measure.
+    warmup: seconds to run before measuring (at most 3 s).
+
+  Returns:
+    Agent steps/s summed over the actors.
+  """
   envs = actor_lib.make_envs(config, plan)
   counts = [0] * len(envs)
   stop = threading.Event()
@@ -58,6 +72,19 @@ def bench_raw(config, plan, seconds, warmup):
 
 
 def bench_actors(config, plan, seconds, warmup):
+  """The actor threads with their policy, their batches taken and discarded (no learner).
+
+  A Trainer is started and closed after.
+
+  Args:
+    config: the run config.
+    plan: its RunPlan (configs.validation.validate).
+    seconds: how long to measure.
+    warmup: seconds to run before measuring.
+
+  Returns:
+    Agent steps/s summed over the actors.
+  """
   trainer = Trainer(config, plan)
   trainer.start()
   try:
@@ -79,9 +106,23 @@ def _actor_spaces(plan):
 
 
 def bench_loop(config, plan, seconds, warmup):
-  """One actor thread's own cost: (microseconds per agent step, agent
-  steps/s), with actor 0's spaces and env count, a stand-in env and policy
-  (agents/standin.py), no core state, and a thread that drains its queue."""
+  """One actor thread's own cost, without env or policy work.
+
+  The actor has actor 0's spaces and env count, a stand-in env and policy
+  (agents/standin.py), no core state, and a thread that drains its queue.
+
+  Args:
+    config: the run config.
+    plan: its RunPlan (configs.validation.validate).
+    seconds: how long to measure.
+    warmup: seconds to run before measuring (at most 2 s).
+
+  Returns:
+    (microseconds per agent step, agent steps/s).
+
+  Raises:
+    Exception: the actor thread's own error, when it failed.
+  """
   num_actions, obs_spec = _actor_spaces(plan)
   n = config.actors.envs_per_actor
   env = standin.StandInEnv(n, num_actions, obs_spec, num_tasks=plan.num_tasks)
@@ -123,10 +164,23 @@ def bench_loop(config, plan, seconds, warmup):
 
 
 def synthetic_batch(config, plan, num_actions: int, obs_spec, seed: int = 0) -> Unroll:
-  """This process's random share of a learner batch [T + 1, B / processes],
-  shaped as the actors would send it: frames and glyphs over their whole
-  range, other integer observations small, the tasks spread over the
-  columns."""
+  """This process's random share of a learner batch, shaped as the actors would send it.
+
+  Frames (uint8) cover 0..255 and glyphs 0..NLE_NUM_GLYPHS - 1, other integer
+  observations 0..9, float ones are normal; task i % num_tasks in column i;
+  about 1% of steps are episode starts; discounts are config.discount.
+
+  Args:
+    config: the run config (unroll_length, batch_size, discount).
+    plan: its RunPlan (num_tasks).
+    num_actions: the number of actions.
+    obs_spec: the env's observation spec (key -> (shape, dtype)); the
+      policy's extra inputs (agents.rollout.policy_observation_spec) are added.
+    seed: the numpy seed.
+
+  Returns:
+    An Unroll of host arrays [T + 1, B / processes, ...] with core_state ().
+  """
   t1, b = config.unroll_length + 1, config.batch_size // jax.process_count()
   rng = np.random.default_rng(seed)
   obs = {}
@@ -153,10 +207,21 @@ def synthetic_batch(config, plan, num_actions: int, obs_spec, seed: int = 0) -> 
 
 
 def bench_learner(config, plan, seconds, warmup):
-  """(learner updates/s, the compiled update's memory in MiB (arguments,
-  outputs and temporaries; None where the backend does not say)). No
-  `warmup` is needed: the update is compiled, and one update run, before
-  the timing starts."""
+  """The learner alone: its compiled update on one synthetic batch, repeated.
+
+  No `warmup` is needed: the update is compiled, and one update run, before
+  the timing starts. At least 3 updates are timed.
+
+  Args:
+    config: the run config.
+    plan: its RunPlan (configs.validation.validate).
+    seconds: how long to measure.
+    warmup: seconds to run before measuring (unused).
+
+  Returns:
+    (learner updates/s, the compiled update's memory in MiB: arguments,
+    outputs and temporaries; None where the backend does not say).
+  """
   num_actions, obs_spec = _actor_spaces(plan)
   agent = builder.build_agent(config, plan, num_actions, obs_spec)
   batch = synthetic_batch(config, plan, num_actions, obs_spec)
@@ -183,6 +248,21 @@ def bench_learner(config, plan, seconds, warmup):
 
 
 def bench_train(config, plan, seconds, warmup):
+  """The whole training loop, actors and learner, as a run trains.
+
+  Sets config.total_env_steps to 10**12 and config.log.every_seconds to 1
+  (the config is changed in place), then trains until warmup + seconds have
+  passed between log rows.
+
+  Args:
+    config: the run config.
+    plan: its RunPlan (configs.validation.validate).
+    seconds: how long to measure.
+    warmup: seconds to run before measuring.
+
+  Returns:
+    (agent steps/s after the warm-up, the last row's 'timing/...' entries).
+  """
   with config.unlocked():
     config.total_env_steps = 10**12
     config.log.every_seconds = 1.0
@@ -213,6 +293,8 @@ SUITE_DTYPES = ('float32', 'bfloat16')
 
 
 def quiet(config):
+  """Makes a config benchmark-ready in place: no wandb, no progress lines, a
+  fresh temporary workdir (no checkpoints left behind); returns it."""
   with config.unlocked():
     config.wandb.mode = 'disabled'
     config.log.progress = False
@@ -221,7 +303,17 @@ def quiet(config):
 
 
 def suite_config(module: str, variant: str, dtype: str, small: bool):
-  """A suite entry's config at `dtype`; `small`: at smoke size."""
+  """A suite entry's config, made `quiet`.
+
+  Args:
+    module: the config module under configs/.
+    variant: its variant string ('' for none).
+    dtype: network.dtype, one of SUITE_DTYPES.
+    small: add the 'smoke' variant (smoke size).
+
+  Returns:
+    The config.
+  """
   variant = ','.join(v for v in (variant, 'smoke' if small else '') if v)
   config = importlib.import_module(f'configs.{module}').get_config(variant or None)
   with config.unlocked():
@@ -230,6 +322,7 @@ def suite_config(module: str, variant: str, dtype: str, small: bool):
 
 
 def device_line() -> str:
+  """One line naming the JAX devices, the CPU cores and JAX's version."""
   d = jax.devices()[0]
   return (f'{jax.device_count()} x {d.platform} device ({d.device_kind}), '
           f'{os.cpu_count()} CPU cores, JAX {jax.__version__}')
@@ -237,8 +330,20 @@ def device_line() -> str:
 
 def run_suite(small: bool, seconds: float, warmup: float, stages=('learner', 'train'),
               out=print, entries=None):
-  """Measures GPU_SUITE at each of SUITE_DTYPES (or only the (name, dtype)
-  `entries`); returns the rows (dicts) and prints a table."""
+  """Measures GPU_SUITE at each of SUITE_DTYPES and prints a table.
+
+  Args:
+    small: run every entry at smoke size.
+    seconds: how long each stage measures.
+    warmup: seconds each stage runs before measuring.
+    stages: of 'learner' (bench_learner) and 'train' (bench_train).
+    out: where lines go (a line per entry, then suite_table).
+    entries: only these (name, dtype) pairs; None: all.
+
+  Returns:
+    The rows, dicts with 'config', 'dtype', 'batch' ('B x T') and, per
+    stage, 'learner_ups', 'learner_sps', 'learner_mib' or 'train_sps'.
+  """
   rows = []
   for name, module, variant in GPU_SUITE:
     for dtype in SUITE_DTYPES:
@@ -261,6 +366,7 @@ def run_suite(small: bool, seconds: float, warmup: float, stages=('learner', 'tr
 
 
 def suite_table(rows) -> str:
+  """`run_suite`'s rows as a markdown table under device_line(); '-' for values not measured."""
   fmt = lambda v, spec: '-' if v is None else format(v, spec)
   lines = [device_line(), '',
            '| config | dtype | batch (B x T) | learner updates/s | learner agent steps/s '

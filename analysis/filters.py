@@ -27,7 +27,16 @@ from agents.checkpoint import Checkpointer
 
 
 def conv_kernels(params: Dict, prefix: str = '') -> Dict[str, np.ndarray]:
-  """'torso/conv1' -> kernel [kh, kw, cin, cout] for every 4-D `kernel` leaf."""
+  """The conv kernels of a parameter tree.
+
+  Args:
+    params: nested dicts of parameters (a Flax params tree).
+    prefix: the path of `params` in the whole tree ('' at the root).
+
+  Returns:
+    Module path ('torso/conv1') -> kernel [kh, kw, cin, cout] as numpy, for
+    every 4-D leaf named `kernel`.
+  """
   out = {}
   for name, value in params.items():
     path = f'{prefix}/{name}' if prefix else name
@@ -39,7 +48,16 @@ def conv_kernels(params: Dict, prefix: str = '') -> Dict[str, np.ndarray]:
 
 
 def filter_distances(a: np.ndarray, b: np.ndarray) -> Dict[str, float]:
-  """Distances between two conv kernels [kh, kw, cin, cout] (see module doc)."""
+  """The index and matched distances between two conv kernels (the module docstring).
+
+  Args:
+    a: a kernel [kh, kw, cin, cout].
+    b: a kernel of the same shape.
+
+  Returns:
+    {'index': ..., 'matched': ...}, each divided by the mean of the two
+    kernels' mean filter norms (1 when that is 0).
+  """
   fa = a.reshape(-1, a.shape[-1]).T  # [cout, kh * kw * cin]
   fb = b.reshape(-1, b.shape[-1]).T
   scale = 0.5 * (np.linalg.norm(fa, axis=1).mean() + np.linalg.norm(fb, axis=1).mean())
@@ -52,7 +70,19 @@ def filter_distances(a: np.ndarray, b: np.ndarray) -> Dict[str, float]:
 
 
 def pick_steps(steps: Sequence[int], points: int) -> List[int]:
-  """The checkpoints nearest to `points` evenly spaced fractions of training."""
+  """The checkpoints nearest to evenly spaced fractions of training.
+
+  Args:
+    steps: a run's checkpoint env steps.
+    points: the number of fractions, 0 to 1 (of the last checkpoint's step).
+
+  Returns:
+    The distinct nearest steps, sorted (fewer than `points` where several
+    fractions share one).
+
+  Raises:
+    ValueError: when `steps` is empty ('run has no checkpoints').
+  """
   steps = sorted(steps)
   if not steps:
     raise ValueError('run has no checkpoints')
@@ -61,7 +91,18 @@ def pick_steps(steps: Sequence[int], points: int) -> List[int]:
 
 
 def compare(runs: Dict[str, Dict[float, Dict[str, np.ndarray]]]) -> List[Dict]:
-  """runs: name -> {fraction: {layer: kernel}}; rows of one distance each."""
+  """The filter distances of every pair of runs, layer by layer, over training.
+
+  The runs' fractions are paired in sorted order; layers both have with the
+  same shape are compared.
+
+  Args:
+    runs: name -> {fraction of training: {layer: kernel}} (load_kernels).
+
+  Returns:
+    Rows {'run_a', 'run_b', 'fraction' (run_a's), 'layer', 'index',
+    'matched'}.
+  """
   rows = []
   for (na, ka), (nb, kb) in itertools.combinations(runs.items(), 2):
     for (fa, la), (fb, lb) in zip(sorted(ka.items()), sorted(kb.items())):
@@ -74,8 +115,21 @@ def compare(runs: Dict[str, Dict[float, Dict[str, np.ndarray]]]) -> List[Dict]:
 
 
 def load_kernels(workdir: str, points: int) -> Dict[float, Dict[str, np.ndarray]]:
-  """{fraction of training: conv_kernels of the checkpoint there} at `points`
-  evenly spaced checkpoints of `workdir` (pick_steps)."""
+  """A run's conv kernels at evenly spaced checkpoints (pick_steps).
+
+  The checkpoints are read, read-only, with agents.checkpoint.Checkpointer.
+
+  Args:
+    workdir: the run folder.
+    points: the number of evenly spaced fractions of training.
+
+  Returns:
+    {fraction of training (step / last step, 4 decimals): conv_kernels of
+    the checkpoint's params}.
+
+  Raises:
+    ValueError: when the run has no checkpoints.
+  """
   ckpt = Checkpointer(workdir, read_only=True)
   steps = pick_steps(ckpt.steps(), points)
   last = max(ckpt.steps())
@@ -84,8 +138,16 @@ def load_kernels(workdir: str, points: int) -> Dict[float, Dict[str, np.ndarray]
 
 
 def plot(rows: List[Dict], output: str) -> List[str]:
-  """One figure per layer (filters_<layer>.png in `output`): each pair's
-  index and matched distance over training; returns the paths."""
+  """Plots each pair's index and matched distance over training, one figure per layer.
+
+  Args:
+    rows: `compare`'s rows.
+    output: an existing folder; figures go to filters_<layer>.png in it
+      ('/' in layer names becomes '_'), 100 dpi.
+
+  Returns:
+    The paths written.
+  """
   import matplotlib
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt

@@ -2,12 +2,15 @@
 
 `collect` builds actor 0's envs exactly as training does (validate -> plan ->
 agents.actor.make_envs and make_actors, the builder's agent and seeds), runs
-the real `agents.actor.Actor` thread with a freshly initialised network, and keeps the UnrollBlocks it puts
-on the queue (what the learner gets) and every env step's flags. The
+the real `agents.actor.Actor` thread with a freshly initialised network, and
+keeps the UnrollBlocks it puts on the queue (what the learner gets) and every
+env step's flags. The
 `check_*` functions turn that into named PASS/FAIL `Check`s: frame shape,
 stack order, frozen frames, reset stacks, EnvPool's max-pool, unroll overlap,
 discounts and reset steps, rewards, lives, sticky actions, action sets,
-behaviour logits, the torso's input scaling. launch/inspect_frames.py prints
+behaviour logits, the torso's input scaling (IMPALA's Atari protocol,
+Espeholt et al. 2018, arXiv 1802.01561; sticky actions, Machado et al.
+2018, arXiv 1709.06009). launch/inspect_frames.py prints
 them for a config; tests/unit/test_frames.py runs them on short real unrolls.
 """
 
@@ -33,6 +36,7 @@ from rl import rewards
 
 
 class Check(NamedTuple):
+  """One named verdict: whether it passed, what was checked, and the numbers."""
   passed: bool
   what: str       # the property checked
   detail: str     # the numbers behind the verdict
@@ -52,7 +56,15 @@ class Collected:
 
 
 class RecordingEnv:
-  """Passes everything through to `env`; keeps the flags of every step."""
+  """Passes everything through to `env`; keeps the flags of every step.
+
+  A BatchedEnv. `records` holds, per step, copies of 'terminated',
+  'truncated', 'game_over' (`terminated` where the env reports none) and
+  'reward', each [B].
+
+  Args:
+    env: the batched env to wrap; closing this closes it.
+  """
 
   def __init__(self, env):
     self._env = env
@@ -61,9 +73,11 @@ class RecordingEnv:
     self.records = {'terminated': [], 'truncated': [], 'game_over': [], 'reward': []}
 
   def reset(self):
+    """The wrapped env's reset (not recorded)."""
     return self._env.reset()
 
   def step(self, actions):
+    """The wrapped env's step; its flags and rewards are appended to `records`."""
     result = self._env.step(actions)
     over = result.terminated if result.game_over is None else result.game_over
     for name, value in (('terminated', result.terminated), ('truncated', result.truncated),
@@ -72,13 +86,30 @@ class RecordingEnv:
     return result
 
   def close(self):
+    """Closes the wrapped env."""
     self._env.close()
 
 
 def collect(config, plan, num_blocks: int, policy_scale: float = 1.0) -> Collected:
-  """Runs actor 0 of `plan` with Trainer's envs, seeds and fresh network for
-  `num_blocks` unrolls. `policy_scale` multiplies the policy head's weights
-  (tests: logits that differ between frames, so off-by-one errors show)."""
+  """Runs actor 0 as training would, with a fresh network, and keeps what it produces.
+
+  Actor 0's env (actor.make_envs), its seeds (a fresh run's, env step 0) and
+  the builder's freshly initialised network; the actor thread is stopped and
+  the env closed after.
+
+  Args:
+    config: the run config.
+    plan: its RunPlan.
+    num_blocks: the unrolls to collect.
+    policy_scale: multiplies the policy head's weights (tests: logits that
+      differ between frames, so off-by-one errors show).
+
+  Returns:
+    A Collected; records are stacked [S, B], S the env steps taken.
+
+  Raises:
+    RuntimeError: when the actor fails ('actor failed: ...').
+  """
   env = RecordingEnv(actor_lib.make_envs(config, plan, count=1)[0])
   agent = builder.build_agent(config, plan, env.num_actions, env.observation_spec,
                               with_update=False)
@@ -119,8 +150,16 @@ def collect(config, plan, num_blocks: int, policy_scale: float = 1.0) -> Collect
 
 
 def stitch(unrolls) -> Dict[str, np.ndarray]:
-  """The unrolls as one sequence per env [S, B, ...], each overlap step once:
-  index s is the actor's s-th step (its s-th env.step and s-th sample)."""
+  """Consecutive unrolls as one sequence per env, each overlap step once.
+
+  Args:
+    unrolls: consecutive rl.types.Unrolls of one actor, [T + 1, B, ...].
+
+  Returns:
+    Each observation key and 'first', 'action', 'behaviour_logits',
+    'reward', 'discount', 'task_id' -> [S, B, ...], S = 1 + T * len(unrolls):
+    index s is the actor's s-th step (its s-th env.step and s-th sample).
+  """
   def cat(get):
     return np.concatenate([get(unrolls[0])] + [get(u)[1:] for u in unrolls[1:]])
   seq = {k: cat(lambda u, k=k: u.obs[k]) for k in unrolls[0].obs}
@@ -135,7 +174,16 @@ def _frac(mask) -> str:
 
 
 def games_in(seq):
-  """(env, first step, last action) of every episode that terminated in `seq`."""
+  """Every episode that terminated in a stitched sequence.
+
+  Args:
+    seq: `stitch`'s sequences.
+
+  Returns:
+    (env, first step, step of the terminating action) of each episode with
+    a discount of 0, sorted by that step, then env (the actor's logging
+    order).
+  """
   out = []
   for b in range(seq['first'].shape[1]):
     for end in np.flatnonzero(seq['discount'][:, b] == 0):
@@ -144,7 +192,16 @@ def games_in(seq):
 
 
 def check_unrolls(unrolls) -> Dict[str, Check]:
-  """The checks that need only the unrolls the learner receives."""
+  """The checks that need only the unrolls the learner receives.
+
+  Args:
+    unrolls: consecutive Unrolls of one actor.
+
+  Returns:
+    Checks 'overlap', 'reset_step', 'prev_keys', 'rewards' and, with
+    'frames' observations, 'frame_shape', 'newest_last', 'not_newest_first',
+    'not_frozen' and 'reset_stack'.
+  """
   seq = stitch(unrolls)
   first, reward, discount = seq['first'], seq['reward'], seq['discount']
   checks = {}
@@ -213,7 +270,15 @@ def _check_frames(seq, frames0) -> Dict[str, Check]:
 
 
 def check_env_record(collected: Collected) -> Dict[str, Check]:
-  """Unrolls against the env's own per-step flags, and the actor's game log."""
+  """Checks the unrolls against the env's own per-step flags and the actor's game log.
+
+  Args:
+    collected: `collect`'s output.
+
+  Returns:
+    Checks 'discount', 'first_after_end', 'no_life_loss_end' and
+    'logged_games'.
+  """
   seq = stitch(collected.unrolls)
   rec = {k: v[:len(seq['reward'])] for k, v in collected.records.items()}
   checks = {}
@@ -243,7 +308,14 @@ def check_env_record(collected: Collected) -> Dict[str, Check]:
 
 
 def check_pong_games(collected: Collected) -> Dict[str, Check]:
-  """A Pong game ends when one side has 21 points, never before."""
+  """Checks that a Pong game ends when one side has 21 points, never before.
+
+  Args:
+    collected: `collect`'s output for Pong.
+
+  Returns:
+    {'pong_21': Check}; it fails when no game ended.
+  """
   seq = stitch(collected.unrolls)
   points = [(int((seq['reward'][f:e + 1, b] > 0).sum()), int((seq['reward'][f:e + 1, b] < 0).sum()))
             for b, f, e in games_in(seq)]
@@ -256,7 +328,18 @@ def check_pong_games(collected: Collected) -> Dict[str, Check]:
 
 @jax.jit
 def replay_actions(seed, logits):
-  """The actions make_act_fn samples from `logits` [S, B, A] with the key stream of `seed`."""
+  """The actions make_act_fn samples from logits with the key stream of a seed.
+
+  Jitted. Each step splits the key as the actor does and samples
+  categorically.
+
+  Args:
+    seed: the actor's sampling seed.
+    logits: [S, B, A].
+
+  Returns:
+    int32 actions [S, B].
+  """
   def step(rng, step_logits):
     rng, key = jax.random.split(rng)
     return rng, jax.random.categorical(key, step_logits)
@@ -264,7 +347,19 @@ def replay_actions(seed, logits):
 
 
 def check_behaviour_logits(collected: Collected, max_unrolls: int = 4) -> Dict[str, Check]:
-  """logits[t] == network(obs[t]), and action[t] ~ logits[t] (the actor's RNG replayed)."""
+  """Checks logits[t] == network(obs[t]) and action[t] ~ logits[t].
+
+  The logits are recomputed as the learner does on the first `max_unrolls`
+  unrolls; the sampling is checked by replaying the actor's RNG.
+
+  Args:
+    collected: `collect`'s output.
+    max_unrolls: the unrolls whose logits are recomputed.
+
+  Returns:
+    Checks 'logits' (max |diff| < 1e-4, and more than 10 times smaller than
+    against obs[t+1]) and 'sampling'.
+  """
   net, variables = collected.network, collected.variables
   apply = jax.jit(lambda obs, first, state: net.apply(variables, obs, first, state)[0])
   aligned, shifted = [], []
@@ -290,7 +385,16 @@ def check_behaviour_logits(collected: Collected, max_unrolls: int = 4) -> Dict[s
 
 
 def torso_input(network, variables, obs) -> np.ndarray:
-  """What the torso's first layer (conv1) receives for obs [T, B, ...]: [T * B, H, W, C]."""
+  """What the torso's first layer (conv1) receives.
+
+  Args:
+    network: the AgentNetwork.
+    variables: its variables.
+    obs: observations [T, B, ...] with 'frames'.
+
+  Returns:
+    conv1's input, numpy [T * B, H, W, C].
+  """
   seen = []
 
   def grab(next_fun, args, kwargs, context):
@@ -305,8 +409,19 @@ def torso_input(network, variables, obs) -> np.ndarray:
 
 
 def check_max_pool(env_id: str, kwargs: Dict, steps: int = 100) -> Check:
-  """EnvPool's frame with frame_skip 4 == max of the last 2 of 4 single frames
-  (full-resolution grey, same seed and actions)."""
+  """Checks EnvPool's max-pool: a frame-skip-4 frame is the max of the last 2 of 4 single frames.
+
+  Two EnvPool envs of one game, frame_skip 4 and 1, full-resolution grey
+  (210 x 160), the same seed and random actions.
+
+  Args:
+    env_id: an Atari env id.
+    kwargs: its EnvPool kwargs.
+    steps: the frame-skip-4 steps compared.
+
+  Returns:
+    The 'max-pool' Check.
+  """
   base = {**kwargs, 'img_height': 210, 'img_width': 160, 'stack_num': 1, 'noop_max': 1,
           'episodic_life': False}
   skip4, skip1 = (envpool.make(env_id, env_type='gymnasium', num_envs=1, seed=3,
@@ -326,7 +441,20 @@ def check_max_pool(env_id: str, kwargs: Dict, steps: int = 100) -> Check:
 
 
 def check_protocol(config, collected: Collected) -> Dict[str, Check]:
-  """EnvPool's Atari options, lives, action sets, reward clipping, input scaling."""
+  """Checks IMPALA's Atari protocol as a run applies it.
+
+  EnvPool's options, lives, action sets, reward clipping, input scaling.
+
+  Args:
+    config: the run config (task 0 Atari).
+    collected: `collect`'s output.
+
+  Returns:
+    Checks 'kwargs', 'max_pool', 'sticky' (off), 'lives', 'action_set' (6
+    minimal for one game, 18 full for several), 'reward_clip' (reward_mode
+    'clip') and 'scaling' (conv1's input is frames / 255, NHWC, or minus the
+    task's mean frame for a centring torso).
+  """
   kw, env_id = collected.env_kwargs, config.tasks[0]['env_id']
   want = dict(img_height=84, img_width=84, gray_scale=True, stack_num=4, frame_skip=4,
               reward_clip=False, repeat_action_probability=0.0)
@@ -379,7 +507,15 @@ def check_protocol(config, collected: Collected) -> Dict[str, Check]:
 
 
 def reward_summary(seq) -> str:
-  """Agent steps between non-zero rewards, and rewards per whole game."""
+  """Agent steps between non-zero rewards, and rewards per whole game.
+
+  Args:
+    seq: `stitch`'s sequences.
+
+  Returns:
+    Three lines of text: the gaps' mean, median, min and max; each
+    terminated game's count of non-zero rewards; each game's return.
+  """
   gaps = np.concatenate([np.diff(np.flatnonzero(seq['reward'][:, b]))
                          for b in range(seq['reward'].shape[1])])
   games = games_in(seq)

@@ -16,6 +16,7 @@ from analysis.run_loading import LoadedRun
 
 @dataclasses.dataclass
 class EpisodeTrace:
+  """One episode traced by `trace_episode`, step by step."""
   frames: List            # what a video shows at each step (RGB, or NetHack tty frames)
   values: np.ndarray      # [T, K] unnormalised value of each value head at each step
   episode: Optional[Episode]  # its return and length; None if max_steps cut it
@@ -24,7 +25,20 @@ class EpisodeTrace:
 
 def trace_episode(run: LoadedRun, task_id: int, max_steps: int = 2000, seed: int = 0,
                   greedy: bool = False) -> EpisodeTrace:
-  """Plays one episode (at most max_steps) of the task with one env."""
+  """Plays one episode of a task with one env, recording frames and values.
+
+  Args:
+    run: the loaded run.
+    task_id: the task.
+    max_steps: the most steps played.
+    seed: the env seed and the sampling key's.
+    greedy: act greedily (argmax).
+
+  Returns:
+    An EpisodeTrace: at each step before the action, the frame a video shows
+    and every value head's value unnormalised with the run's PopArt
+    statistics ([T, K]).
+  """
   stats = run.variables['popart']['value_head']
 
   @jax.jit

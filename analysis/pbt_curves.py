@@ -14,7 +14,18 @@ EVENTS = 'events.jsonl'
 
 
 def load_population(population_dir: str) -> Tuple[Dict[str, List[Dict]], List[Dict]]:
-  """({member: its metrics rows}, the copies in events.jsonl)."""
+  """Reads a population folder's members' metrics and its copies.
+
+  Args:
+    population_dir: the population folder (rundir/population.py).
+
+  Returns:
+    ({member name: its metrics.jsonl rows}, the rows of events.jsonl, []
+    without one); members without metrics.jsonl are left out.
+
+  Raises:
+    FileNotFoundError: when the folder has no members/.
+  """
   root = os.path.join(population_dir, MEMBERS)
   members = {name: run_folder.read_jsonl(run_folder.metrics_path(os.path.join(root, name)))
              for name in sorted(os.listdir(root))
@@ -26,8 +37,18 @@ def load_population(population_dir: str) -> Tuple[Dict[str, List[Dict]], List[Di
 
 def rolling_return(rows: Sequence[Dict], task: str, episodes: int = 100
                    ) -> Tuple[List[int], List[float]]:
-  """(env steps, mean return of the last `episodes` games) at every log row
-  that ended games, from the rows' per-window means and counts."""
+  """A member's rolling mean training return.
+
+  Args:
+    rows: the member's metrics rows.
+    task: the task name.
+    episodes: the number of last games averaged.
+
+  Returns:
+    (env steps, mean return of the last `episodes` games) at every log row
+    that ended games of the task ('episodes/<task>' > 0), from the rows'
+    per-window means and counts (configs.pbt.last_episodes_mean).
+  """
   steps, values, seen = [], [], []
   for row in rows:
     if int(row.get(f'episodes/{task}', 0)) <= 0:
@@ -39,10 +60,19 @@ def rolling_return(rows: Sequence[Dict], task: str, episodes: int = 100
 
 
 def schedule(rows: Sequence[Dict], name: str) -> List[Tuple[int, int, float]]:
-  """(from env step, to env step, value) of hyperparameter `name`, from the
-  member's 'pbt/<name>' rows: each interval's row (at its end) holds the
-  value it trained with since the previous row; a copy's row (with
-  'pbt/copied_from', at the donor's step) starts the next interval there."""
+  """A member's schedule of one hyperparameter, as segments of env steps.
+
+  Each interval's 'pbt/<name>' row (at its end) holds the value it trained
+  with since the previous row; a copy's row (with 'pbt/copied_from', at the
+  donor's step) starts the next interval there.
+
+  Args:
+    rows: the member's metrics rows.
+    name: the hyperparameter, as in 'pbt/<name>'.
+
+  Returns:
+    (from env step, to env step, value) segments, in order.
+  """
   key = f'pbt/{name}'
   segments, start = [], 0
   for row in rows:
@@ -59,10 +89,19 @@ def schedule(rows: Sequence[Dict], name: str) -> List[Tuple[int, int, float]]:
 
 
 def copies(events: Sequence[Dict], member: str) -> List[Dict]:
-  """The copies `member` made (it was the recipient), in order."""
+  """The copies a member made (it was the recipient), in order.
+
+  Args:
+    events: the rows of events.jsonl.
+    member: the member's name.
+
+  Returns:
+    The events whose recipient is `member`.
+  """
   return [e for e in events if e.get('recipient') == member]
 
 
 def final_return(rows: Sequence[Dict], task: str, episodes: int = 100) -> Optional[float]:
+  """The last value of `rolling_return(rows, task, episodes)`; None when no game ended."""
   _, values = rolling_return(rows, task, episodes)
   return values[-1] if values else None

@@ -1,6 +1,8 @@
 """NLE's own agent (`nle.agent.agent`, PyTorch) as a policy for analysis/evaluation.py.
 
-NLE 1.3.0 ships a TorchBeast IMPALA agent that saves `model.tar` (a
+NLE 1.3.0 ships a TorchBeast IMPALA agent (the baseline of Kuttler et al.
+2020, arXiv 2006.13760; IMPALA: Espeholt et al. 2018, arXiv 1802.01561) that
+saves `model.tar` (a
 `torch.save` dict: model_state_dict, optimizer_state_dict, flags). To compare
 it with this project's agent on the same games, its network is loaded here
 and wrapped in the evaluator's policy signature,
@@ -45,7 +47,15 @@ Forward = Callable[[Dict[str, np.ndarray], np.ndarray, Any], Tuple[np.ndarray, A
 
 
 def sample_actions(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-  """One action per row of `logits` [B, A], drawn from softmax(logits)."""
+  """One action per row of logits, drawn from their softmax by inverse CDF.
+
+  Args:
+    logits: [B, A].
+    rng: a numpy Generator; B uniforms are drawn from it.
+
+  Returns:
+    int actions [B], each in 0..A-1.
+  """
   z = logits - logits.max(axis=-1, keepdims=True)
   p = np.exp(z)
   p /= p.sum(axis=-1, keepdims=True)
@@ -57,8 +67,15 @@ def sample_actions(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 def make_policy(forward: Forward, greedy: bool = False) -> Callable:
   """The evaluator's policy signature around a peer's `forward`.
 
-  `variables` is ignored (the peer holds its own weights); `rng` is a numpy
-  Generator, returned as it is after drawing."""
+  Args:
+    forward: forward(obs, first, core_state) -> (logits [B, A], core_state).
+    greedy: act with the argmax of the logits instead of a sample.
+
+  Returns:
+    policy(variables, obs, first, core_state, rng) -> (action int32 [B],
+    core_state, rng): `variables` is ignored (the peer holds its own
+    weights); `rng` is a numpy Generator, returned as it is after drawing.
+  """
 
   def policy(variables, obs, first, core_state, rng):
     del variables
@@ -79,8 +96,20 @@ def _import_torch():
 
 
 def torch_forward(model) -> Forward:
-  """`forward` for an `nle.agent.agent.NetHackNet` (or anything with its
-  call signature): one time step of B envs, no gradients."""
+  """A `Forward` around an NLE agent's torch network: one time step of B envs, no gradients.
+
+  Args:
+    model: an `nle.agent.agent.NetHackNet` (or anything with its call
+      signature).
+
+  Returns:
+    forward(obs, first, core_state) -> (logits [B, A] numpy, core_state):
+    feeds 'glyphs', 'blstats' and 'done' (= first), each with a leading time
+    axis of 1.
+
+  Raises:
+    ImportError: without torch (TORCH_HINT).
+  """
   torch = _import_torch()
 
   def forward(obs, first, core_state):
@@ -95,7 +124,13 @@ def torch_forward(model) -> Forward:
 
 class PeerAgent:
   """A loaded NLE agent: its network (eval mode), its training flags, its
-  env id, and `initial_state(batch)` / `policy(greedy)` for the evaluator."""
+  env id, and `initial_state(batch)` / `policy(greedy)` for the evaluator.
+
+  Args:
+    model: the torch network.
+    flags: its training flags; `env_id` is flags['env'], 'NetHackScore-v0'
+      without one.
+  """
 
   def __init__(self, model, flags: Dict[str, Any]):
     self.model = model
@@ -103,9 +138,11 @@ class PeerAgent:
     self.env_id = self.flags.get('env', 'NetHackScore-v0')
 
   def initial_state(self, batch_size: int):
+    """The network's core state for `batch_size` envs (its own initial_state)."""
     return self.model.initial_state(batch_size)
 
   def policy(self, greedy: bool = False) -> Callable:
+    """The evaluator's policy for this agent (make_policy of torch_forward); needs torch."""
     return make_policy(torch_forward(self.model), greedy)
 
 
@@ -113,8 +150,21 @@ def load_nle_agent(model_tar: str) -> PeerAgent:
   """Builds NLE's `NetHackNet` from a `model.tar` that `nle.agent.agent` wrote.
 
   The network's shape is read from the checkpoint: the number of actions
-  from its policy layer, the LSTM from its flags (`use_lstm`). A missing
-  file, or a file that is not such a checkpoint, raises with the path."""
+  from its policy layer, the LSTM from its flags (`use_lstm`). It is loaded
+  on the CPU with weights_only=True.
+
+  Args:
+    model_tar: the path of model.tar.
+
+  Returns:
+    A PeerAgent, its network in eval mode.
+
+  Raises:
+    FileNotFoundError: when there is no file at the path.
+    ImportError: without torch (TORCH_HINT).
+    ValueError: naming the path, when the file is not a torch checkpoint or
+      not a dict with model_state_dict and flags.
+  """
   if not os.path.isfile(model_tar):
     raise FileNotFoundError(f'no NLE agent checkpoint at {model_tar}')
   torch = _import_torch()
@@ -138,8 +188,16 @@ def load_nle_agent(model_tar: str) -> PeerAgent:
 
 
 def last_logged_step(model_tar: str) -> Optional[int]:
-  """The agent steps of the last row of the `logs.tsv` beside `model.tar`
-  (TorchBeast's log, `# Step` column), or None without one."""
+  """The agent steps an NLE agent logged last.
+
+  Args:
+    model_tar: the path of model.tar; `logs.tsv` beside it is read
+      (TorchBeast's log, tab-separated, `# Step` column).
+
+  Returns:
+    The `# Step` value of its last row with one, or None without the file,
+    the column or rows.
+  """
   path = os.path.join(os.path.dirname(model_tar), 'logs.tsv')
   if not os.path.isfile(path):
     return None
@@ -153,8 +211,19 @@ def last_logged_step(model_tar: str) -> Optional[int]:
 
 
 def task_id_of(run, task: Optional[str]) -> int:
-  """The task's id in the run; one line naming the tasks when it is not one
-  (None: the run's only task)."""
+  """A task's id in a run.
+
+  Args:
+    run: the loaded run.
+    task: a task name; None: the run's only task.
+
+  Returns:
+    The task's index in the run's tasks.
+
+  Raises:
+    ValueError: one line naming the tasks, when `task` is not one of them,
+      or is None and the run has several.
+  """
   names = list(run.plan.task_names)
   if task is None:
     if len(names) != 1:
@@ -170,8 +239,33 @@ def task_id_of(run, task: Optional[str]) -> int:
 def evaluate(run, peer: PeerAgent, model_tar: str, task: Optional[str] = None,
              episodes: int = 10, greedy: bool = False, max_steps: Optional[int] = None,
              num_envs: int = evaluation.DEFAULT_NUM_ENVS, seed: int = 0) -> Dict[str, Any]:
-  """`episodes` whole episodes of the peer on the run's task, on the env
-  seeds our evaluator uses for it; returns the JSON-ready record."""
+  """Plays a peer agent on one task of our run, on the env seeds our evaluator uses for it.
+
+  The env is the task's evaluation env (evaluation.make_task_env) seeded
+  evaluation.env_seed(seed, task id), so both agents play the same games;
+  the actions are sampled from numpy's default_rng([seed, task id]).
+
+  Args:
+    run: our loaded run (analysis/run_loading.LoadedRun).
+    peer: the loaded PeerAgent.
+    model_tar: the path of the peer's model.tar.
+    task: the task name; None: the run's only task.
+    episodes: the whole episodes to play.
+    greedy: act with the argmax of the logits.
+    max_steps: the most batched steps; None: no cap.
+    num_envs: the most envs played in parallel.
+    seed: the evaluation seed.
+
+  Returns:
+    evaluation.summary's JSON-ready record, with 'workdir' the peer's
+    model.tar, 'env_steps' and 'env_frames' its last logged agent step (or
+    None), and 'agent', 'games_of' (our run folder) and 'peer_flags' (its
+    scalar flags).
+
+  Raises:
+    ValueError: when the task is not one of the run's, or the peer trained
+      on another env id than the task plays.
+  """
   task_id = task_id_of(run, task)
   env_id = run.config.tasks[task_id]['env_id']
   if peer.env_id != env_id:

@@ -40,8 +40,22 @@ class Curve(NamedTuple):
 
 
 def log_times(lines: Sequence[str]):
-  """(agent steps, seconds since the first log line) of the agent's
-  'Steps N @' lines, steps non-decreasing; raises ValueError if there are none."""
+  """When NLE's agent reached each agent step, from its standard output.
+
+  A step repeated by later lines (the learner waiting) counts at its first
+  line.
+
+  Args:
+    lines: the agent's output lines; only its 'Steps N @' lines count.
+
+  Returns:
+    (agent steps, seconds since the first such line), float64 arrays, steps
+    strictly increasing.
+
+  Raises:
+    ValueError: when there are no such lines, or the steps go back (logs of
+      several runs).
+  """
   points = []
   for line in lines:
     m = _LOG_LINE.match(line)
@@ -64,7 +78,23 @@ def log_times(lines: Sequence[str]):
 
 
 def peer_curve(logs_tsv: str, log_path: str) -> Curve:
-  """NLE's agent's curve from its logs.tsv and its standard output."""
+  """NLE's agent's curve from its logs.tsv and its standard output.
+
+  Rows whose return is not finite, and rows cut short, are left out; each
+  row's time is interpolated from the log lines (steps past the last line
+  keep its time).
+
+  Args:
+    logs_tsv: the agent's logs.tsv.
+    log_path: a file holding the agent's standard output.
+
+  Returns:
+    A Curve, one game per row.
+
+  Raises:
+    ValueError: as log_times, or when logs.tsv lacks the 'Step' or
+      'mean_episode_return' column.
+  """
   with open(log_path, errors='replace') as f:
     log_steps, log_seconds = log_times(f.read().splitlines())
   steps, returns = [], []
@@ -87,7 +117,22 @@ def peer_curve(logs_tsv: str, log_path: str) -> Curve:
 
 
 def our_curve(records: Sequence[dict], task: str) -> Curve:
-  """Our run's curve for one task from its metrics.jsonl rows."""
+  """Our run's curve for one task from its metrics.jsonl rows.
+
+  Rows are kept where games of the task ended ('episodes/<task>'). `time`
+  restarts at 0 in each process of a resumed run; it is made to keep going.
+
+  Args:
+    records: the metrics rows, in file order.
+    task: the task name.
+
+  Returns:
+    A Curve: env_steps, time, 'episode_return/<task>' and
+    'episodes/<task>' of those rows.
+
+  Raises:
+    ValueError: when no game of the task ended.
+  """
   # `time` restarts at 0 in each process of a resumed run: made to keep going.
   times, offset, last = [], 0.0, 0.0
   for r in records:
@@ -106,6 +151,7 @@ def our_curve(records: Sequence[dict], task: str) -> Curve:
 
 
 class Bin(NamedTuple):
+  """One bin of `binned`: its range on the axis, weighted mean, its error and games."""
   lo: float
   hi: float
   mean: float
@@ -114,9 +160,17 @@ class Bin(NamedTuple):
 
 
 def weighted_mean(returns: np.ndarray, games: np.ndarray):
-  """(mean, standard error) of rows' means weighted by their games; the
-  error is the cluster-robust one, sqrt(sum w^2 (x - mean)^2) / sum w,
-  scaled by sqrt(n / (n - 1)) for n rows (nan when n < 2)."""
+  """The mean of rows' means weighted by their games, and its standard error.
+
+  Args:
+    returns: each row's mean return, [n].
+    games: each row's games (the weights w), [n].
+
+  Returns:
+    (mean, standard error) as floats: the error is the cluster-robust one,
+    sqrt(sum w^2 (x - mean)^2) / sum w, scaled by sqrt(n / (n - 1)) (nan
+    when n < 2).
+  """
   w, x = np.asarray(games, np.float64), np.asarray(returns, np.float64)
   mean = float(np.sum(w * x) / np.sum(w))
   n = len(x)
@@ -128,8 +182,18 @@ def weighted_mean(returns: np.ndarray, games: np.ndarray):
 
 def binned(curve: Curve, width: float, axis: str = 'steps',
            end: Optional[float] = None) -> List[Bin]:
-  """The curve averaged over [k width, (k + 1) width) of `axis` ('steps' or
-  'seconds'), up to `end` (default: the last row); empty bins are left out."""
+  """The curve averaged over bins of agent steps or seconds.
+
+  Args:
+    curve: the Curve.
+    width: the bins' width.
+    axis: 'steps' or 'seconds'.
+    end: where the last bin ends (it includes `end`); None: the last row.
+
+  Returns:
+    A Bin for each [k width, (k + 1) width) that holds rows (weighted_mean);
+    empty bins are left out.
+  """
   x = curve.steps if axis == 'steps' else curve.seconds
   end = float(x.max()) if end is None else end
   out = []
@@ -143,7 +207,17 @@ def binned(curve: Curve, width: float, axis: str = 'steps',
 
 
 def last_window(curve: Curve, width: float, end: float):
-  """(mean, standard error, games) of the rows in (end - width, end] agent steps."""
+  """The weighted mean return over the last window of agent steps.
+
+  Args:
+    curve: the Curve.
+    width: the window's width in agent steps.
+    end: the window's end (included).
+
+  Returns:
+    (mean, standard error, games) of the rows in (end - width, end]
+    (weighted_mean); (nan, nan, 0) when there are none.
+  """
   inside = (curve.steps > end - width) & (curve.steps <= end)
   if not inside.any():
     return float('nan'), float('nan'), 0

@@ -19,13 +19,35 @@ from envs import render
 def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
                    max_video_frames=2000, max_steps=None, num_envs=8, seed=0, out=print,
                    uniform=False, overwrite=False):
-  """Loads `workdir`'s checkpoint at env step `step` (default: the latest),
-  plays `episodes` whole episodes of every task (`num_envs` at a time,
-  sampled actions unless `greedy`; uniformly random ones with `uniform`),
-  writes the JSON record (and GIFs) and returns it; progress lines go to
-  `out`. Raises FileNotFoundError for a missing run or step,
-  configs.validation.ConfigError for a config that no longer validates,
-  agents.checkpoint.CheckpointError for a checkpoint that cannot be read."""
+  """Evaluates a run's checkpoint on every task and writes the record into the run folder.
+
+  The record (evaluation.summary, JSON, indent 2) goes to
+  <workdir>/eval/<env_steps>.json, <env_steps>_uniform.json with `uniform`,
+  or the next free .<n>.json (evaluation.result_path); the GIFs to
+  <workdir>/eval/<env_steps>_video/<task>.gif.
+
+  Args:
+    workdir: the run folder.
+    step: the checkpoint's env step; None: the latest intact one.
+    episodes: whole episodes per task.
+    greedy: act with the argmax of the logits (else sampled).
+    video: write a GIF of each task's first episode.
+    max_video_frames: the most frames per GIF.
+    max_steps: the most batched steps per task; None: no cap.
+    num_envs: the most envs played at a time.
+    seed: the evaluation seed (evaluation.env_seed).
+    out: where progress lines and the table go.
+    uniform: act uniformly at random (a baseline).
+    overwrite: replace an existing record of this step.
+
+  Returns:
+    The record.
+
+  Raises:
+    FileNotFoundError: for a missing run or step.
+    configs.validation.ConfigError: for a config that no longer validates.
+    agents.checkpoint.CheckpointError: for a checkpoint that cannot be read.
+  """
   run = load_run(workdir, step)
   for bad_step, what in run.skipped:
     out(f'skipped the checkpoint at env step {bad_step:,}: damaged ({what})')

@@ -57,7 +57,23 @@ def _tuples(value):
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
-  """The run's config from <workdir>/config.json (written by rundir/run_logger.py)."""
+  """A run's config from <workdir>/config.json (written by rundir/run_logger.py).
+
+  JSON lists become tuples again. Fields added to the configs after the run
+  was written take the value that keeps the behaviour the run had: the
+  current default, or for network.core_extra_inputs, False (the core took no
+  extra inputs).
+
+  Args:
+    workdir: the run folder.
+
+  Returns:
+    The config as an ml_collections.ConfigDict.
+
+  Raises:
+    FileNotFoundError: when there is no folder or no config.json.
+    rundir.run_folder.RunFolderError: when config.json cannot be read.
+  """
   if not os.path.isdir(workdir):
     raise FileNotFoundError(f'no run folder at {workdir}')
   saved = run_folder.read_config(workdir)
@@ -89,18 +105,31 @@ def _with_defaults(saved: dict, defaults: dict) -> dict:
 
 
 def checkpoint_steps(workdir: str) -> Tuple[int, ...]:
-  """Env steps of the run's checkpoints, ascending."""
+  """The env steps of a run's checkpoints, ascending (read-only; damaged ones included)."""
   return tuple(Checkpointer(workdir, read_only=True).steps())
 
 
 def load_run(workdir: str, step: Optional[int] = None) -> LoadedRun:
-  """Restores the checkpoint at env step `step` (the latest when None).
+  """Loads a run's config and network and restores one of its checkpoints.
 
-  FileNotFoundError names what is missing: the folder, its config.json, any
-  checkpoint, or the step asked for (listing the steps there are).
-  configs.validation.ConfigError if the saved config no longer validates;
-  agents.checkpoint.CheckpointError (one line) if the checkpoint asked for,
-  or every one, is damaged.
+  The agent is built as training built it, on one learner device
+  (num_learner_devices 1, actor_device_id 0), without envs or threads; the
+  module docstring says which checkpoint is chosen. Reads only.
+
+  Args:
+    workdir: the run folder.
+    step: the checkpoint's env step; None: the newest intact one.
+
+  Returns:
+    A LoadedRun.
+
+  Raises:
+    FileNotFoundError: naming what is missing: the folder, its config.json,
+      any checkpoint, or the step asked for (listing the steps there are).
+    configs.validation.ConfigError: when the saved config no longer
+      validates.
+    agents.checkpoint.CheckpointError: one line, when the checkpoint asked
+      for, or every one, is damaged.
   """
   config = load_config(workdir)
   checkpointer = Checkpointer(workdir, read_only=True)

@@ -18,21 +18,38 @@ from rundir import run_folder
 
 
 class Run:
-  """One run's metrics: `series(key)` -> (env_steps, values) where logged."""
+  """One run's metrics: `series(key)` -> (env_steps, values) where logged.
+
+  Args:
+    name: the run's label.
+    records: its metrics rows, in order (stitch_resumed for a run folder).
+    config: its config as a dict (config.json); None: {}.
+  """
 
   def __init__(self, name: str, records: List[Dict], config: Optional[Dict] = None):
     self.name, self.records, self.config = name, records, config or {}
 
   @property
   def keys(self) -> List[str]:
+    """Every key logged in any row, sorted."""
     return sorted({k for r in self.records for k in r})
 
   @property
   def task_names(self) -> List[str]:
+    """The config's task names; without them, the tasks of 'popart/mu/<task>' keys, sorted."""
     return [t['name'] for t in self.config.get('tasks', [])] or sorted(
         {k.split('/', 1)[1] for k in self.keys if k.startswith('popart/mu/')})
 
   def series(self, key: str):
+    """One metric over training.
+
+    Args:
+      key: the metric's name in the rows.
+
+    Returns:
+      (env_steps, values), float arrays of the rows where `key` is a finite
+      number; empty arrays when there are none.
+    """
     rows = [(r['env_steps'], r[key]) for r in self.records
             if key in r and isinstance(r[key], (int, float)) and math.isfinite(r[key])]
     if not rows:
@@ -41,7 +58,14 @@ class Run:
     return np.asarray(x, float), np.asarray(y, float)
 
   def last(self, prefix: str) -> Dict[str, float]:
-    """The latest value of every key under `prefix` (e.g. 'actions/<t>/')."""
+    """The latest value of every key under a prefix.
+
+    Args:
+      prefix: e.g. 'actions/<task>/'.
+
+    Returns:
+      The key without the prefix -> its value in the last row that has it.
+    """
     out = {}
     for r in self.records:
       out.update({k[len(prefix):]: v for k, v in r.items() if k.startswith(prefix)})
@@ -59,7 +83,14 @@ def stitch_resumed(records: List[Dict]) -> List[Dict]:
   (seconds since the process started) goes on from the last kept record's,
   so it counts the training time of the kept history (the dropped stretch's
   wall time is not in it); the resumed records keep their process's own
-  clock as `process_time`.
+  clock as `process_time`. Records without env_steps count as env step 0.
+
+  Args:
+    records: the rows of metrics.jsonl, in file order.
+
+  Returns:
+    The kept rows, in order; rows with a shifted `time` are new dicts, the
+    others the same objects.
   """
   out: List[Dict] = []
   offset = 0.0
@@ -74,21 +105,51 @@ def stitch_resumed(records: List[Dict]) -> List[Dict]:
 
 
 def load_metrics(workdir: str, name: Optional[str] = None) -> Run:
-  """A run folder's metrics (metrics.jsonl, or an archived run's
-  metrics.jsonl.gz) as one stitched history, with its config.json."""
+  """A run folder's metrics as one stitched history, with its config.json.
+
+  Args:
+    workdir: a run folder, or an archive of one (rundir/archive.py).
+    name: the run's label; None: the folder's name.
+
+  Returns:
+    A Run of stitch_resumed(rows of metrics.jsonl or metrics.jsonl.gz) and
+    the config (None where there is no config.json).
+
+  Raises:
+    FileNotFoundError: without a metrics file.
+    ValueError: naming a line that is not a JSON row.
+    rundir.run_folder.RunFolderError: when config.json cannot be read.
+  """
   records = stitch_resumed(run_folder.read_metrics(workdir))
   return Run(name or os.path.basename(os.path.normpath(workdir)), records,
              run_folder.read_config(workdir))
 
 
 def load_all_metrics(workdirs: Sequence[str]) -> List[Run]:
-  """The metrics of run folders (globs allowed), in order."""
+  """The metrics of several run folders.
+
+  Args:
+    workdirs: run folders or glob patterns (a pattern matching nothing is
+      read as a path).
+
+  Returns:
+    One Run per folder (load_metrics), in the order given, each pattern's
+    matches sorted.
+  """
   paths = [p for w in workdirs for p in (sorted(glob.glob(w)) or [w])]
   return [load_metrics(p) for p in paths]
 
 
 def load_wandb_runs(paths: Sequence[str]) -> List[Run]:
-  """Runs from wandb ('entity/project/run_id'); needs `wandb login` and network."""
+  """Runs from wandb; needs `wandb login` and network.
+
+  Args:
+    paths: wandb run paths, 'entity/project/run_id'.
+
+  Returns:
+    One Run per path, its rows from the run's history (env_steps from
+    wandb's '_step' where a row lacks it) and its config.
+  """
   if not paths:
     return []
   import wandb
@@ -103,8 +164,17 @@ def load_wandb_runs(paths: Sequence[str]) -> List[Run]:
 
 
 def plot_metric(runs: Sequence[Run], metric: str, ax=None, per_task: bool = True):
-  """`metric` (e.g. 'episode_return', 'hns', 'popart/sigma', 'entropy') per
-  task (`<metric>/<task>`) or as one key, one line per run (and task)."""
+  """Plots a metric over env steps, one line per run (and task).
+
+  Args:
+    runs: the Runs.
+    metric: e.g. 'episode_return', 'hns', 'popart/sigma', 'entropy'.
+    ax: the matplotlib axes; None: the current ones.
+    per_task: plot `<metric>/<task>` for each task; False: `metric` itself.
+
+  Returns:
+    The axes.
+  """
   import matplotlib.pyplot as plt
   ax = ax or plt.gca()
   for run in runs:
@@ -123,7 +193,16 @@ def plot_metric(runs: Sequence[Run], metric: str, ax=None, per_task: bool = True
 
 
 def plot_actions(run: Run, task: str, ax=None):
-  """The task's action frequencies in the run's last log window, as bars."""
+  """Plots a task's action frequencies in the run's last log window, as bars.
+
+  Args:
+    run: the Run.
+    task: the task name ('actions/<task>/<action>' keys).
+    ax: the matplotlib axes; None: the current ones.
+
+  Returns:
+    The axes.
+  """
   import matplotlib.pyplot as plt
   ax = ax or plt.gca()
   freqs = run.last(f'actions/{task}/')

@@ -48,15 +48,32 @@ REFERENCES = {'pong': PONG_REFERENCES}
 
 
 def per_task_steps(run):
-  """The run with env_steps divided by its number of tasks: the agent steps
-  each task got (the actors step every task's envs equally)."""
+  """A run on an axis of agent steps per task.
+
+  Args:
+    run: a run_metrics.Run.
+
+  Returns:
+    A new Run whose rows' env_steps are divided by its number of tasks: the
+    agent steps each task got (the actors step every task's envs equally).
+  """
   n = max(1, len(run.task_names))
   return run_metrics.Run(run.name, [dict(r, env_steps=r['env_steps'] / n) for r in run.records],
                      run.config)
 
 
 def parse_uniform(items: List[str]) -> Dict[str, float]:
-  """['Pong=-20.2', 'Carnival=770'] -> {'Pong': -20.2, 'Carnival': 770.0}."""
+  """Parses --uniform's '<task>=<return>' items.
+
+  Args:
+    items: e.g. ['Pong=-20.2', 'Carnival=770'].
+
+  Returns:
+    e.g. {'Pong': -20.2, 'Carnival': 770.0}.
+
+  Raises:
+    ValueError: for an item that is not '<task>=<number>'.
+  """
   out = {}
   for item in items:
     task, sep, value = item.partition('=')
@@ -70,8 +87,18 @@ def parse_uniform(items: List[str]) -> Dict[str, float]:
 
 
 def smoothed_returns(run, task: str, window: int) -> Tuple[np.ndarray, np.ndarray]:
-  """(env steps, mean return of the games that ended in the preceding
-  `window` env steps), at every log step with at least one such game."""
+  """A task's return averaged over every game that ended in a trailing window.
+
+  Args:
+    run: a run_metrics.Run.
+    task: the task name.
+    window: the window, in the run's env steps.
+
+  Returns:
+    (env steps, mean return of the games that ended in (step - window,
+    step], each game weighted once) at every log row with the task's return;
+    empty arrays when there is none.
+  """
   rows = [(r['env_steps'], r[f'episode_return/{task}'], r[f'episodes/{task}'])
           for r in run.records if f'episode_return/{task}' in r]
   if not rows:
@@ -85,7 +112,17 @@ def smoothed_returns(run, task: str, window: int) -> Tuple[np.ndarray, np.ndarra
 
 
 def rolling_mean(x: np.ndarray, y: np.ndarray, n: int) -> Tuple[np.ndarray, np.ndarray]:
-  """(x, the mean of the last n values of y up to each point); as given for n = 1."""
+  """A trailing mean of a series.
+
+  Args:
+    x: the points.
+    y: the values.
+    n: the number of values averaged.
+
+  Returns:
+    (x, the mean of the last n values of y up to each point, fewer at the
+    start); x and y as given for n <= 1.
+  """
   if n <= 1 or not len(y):
     return x, y
   sums = np.cumsum(np.concatenate([[0.0], y]))
@@ -94,14 +131,21 @@ def rolling_mean(x: np.ndarray, y: np.ndarray, n: int) -> Tuple[np.ndarray, np.n
 
 
 def first_crossing(steps: np.ndarray, values: np.ndarray, threshold: float) -> Optional[float]:
+  """The first step whose value is >= threshold, as a float; None if none is."""
   above = np.flatnonzero(values >= threshold)
   return float(steps[above[0]]) if len(above) else None
 
 
 def draw_references(ax, references, xmax: Optional[float] = None):
-  """Each implementation's (low, high) agent steps to each return level as
-  a horizontal bar with end marks (a point where low = high); bars past
-  `xmax` are left out."""
+  """Draws published references' agent steps to each return level.
+
+  Args:
+    ax: the matplotlib axes.
+    references: implementation -> {return level: (low, high) agent steps},
+      as PONG_REFERENCES; each is a horizontal bar with end marks (a point
+      where low = high), the implementations' bars of one level apart.
+    xmax: bars starting past it are left out; None: none are.
+  """
   import matplotlib.pyplot as plt
   colours = plt.rcParams['axes.prop_cycle'].by_key()['color']
   for k, (name, levels) in enumerate(references.items()):
@@ -122,6 +166,31 @@ def plot(runs, labels: List[str], output: str, window: int, random_score=None,
          threshold=None, title: str = '', references=None,
          panels: Tuple[str, ...] = ('entropy', 'sps'), uniform: Optional[Dict[str, float]] = None,
          xlabel: str = 'agent steps', smooth: int = 1):
+  """Draws the runs' learning curves per task and metric panels into one PNG.
+
+  One return panel per task (smoothed_returns); with one task, it spans
+  the first row and takes the random, threshold and reference lines. Then
+  one panel per metric of `panels` ('<prefix>/*' draws one line per task),
+  smoothed with rolling_mean; PopArt panels use a symlog scale, KL,
+  gradient and value-loss panels a log scale.
+
+  Args:
+    runs: run_metrics.Runs (per_task_steps for agent steps per task).
+    labels: each run's label.
+    output: the PNG's path (90 dpi).
+    window: the return's window, in the runs' env steps.
+    random_score: a random policy's return (one task only); None: none.
+    threshold: a return level drawn as a line (one task only); None: none.
+    title: the figure's title.
+    references: published references (REFERENCES' values; one task only).
+    panels: the metric panels' keys (PANEL_TITLES names them).
+    uniform: task -> uniform play's return, drawn as a line; None: none.
+    xlabel: the x axis' label.
+    smooth: the metric panels' rolling mean, in log rows.
+
+  Returns:
+    The tasks drawn, sorted.
+  """
   import matplotlib
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt

@@ -18,8 +18,18 @@ HEADER = ('run', 'task', 'agent steps per task', 'wall time', 'agent steps/s',
 
 
 def latest_evaluation(workdir: str) -> Optional[Dict]:
-  """The record of the highest evaluated step in <workdir>/eval (the policy's,
-  not uniform play's; of several evaluations of a step, the newest), or None."""
+  """The latest evaluation record of a run folder.
+
+  Reads <workdir>/eval/<step>.json and <step>.<n>.json (the policy's, not
+  uniform play's).
+
+  Args:
+    workdir: the run folder.
+
+  Returns:
+    The record of the highest evaluated step (of several evaluations of a
+    step, the highest n, the newest), or None without one.
+  """
   best = None
   for path in glob.glob(os.path.join(workdir, 'eval', '*.json')):
     m = re.fullmatch(r'(\d+)(?:\.(\d+))?\.json', os.path.basename(path))
@@ -40,13 +50,34 @@ def _num(value: float) -> str:
 
 
 def score(entry: Dict) -> str:
-  """'mean +- s.e. (n)' of an evaluation's task entry."""
+  """'mean +- s.e. (n)' of an evaluation's task entry (no '+- s.e.' without one)."""
   r = entry['return']
   sem = '' if r.get('sem') is None else f' +- {_num(r["sem"])}'
   return f'{_num(r["mean"])}{sem} ({entry["episodes"]})'
 
 
 def run_rows(workdir: str, label: str, window: int) -> List[List[str]]:
+  """The table's rows of one run folder, one per task, as text cells (HEADER's columns).
+
+  Runs without PopArt log the unused statistics (mu 0, sigma 1): their
+  column shows '-'. An evaluation older than the last row names its env
+  step.
+
+  Args:
+    workdir: the run folder (or its archive).
+    label: the run's label.
+    window: the training return's window, in agent steps per task
+      (run_plots.smoothed_returns).
+
+  Returns:
+    Rows [label, task, agent steps per task, wall time, agent steps/s,
+    evaluation, training return at the end, PopArt mu / sigma]; '-' where a
+    value is missing.
+
+  Raises:
+    ValueError: when the run has no metrics rows yet.
+    FileNotFoundError: without a metrics file.
+  """
   run = run_metrics.load_metrics(workdir, label)
   if not run.records:
     raise ValueError(f'{workdir} has no metrics rows yet')
@@ -75,6 +106,14 @@ def run_rows(workdir: str, label: str, window: int) -> List[List[str]]:
 
 
 def uniform_rows(path: str) -> List[List[str]]:
+  """Rows 'uniform play' of an evaluation record's tasks (its `score` only).
+
+  Args:
+    path: an evaluation record (eval/*.json), e.g. of uniform play.
+
+  Returns:
+    One row per task of the record, HEADER's columns, '-' but the score.
+  """
   with open(path) as f:
     record = json.load(f)
   return [['uniform play', task, '-', '-', '-', score(entry), '-', '-']
@@ -82,6 +121,7 @@ def uniform_rows(path: str) -> List[List[str]]:
 
 
 def markdown(rows: List[List[str]]) -> str:
+  """The rows as a markdown table under HEADER."""
   lines = ['| ' + ' | '.join(HEADER) + ' |', '|' + ' --- |' * len(HEADER)]
   lines += ['| ' + ' | '.join(row) + ' |' for row in rows]
   return '\n'.join(lines)

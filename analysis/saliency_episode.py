@@ -1,4 +1,4 @@
-"""Saliency maps (Greydanus et al. 2017; analysis/saliency.py has the
+"""Saliency maps (Greydanus et al. 2018, arXiv 1711.00138; analysis/saliency.py has the
 method) over one episode of a trained agent: `explain` plays the episode
 with the checkpoint's policy and perturbs each observation in [start, stop)
 (`launch/saliency.py` writes them as images, the inspection notebook shows
@@ -16,12 +16,30 @@ class SaliencyError(ValueError):
   """A wrong flag or a run that cannot be explained: one line, exit status 2."""
 
 def explain(run, task_id: int, start: int, stop: int, stride: int, greedy: bool, seed: int):
-  """Plays one episode of task `task_id` (to step `stop` or its end) and
-  explains each step from `start` on; returns per explained step (image,
-  policy map, value map, info), the maps at the image's resolution. Atari
-  perturbs the 84x84 frames on a grid of `stride` pixels (0: 5), NetHack
-  blanks blocks of `stride` map cells (0: 3). Raises SaliencyError for a run
-  without image observations."""
+  """Plays one episode of a task and computes saliency maps at each step from `start` on.
+
+  Atari perturbs the 84x84 frames on a grid of `stride` pixels (0: 5),
+  NetHack blanks blocks of `stride` map cells (0: 3).
+
+  Args:
+    run: the loaded run (analysis/run_loading.LoadedRun).
+    task_id: the task.
+    start: the first step explained.
+    stop: the episode is played to this step or its end.
+    stride: the grid's spacing (0: the default above).
+    greedy: act greedily (argmax).
+    seed: the env seed and the sampling key's.
+
+  Returns:
+    Per explained step, (image, policy map, value map, info): the image is
+    what a video shows (an RGB screen, or the NetHack terminal drawn); the
+    maps cover the whole image, at 84x84 (Atari) or 24x80 terminal cells
+    (NetHack, the glyph map at rows 1..21), to be resized onto it
+    (saliency.overlay); info holds 'step', 'policy_max' and 'value_max'.
+
+  Raises:
+    SaliencyError: for a run without image observations.
+  """
   nethack = 'glyphs' in run.observation_spec
   if not nethack and 'frames' not in run.observation_spec:
     raise SaliencyError('saliency needs image observations (Atari frames or NetHack glyphs)')

@@ -1,4 +1,5 @@
-"""One IMPALA update taken apart: what each loss term contributes to the
+"""One IMPALA update (Espeholt et al. 2018, arXiv 1802.01561) taken apart:
+what each loss term contributes to the
 gradient, how much the clip and the optimiser change it, how far the policy
 moves (`launch/diagnose_update.py` is the command line)."""
 
@@ -19,7 +20,21 @@ class Diagnoser:
   analysis/update_stats.py: gradient norms per loss term and module, the
   clip's scale, the optimiser step's size, KL of one update, importance
   weights. With `workdir`, the learner starts from that run's checkpoint
-  at env step `step` (default: the latest)."""
+  at env step `step` (default: the latest).
+
+  The Trainer is built, not started (`start` starts its actors); the
+  measurements use the IMPALA loss (rl/impala.py) on one device.
+
+  Args:
+    config: the run config.
+    workdir: a run folder to restore the learner from (read-only); None: a
+      freshly initialised learner.
+    step: the checkpoint's env step; None: the latest.
+
+  Raises:
+    configs.validation.ConfigError: for a config that does not validate.
+    agents.checkpoint.CheckpointError: for a checkpoint that cannot be read.
+  """
 
   def __init__(self, config, workdir=None, step=None):
     self.config = config
@@ -54,24 +69,42 @@ class Diagnoser:
 
   @property
   def env_steps(self) -> int:
+    """The trainer's env step."""
     return self.trainer.env_steps
 
   def start(self):
+    """Starts the trainer's actor threads."""
     self.trainer.start()
 
   def next_batch(self):
-    """(the batch on the learner devices, the host unroll, its mean policy lag)."""
+    """Takes the actors' next batch (needs `start`).
+
+    Returns:
+      (the batch sharded on the learner devices, the host Unroll, its mean
+      policy lag in updates).
+    """
     unroll, lags = self.trainer.next_batch()
     return learner_lib.shard_batch(unroll, self.trainer.mesh), unroll, float(np.mean(lags))
 
   def train(self):
-    """One real training update on the actors' next batch."""
+    """One real training update on the actors' next batch: the state moves."""
     unroll, _ = self.trainer.next_batch()
     self.trainer.step(unroll)
 
   def measure(self, batches: int):
-    """Every measurement, averaged over `batches` batches, each one update
-    from the current state (the state itself does not move)."""
+    """Every measurement, averaged over batches, each one update from the current state.
+
+    The state itself does not move (the actors' batches are used up).
+
+    Args:
+      batches: the number of batches, >= 1.
+
+    Returns:
+      Name -> float, the mean over the batches of update_stats'
+      gradient_report ('grad/...', 'clip_scale'), step_report ('step/...',
+      'eps_dominated', 'kl_update', 'kl_update_max') and batch_report
+      ('rho/...', 'valid_steps'), with 'policy_lag' and 'entropy'.
+    """
     t = self.trainer
     rows = []
     for _ in range(batches):
@@ -88,4 +121,5 @@ class Diagnoser:
     return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
 
   def close(self):
+    """Stops the trainer's actors and closes it."""
     self.trainer.close()

@@ -3,7 +3,8 @@ this run not learn?".
 
 Pure functions of a learner state and a batch (one device):
 
-* `term_gradients`: the gradient of the IMPALA loss split into its policy,
+* `term_gradients`: the gradient of the IMPALA loss (Espeholt et al. 2018,
+  arXiv 1802.01561) split into its policy,
   baseline and entropy terms. The loss is linear in the term weights, so
   g_policy = grad at (baseline_cost, entropy_cost) = (0, 0), g_entropy =
   grad at (0, c_e) minus g_policy, g_baseline = the full gradient minus
@@ -33,7 +34,20 @@ TERMS = ('policy', 'baseline', 'entropy')
 
 def term_gradients(apply_fn: Callable, cfg: LossConfig, params, stats,
                    batch: Unroll) -> Dict[str, object]:
-  """{'policy', 'baseline', 'entropy', 'total'}: gradient pytrees of each term."""
+  """The gradient of the IMPALA loss split into its terms (the module docstring).
+
+  Args:
+    apply_fn: the network's apply function (networks.agent.apply_fn).
+    cfg: the loss settings; its baseline_cost and entropy_cost weight the
+      terms.
+    params: the network's parameters.
+    stats: the value head's PopArt statistics.
+    batch: one device's Unroll.
+
+  Returns:
+    {'policy', 'baseline', 'entropy', 'total'} -> a gradient pytree shaped
+    as `params`; the first three add up to 'total'.
+  """
   def grad_at(baseline_cost, entropy_cost):
     loss_fn = impala.loss_fn(
         apply_fn, cfg._replace(baseline_cost=baseline_cost, entropy_cost=entropy_cost))
@@ -48,9 +62,18 @@ def term_gradients(apply_fn: Callable, cfg: LossConfig, params, stats,
 
 
 def gradient_report(grads: Dict[str, object], max_grad_norm: float) -> Dict[str, jax.Array]:
-  """Norms: 'grad/<term>' (global), 'grad/<term>/<module>' (per top-level
-  module: torso, core, policy_head, value_head) and 'clip_scale', the factor
-  clip_by_global_norm multiplies the total gradient by (1 = not binding)."""
+  """Gradient norms per term and module, and the global-norm clip's scale.
+
+  Args:
+    grads: `term_gradients`' output (needs 'total').
+    max_grad_norm: the clip's global norm.
+
+  Returns:
+    Scalars: 'grad/<term>' (global norm), 'grad/<term>/<module>' (per
+    top-level module: torso, core, policy_head, value_head) and
+    'clip_scale', the factor clip_by_global_norm multiplies the total
+    gradient by (1 = not binding).
+  """
   out = {}
   for term, g in grads.items():
     out[f'grad/{term}'] = optax.tree.norm(g)
@@ -61,7 +84,17 @@ def gradient_report(grads: Dict[str, object], max_grad_norm: float) -> Dict[str,
 
 
 def rmsprop_nu(opt_state):
-  """The RMSProp second-moment tree inside the learner's optimiser state."""
+  """The RMSProp second-moment tree inside the learner's optimiser state.
+
+  Args:
+    opt_state: the optax state.
+
+  Returns:
+    The `nu` of its one ScaleByRmsState.
+
+  Raises:
+    ValueError: when the state holds none or several.
+  """
   return _one_state(opt_state, 'ScaleByRmsState').nu
 
 
@@ -75,10 +108,24 @@ def _one_state(opt_state, type_name: str):
 
 def denominator_floor(opt_state, eps: float, eps_in_sqrt: bool, optimizer: str = 'rmsprop',
                       adam_b2: float = 0.999):
-  """(the optimiser's per-parameter second-moment term, the value below which
-  epsilon dominates it), flattened: RMSProp's nu against eps (inside the
-  root) or sqrt(nu) against eps (outside); Adam's bias-corrected
-  sqrt(nu_hat) against eps (optax's form)."""
+  """The optimiser's per-parameter denominator term and the value below which eps dominates it.
+
+  Args:
+    opt_state: the optax state.
+    eps: the optimiser's epsilon.
+    eps_in_sqrt: RMSProp's epsilon inside the root (sqrt(nu + eps)).
+    optimizer: 'rmsprop' or 'adam'.
+    adam_b2: Adam's second-moment decay, for its bias correction.
+
+  Returns:
+    (term, floor), the term flattened over all parameters: RMSProp's nu
+    against eps (inside the root) or sqrt(nu) against eps (outside); Adam's
+    bias-corrected sqrt(nu_hat) against eps (optax's form).
+
+  Raises:
+    ValueError: when the state does not hold exactly one such optimiser
+      state.
+  """
   if optimizer == 'adam':
     state = _one_state(opt_state, 'ScaleByAdamState')
     correction = 1.0 - adam_b2 ** state.count.astype(jnp.float32)
@@ -95,7 +142,16 @@ def _step_kl(logits_p: jax.Array, logits_q: jax.Array) -> jax.Array:
 
 
 def policy_kl(logits_p: jax.Array, logits_q: jax.Array, mask: jax.Array) -> jax.Array:
-  """Mean over mask of KL(softmax(p) || softmax(q)), logits [..., A], mask [...]."""
+  """The mean over a mask of KL(softmax(p) || softmax(q)).
+
+  Args:
+    logits_p: [..., A].
+    logits_q: [..., A].
+    mask: [...], 1 for the steps counted.
+
+  Returns:
+    A scalar: sum(mask * KL) / max(sum(mask), 1).
+  """
   return jnp.sum(mask * _step_kl(logits_p, logits_q)) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
@@ -113,6 +169,20 @@ def step_report(apply_fn: Callable, before, after, batch: Unroll, learning_rate:
   'kl_update' and
   'kl_update_max': KL(pi_before || pi_after) over the batch's valid steps
   (the reset steps are masked, as in the loss).
+
+  Args:
+    apply_fn: the network's apply function.
+    before: the LearnerState before the update.
+    after: the LearnerState after it.
+    batch: the Unroll the update used.
+    learning_rate: the update's learning rate.
+    eps: the optimiser's epsilon.
+    eps_in_sqrt: RMSProp's epsilon inside the root.
+    optimizer: 'rmsprop' or 'adam'.
+    adam_b2: Adam's second-moment decay.
+
+  Returns:
+    The scalars named above.
   """
   delta = jnp.concatenate([jnp.abs(a - b).ravel() for a, b in zip(
       jax.tree.leaves(after.params), jax.tree.leaves(before.params))])
@@ -143,6 +213,14 @@ def batch_report(batch: Unroll, extras: Dict[str, jax.Array]) -> Dict[str, float
 
   'rho/clipped' is the share of valid steps whose rho exceeds 1 by more than
   float noise (1e-3), so that V-trace's clip at 1 changes them.
+
+  Args:
+    batch: the Unroll (unused).
+    extras: the loss's extras with 'mask' and 'rhos' [T, B].
+
+  Returns:
+    'rho/mean', 'rho/min', 'rho/max', 'rho/clipped' over the valid steps
+    (floats) and 'valid_steps' (an int).
   """
   mask = np.asarray(extras['mask']) > 0
   rhos = np.asarray(extras['rhos'])[mask]

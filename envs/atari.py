@@ -4,8 +4,10 @@
 84x84 grey, frame stack 4, action repeat 4 with a max over the last two
 frames (EnvPool does the max), up to 30 no-op starts, an episode cap of 108k
 frames (27k agent steps), end of episode on life loss for training only,
-optional sticky actions (Machado et al. 2018), rewards left unclipped (the
-learner clips or not, per `reward_mode`).
+optional sticky actions (probability 0.25), rewards left unclipped (the
+learner clips or not, per `reward_mode`). See Espeholt et al. 2018
+(arXiv 1802.01561) for the protocol and Machado et al. 2018
+(arXiv 1709.06009) for sticky actions.
 
 With end-of-life episodes EnvPool reports every life loss as `terminated`
 and a real game over in `info['terminated']`; the adapter passes the latter
@@ -34,18 +36,39 @@ ATARI_GAMES = _atari_games()  # every Atari game EnvPool ships, by name ("Pong")
 
 
 def env_id(game: str) -> str:
+  """The EnvPool id of an Atari game: 'Pong-v5' for 'Pong'."""
   return f'{game}-v5'
 
 
 def game_of(env_id_: str) -> Optional[str]:
-  """'Pong' for 'Pong-v5'; None for ids that are not EnvPool Atari games."""
+  """The Atari game of an env id.
+
+  Args:
+    env_id_: an env id, e.g. 'Pong-v5'.
+
+  Returns:
+    The game ('Pong' for 'Pong-v5'); None for ids that are not EnvPool Atari
+    games (not '<game>-v5' with a game of ATARI_GAMES).
+  """
   if env_id_.endswith('-v5') and env_id_[:-3] in ATARI_GAMES:
     return env_id_[:-3]
   return None
 
 
 def check_games(games: Sequence[str]) -> Tuple[str, ...]:
-  """The games, in order; ValueError naming the valid ones for unknown names."""
+  """Checks a list of Atari game names.
+
+  Args:
+    games: game names as in ATARI_GAMES ('Pong', 'Breakout').
+
+  Returns:
+    The games as a tuple, in the order given.
+
+  Raises:
+    ValueError: for no games ('no Atari games given; e.g. games=Pong+Breakout'),
+      for unknown names (naming them and the valid games), or for a game
+      listed twice.
+  """
   games = tuple(games)
   if not games:
     raise ValueError('no Atari games given; e.g. games=Pong+Breakout')
@@ -61,7 +84,24 @@ def check_games(games: Sequence[str]) -> Tuple[str, ...]:
 def protocol_kwargs(atari_config, num_tasks: int, training: bool = True) -> Dict:
   """EnvPool kwargs for an Atari task from the config's `atari` group.
 
-  `training=False` (evaluation) plays whole games: no end-of-life episodes.
+  IMPALA's protocol (the module docstring): 84x84 grey frames stacked 4, a
+  frame skip of FRAME_SKIP, up to `noop_max` no-op starts, an episode cap of
+  FRAMES_PER_EPISODE_CAP frames, unclipped rewards, sticky actions with
+  probability 0.25 when `sticky_actions` is set. `training=False`
+  (evaluation) plays whole games: no end-of-life episodes.
+
+  Args:
+    atari_config: the config's `atari` group (action_set, noop_max,
+      episodic_life, fire_reset, sticky_actions).
+    num_tasks: the run's number of tasks; action_set 'auto' means the full
+      18-action set when it is > 1, the game's minimal set otherwise.
+    training: False for evaluation.
+
+  Returns:
+    A dict of keyword arguments for envpool.make.
+
+  Raises:
+    ValueError: for an action_set not in ACTION_SETS.
   """
   action_set = atari_config.action_set
   if action_set not in ACTION_SETS:
@@ -118,8 +158,16 @@ REFERENCE_SCORES: Dict[str, Optional[Tuple[float, float]]] = {
 
 
 def human_normalised(game: Optional[str], score: float) -> Optional[float]:
-  """(score - random) / (human - random); None for games without references,
-  and for game None (a task that is not Atari)."""
+  """The human-normalised score of a game's score.
+
+  Args:
+    game: an Atari game name, or None (a task that is not Atari).
+    score: the game's score (an episode return, unclipped).
+
+  Returns:
+    (score - random) / (human - random) with REFERENCE_SCORES; None for games
+    without references and for game None.
+  """
   ref = REFERENCE_SCORES.get(game)
   if ref is None:
     return None
@@ -128,7 +176,16 @@ def human_normalised(game: Optional[str], score: float) -> Optional[float]:
 
 
 def hns_summary(per_game: Dict[str, float]) -> Dict[str, float]:
-  """Median and mean of the human-normalised scores given (finite values only)."""
+  """Median and mean of per-game human-normalised scores.
+
+  Args:
+    per_game: game -> human-normalised score; None and non-finite values are
+      left out.
+
+  Returns:
+    {'median': ..., 'mean': ...} over the finite values (the median of an even
+    count is the mean of the middle two); {} when there are none.
+  """
   values = sorted(v for v in per_game.values() if v is not None and math.isfinite(v))
   if not values:
     return {}
@@ -138,4 +195,5 @@ def hns_summary(per_game: Dict[str, float]) -> Dict[str, float]:
 
 
 def games_without_reference(games: Iterable[str]) -> Tuple[str, ...]:
+  """The games of `games`, in order, that have no human reference score."""
   return tuple(g for g in games if REFERENCE_SCORES.get(g) is None)

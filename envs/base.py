@@ -51,10 +51,25 @@ class BatchedEnv(Protocol):
   observation_spec: Dict[str, tuple]  # key -> (shape without batch, dtype)
 
   def reset(self) -> StepResult:
+    """Starts a new episode in every env.
+
+    Returns:
+      The first observations, reward 0 and both flags False for every env.
+    """
     ...
 
   def step(self, actions: np.ndarray) -> StepResult:
+    """Steps every env once, with the auto-reset convention of the module docstring.
+
+    Args:
+      actions: int [B], one action per env; ignored for envs that take a reset
+        step.
+
+    Returns:
+      The observations reached, rewards and flags of the B transitions.
+    """
     ...
 
   def close(self) -> None:
+    """Releases the envs (threads, processes); the env is unusable after."""
     ...

@@ -1,6 +1,6 @@
 """Catch from pixels: a control task for the Atari pipeline, in pure numpy.
 
-bsuite's Catch (Osband et al. 2020): a ball falls one row per step from a
+bsuite's Catch (Osband et al. 2020, arXiv 1908.03568): a ball falls one row per step from a
 random column of the top row; a paddle on the bottom row moves left, stays
 or moves right. When the ball reaches the bottom row the episode terminates
 with reward +1 if the paddle is under it, else -1 (rows - 1 steps per
@@ -43,14 +43,33 @@ DEFAULT_KWARGS = {
 
 
 def pong_like(size: int = 84) -> Dict[str, int]:
-  """Catch's kwargs with Pong's difficulties (the module docstring)."""
+  """Catch's kwargs with Pong's difficulties (the module docstring).
+
+  Args:
+    size: the frame's height and width in pixels.
+
+  Returns:
+    env kwargs: a 10 x 10 grid, background 106, foreground 236.
+  """
   return {'rows': 10, 'columns': 10, 'img_height': size, 'img_width': size,
           'background': 106, 'foreground': 236}
 
 
 def check_kwargs(env_kwargs: Dict[str, Any]) -> Dict[str, int]:
-  """The full settings for `env_kwargs` (defaults filled in); ValueError
-  naming the allowed keys for unknown keys or impossible values."""
+  """Checks Catch's env kwargs and fills in the defaults.
+
+  Args:
+    env_kwargs: keys of DEFAULT_KWARGS, integer values.
+
+  Returns:
+    The full settings, every key of DEFAULT_KWARGS, as ints.
+
+  Raises:
+    ValueError: for unknown keys or non-integer values (naming the allowed
+      keys), rows < 2 or columns < 1, grey levels outside 0..255, equal
+      background and foreground, or a frame smaller than the grid (one pixel
+      per cell at least).
+  """
   allowed = ', '.join(DEFAULT_KWARGS)
   unknown = sorted(set(env_kwargs) - set(DEFAULT_KWARGS))
   if unknown:
@@ -76,6 +95,17 @@ def check_kwargs(env_kwargs: Dict[str, Any]) -> Dict[str, int]:
 
 
 def observation_spec(env_kwargs: Dict[str, Any]) -> Dict[str, Tuple[tuple, np.dtype]]:
+  """Catch's observation spec.
+
+  Args:
+    env_kwargs: as for `check_kwargs`.
+
+  Returns:
+    {'frames': ((FRAME_STACK, img_height, img_width), uint8)}.
+
+  Raises:
+    ValueError: as `check_kwargs`.
+  """
   s = check_kwargs(env_kwargs)
   return {'frames': ((FRAME_STACK, s['img_height'], s['img_width']), np.dtype(np.uint8))}
 
@@ -88,7 +118,22 @@ def _cell_masks(cells: int, pixels: int) -> np.ndarray:
 
 
 class CatchEnv:
-  """`num_envs` Catch games of one task, stepped together with numpy."""
+  """`num_envs` Catch games of one task, stepped together with numpy.
+
+  A BatchedEnv (envs/base.py): observations {'frames': uint8 [B, 4, H, W]},
+  rewards +1 / -1 / 0 times `reward_scale` (float32), never truncated.
+
+  Args:
+    env_id: must be ENV_ID.
+    num_envs: B, the games stepped together.
+    task_id: the task index every env reports.
+    env_kwargs: Catch's kwargs (`check_kwargs`).
+    reward_scale: the factor applied to every reward.
+    seed: seeds the balls' start columns.
+
+  Raises:
+    ValueError: for another env id, or kwargs `check_kwargs` rejects.
+  """
 
   def __init__(self, env_id: str, num_envs: int, task_id: int,
                env_kwargs: Dict[str, Any], reward_scale: float = 1.0, seed: int = 0):
@@ -130,6 +175,7 @@ class CatchEnv:
                       task_id=self._task_ids)
 
   def reset(self) -> StepResult:
+    """Starts a new game in every env; the frame stack holds 4 copies of the first screen."""
     everyone = np.ones(self.num_envs, bool)
     self._start(everyone)
     self._frames[:] = self._draw()[:, None]
@@ -137,6 +183,17 @@ class CatchEnv:
     return self._result(np.zeros(self.num_envs, np.float32), np.zeros(self.num_envs, bool))
 
   def step(self, actions: np.ndarray) -> StepResult:
+    """Steps every game once (envs/base.py's auto-reset convention).
+
+    Args:
+      actions: int [B]: 0 left, 1 stay, 2 right (ACTION_NAMES).
+
+    Returns:
+      The StepResult of the B transitions.
+
+    Raises:
+      ValueError: when `actions` is not of shape [B].
+    """
     actions = np.asarray(actions)
     if actions.shape != (self.num_envs,):
       raise ValueError(f'expected {self.num_envs} actions, got shape {actions.shape}')
@@ -160,9 +217,17 @@ class CatchEnv:
     return self._result(reward, terminated)
 
   def render(self, env_ids=(0,)) -> np.ndarray:
-    """The newest screens of `env_ids` as RGB: uint8 [n, H, W, 3] (for videos)."""
+    """The newest screens of some envs as RGB, for videos.
+
+    Args:
+      env_ids: indices of the envs to draw.
+
+    Returns:
+      uint8 [n, H, W, 3], grey repeated over the 3 channels.
+    """
     newest = self._frames[np.asarray(env_ids), -1]
     return np.repeat(newest[..., None], 3, axis=-1)
 
   def close(self) -> None:
+    """Does nothing: Catch holds no threads or processes."""
     pass

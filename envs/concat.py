@@ -12,6 +12,16 @@ class ConcatEnv:
 
   Sub-envs that can step asynchronously (`step_async` / `step_wait`) are all
   started before any is waited on, so their threads or processes overlap.
+  Results are concatenated in the order of `envs`; an episode statistic that
+  some parts lack is NaN for their envs, and `game_over` is each part's
+  `terminated` where the part has none.
+
+  Args:
+    envs: the batched envs, in env-axis order.
+
+  Raises:
+    ValueError: when the sub-envs differ in observation spec or action count
+      ('tasks in one run need the same ...').
   """
 
   def __init__(self, envs: Sequence):
@@ -29,6 +39,7 @@ class ConcatEnv:
 
   @property
   def envs(self):
+    """The sub-envs, in env-axis order."""
     return tuple(self._envs)
 
   @property
@@ -58,9 +69,18 @@ class ConcatEnv:
         episode_stats=stats)
 
   def reset(self) -> StepResult:
+    """Resets every sub-env; their results concatenated on the env axis."""
     return self._concat([e.reset() for e in self._envs])
 
   def step(self, actions: np.ndarray) -> StepResult:
+    """Steps every sub-env.
+
+    Args:
+      actions: int [num_envs], split among the sub-envs in order.
+
+    Returns:
+      The sub-envs' StepResults concatenated on the env axis.
+    """
     parts = np.split(np.asarray(actions), self._splits)
     if all(hasattr(e, 'step_async') for e in self._envs):
       for env, a in zip(self._envs, parts):
@@ -69,5 +89,6 @@ class ConcatEnv:
     return self._concat([e.step(a) for e, a in zip(self._envs, parts)])
 
   def close(self) -> None:
+    """Closes every sub-env."""
     for e in self._envs:
       e.close()

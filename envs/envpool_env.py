@@ -16,11 +16,36 @@ from envs.base import StepResult
 
 
 def observation_key(shape) -> str:
+  """The observation key for an EnvPool observation shape (without the batch axis).
+
+  Args:
+    shape: the observation space's shape.
+
+  Returns:
+    'frames' for 3-d (stacked image) observations, else 'state'.
+  """
   return 'frames' if len(shape) == 3 else 'state'
 
 
 class EnvPoolEnv:
-  """`num_envs` copies of one EnvPool env, all belonging to task `task_id`."""
+  """`num_envs` copies of one EnvPool env, all belonging to task `task_id`.
+
+  A BatchedEnv (envs/base.py) over one gymnasium-style EnvPool pool with
+  batch_size = num_envs, so every step returns all envs, sorted by env id.
+  Rewards are float32 times `reward_scale`; `game_over` is EnvPool's
+  info['terminated'] where the env reports one (Atari).
+
+  Args:
+    env_id: the EnvPool id, e.g. 'Pong-v5'.
+    num_envs: B, the envs in the pool.
+    task_id: the task index every env reports.
+    env_kwargs: keyword arguments for envpool.make (atari.protocol_kwargs for
+      Atari).
+    reward_scale: the factor applied to every reward.
+    seed: the pool's seed.
+    num_threads: EnvPool's worker threads (0: EnvPool's default).
+    render: make the pool able to draw its screens (`render`).
+  """
 
   def __init__(self, env_id: str, num_envs: int, task_id: int,
                env_kwargs: Dict[str, Any], reward_scale: float = 1.0,
@@ -59,26 +84,41 @@ class EnvPoolEnv:
         game_over=None if game_over is None else game_over.astype(bool))
 
   def reset(self) -> StepResult:
+    """Resets every env: first observations, reward 0, flags False."""
     obs, info = self._pool.reset()
     zeros = np.zeros((self.num_envs,), np.float32)
     flags = np.zeros((self.num_envs,), bool)
     return self._result(obs, zeros, flags, flags, info)
 
   def step_async(self, actions: np.ndarray) -> None:
+    """Sends int [B] actions to the pool and returns at once; `step_wait` collects."""
     self._pool.send(np.asarray(actions, np.int32), self._all_ids)
 
   def step_wait(self) -> StepResult:
+    """Waits for the step `step_async` sent; its StepResult, in env order."""
     return self._result(*self._pool.recv())
 
   def step(self, actions: np.ndarray) -> StepResult:
+    """`step_async(actions)` then `step_wait()`: the StepResult of int [B] actions."""
     self.step_async(actions)
     return self.step_wait()
 
   def render(self, env_ids=(0,)) -> np.ndarray:
-    """The current screens of `env_ids` in colour: uint8 [n, H, W, 3]."""
+    """The current screens of some envs in colour, at full resolution.
+
+    Args:
+      env_ids: indices of the envs to draw.
+
+    Returns:
+      uint8 [n, H, W, 3] (Atari [210, 160, 3], CartPole [400, 600, 3]).
+
+    Raises:
+      ValueError: when the env was made without render=True.
+    """
     if not self._render:
       raise ValueError('EnvPoolEnv was made without render=True')
     return self._pool.render(np.asarray(env_ids, np.int32))
 
   def close(self) -> None:
+    """Closes the pool and its threads."""
     self._pool.close()

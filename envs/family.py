@@ -45,39 +45,76 @@ class EnvFamily(abc.ABC):
 
   @abc.abstractmethod
   def matches(self, env_id: str) -> bool:
-    """Whether this family knows `env_id`."""
+    """Whether this family knows `env_id` (an env id, e.g. 'Pong-v5')."""
 
   @abc.abstractmethod
   def ids_hint(self) -> str:
-    """A few words naming the ids it knows, for the unknown-id error."""
+    """A few words naming the ids it knows, for the unknown-id error (a str)."""
 
   @abc.abstractmethod
   def spaces(self, env_id: str, env_kwargs: Dict[str, Any],
              observation_keys: Optional[Sequence[str]] = None,
              with_num_actions: bool = True) -> Tuple[Optional[int], Spec]:
-    """(number of actions, observation spec) of a task's env without starting
-    one. `observation_keys`: the keys the run reads, for families that give
-    only what is asked (None: all it can give). `with_num_actions=False`
-    may skip counting the actions (None) where that is costly.
+    """The spaces of a task's env, without starting one.
+
+    Args:
+      env_id: an id this family matches.
+      env_kwargs: the task's env kwargs.
+      observation_keys: the keys the run reads, for families that give only
+        what is asked (None: all it can give).
+      with_num_actions: False may skip counting the actions where that is
+        costly.
+
+    Returns:
+      (number of actions, observation spec): the spec maps each observation
+      key to (shape without batch, dtype), as the batched env reports it; the
+      number of actions may be None when `with_num_actions` is False.
 
     Raises:
       EnvKwargsError: naming the kwargs the env does not take.
     """
 
   def frames_per_step(self, env_id: str, env_kwargs: Dict[str, Any]) -> int:
-    """Emulator frames per agent step (4 for Atari's action repeat)."""
+    """Emulator frames per agent step of a task's env (an int).
+
+    Args:
+      env_id: an id this family matches.
+      env_kwargs: the task's env kwargs.
+
+    Returns:
+      1 by default; 4 for Atari's action repeat.
+    """
     return 1
 
   @abc.abstractmethod
   def make_batches(self, groups: Sequence[Tuple[int, Any]], seed: int,
                    settings: Dict[str, Any]) -> List[Any]:
-    """Batched envs (envs/base.BatchedEnv) for `groups`: (index in the
-    actor's groups, registry.EnvGroup) pairs. `seed` is the actor's env
-    seed; `settings` holds 'envpool_threads', 'nle_workers',
-    'observation_keys' and 'nle_savedir'."""
+    """Makes the batched envs of an actor's groups of this family.
+
+    Args:
+      groups: (index in the actor's groups, registry.EnvGroup) pairs: one
+        pair at a time, or all of the actor's groups of this family when
+        `batches_together` is set.
+      seed: the actor's env seed.
+      settings: 'envpool_threads', 'nle_workers', 'observation_keys' and
+        'nle_savedir'.
+
+    Returns:
+      A list of batched envs (envs/base.BatchedEnv) whose env axes, in order,
+      hold the groups' envs.
+    """
 
   def action_names(self, env_id: str, env_kwargs: Dict[str, Any]) -> Optional[Sequence[str]]:
-    """Readable action names in action-id order, or None (then 'a0', 'a1', ...)."""
+    """Readable action names of a task's env.
+
+    Args:
+      env_id: an id this family matches.
+      env_kwargs: the task's env kwargs.
+
+    Returns:
+      The names in action-id order, or None (the default; then the registry
+      uses 'a0', 'a1', ...).
+    """
     return None
 
   @abc.abstractmethod
@@ -85,5 +122,21 @@ class EnvFamily(abc.ABC):
                      num_envs: int, seed: int, video: bool,
                      observation_keys: Sequence[str], workers: int
                      ) -> Tuple[Any, Optional[Callable], float]:
-    """(batched env with rewards unscaled, frame_fn or None, video fps) for
-    evaluation: `frame_fn(result)` draws env 0's screen when `video`."""
+    """An env for evaluating a task.
+
+    Args:
+      env_id: an id this family matches.
+      task_id: the task index its envs report.
+      env_kwargs: the task's env kwargs (registry.task_env_kwargs with
+        training=False).
+      num_envs: the envs to play in parallel.
+      seed: the env seed.
+      video: whether a video is recorded.
+      observation_keys: the keys the network reads.
+      workers: worker processes, for families that step in processes.
+
+    Returns:
+      (batched env with rewards unscaled, frame_fn or None, video fps):
+      `frame_fn(result)` draws env 0's screen (an RGB image or a
+      render.TtyFrame) when `video`, else None.
+    """

@@ -1,6 +1,7 @@
 """NetHack characters: 'role-race-alignment-gender' strings and the game's rules.
 
-NLE takes a character as e.g. 'val-dwa-law-fem' (NetHack's three-letter codes),
+NLE (the NetHack Learning Environment, Kuttler et al. 2020, arXiv
+2006.13760) takes a character as e.g. 'val-dwa-law-fem' (NetHack's three-letter codes),
 or '@' for a random one dealt by the game, as NetHackChallenge plays. For an
 impossible combination NLE silently starts some other character instead
 ('kni-elf-law-mal' plays a human Knight), so configs check their characters
@@ -56,6 +57,7 @@ _RACE_ALIGNMENTS = {'hum': 'law neu cha', 'elf': 'cha', 'dwa': 'law', 'gno': 'ne
 
 
 class Character(NamedTuple):
+  """A NetHack character by its three-letter codes; str() gives 'val-dwa-law-fem'."""
   role: str
   race: str
   alignment: str
@@ -94,10 +96,19 @@ CHARACTERS = tuple(c for c in itertools.starmap(
 
 
 def parse_character(spec: str) -> Optional[Character]:
-  """The character 'role-race-alignment-gender' names, or None for '@' (random).
+  """Parses and checks a character string against NetHack 3.6's rules.
 
-  ValueError names the part that is wrong and the choices, or the rule an
-  impossible combination breaks and the characters its role can be.
+  Args:
+    spec: 'role-race-alignment-gender' in three-letter codes (any case,
+      surrounding spaces ignored), e.g. 'val-dwa-law-fem', or '@' (RANDOM).
+
+  Returns:
+    The Character it names, or None for '@' (a random character).
+
+  Raises:
+    ValueError: for a spec not of four parts, naming the part that is wrong
+      and the choices, or for an impossible combination, naming the rule it
+      breaks and the characters its role can be.
   """
   spec = str(spec).strip()
   if spec == RANDOM:
@@ -121,7 +132,15 @@ def parse_character(spec: str) -> Optional[Character]:
 
 
 def role_of_monster(name: str) -> Optional[str]:
-  """The role whose hero is drawn as monster `name` ('cavewoman' -> 'cav'), else None."""
+  """The role whose hero is drawn as a monster.
+
+  Args:
+    name: a monster's name (NLE's permonst name, lower case), e.g. 'cavewoman'.
+
+  Returns:
+    The role code ('cav' for 'cavewoman'), or None for monsters that are no
+    role's hero.
+  """
   for role, titles in ROLE_TITLES.items():
     if name in (t.lower() for t in titles if t):
       return role
@@ -131,10 +150,20 @@ def role_of_monster(name: str) -> Optional[str]:
 def role_task_ids(random_tasks: Mapping[str, int]) -> Optional[Tuple[int, ...]]:
   """Task ids of the episodes of envs dealt random characters ('@').
 
-  `random_tasks` maps the names of the tasks that play '@' to their task ids.
-  Named by role (one task per role in ROLES, e.g. 'arc'), each episode takes
-  the id of the role the game dealt: returns those ids in ROLES order. A single
-  task under another name pools all roles: returns None (a fixed task id).
+  Tasks named by role (one task per role in ROLES, e.g. 'arc'): each episode
+  takes the id of the role the game dealt. A single task under another name
+  pools all roles under its fixed task id.
+
+  Args:
+    random_tasks: the names of the tasks that play '@' -> their task ids.
+
+  Returns:
+    The task ids in ROLES order, or None for a single task not named for a
+    role.
+
+  Raises:
+    ValueError: when the tasks are neither one per role nor a single one,
+      naming the unknown or the missing roles.
   """
   if len(random_tasks) == 1 and next(iter(random_tasks)) not in ROLES:
     return None

@@ -1,5 +1,7 @@
 """NetHack (NLE) behind the `BatchedEnv` interface, stepped in worker processes.
 
+NLE is the NetHack Learning Environment (Kuttler et al. 2020, arXiv 2006.13760).
+
 NLE holds the GIL while it steps, so threads would not run in parallel: each
 worker *process* owns a contiguous slice of the envs. Observations, rewards,
 flags and actions live in one shared-memory block that the parent and every
@@ -79,6 +81,7 @@ _MIN_START_TIMEOUT_S = 60.0  # spawning and building envs may be slow on a busy 
 
 
 def is_nle_env(env_id: str) -> bool:
+  """Whether `env_id` is one of NLE_ENV_IDS (the gymnasium ids NLE registers)."""
   return env_id in NLE_ENV_IDS
 
 
@@ -146,10 +149,39 @@ def _spawn_without_main():
 class NLEBatchedEnv:
   """`num_envs` NLE envs stepped in `num_workers` processes, EnvPool-style.
 
-  `role_task_ids[i]`, if given and not None, makes env i take each episode's
-  task id from the role the game dealt: `role_task_ids[i][r]` for role
-  `nethack.ROLES[r]` (for envs with character '@'); `task_ids[i]` is then only
-  reported before the first reset.
+  A BatchedEnv (envs/base.py) with the worker, task-id, statistics and file
+  behaviour of the module docstring. The workers are spawned and ready when
+  the constructor returns; env i belongs to the worker whose contiguous slice
+  holds it. Observations hold `observation_keys` (nle_worker.observation_desc
+  gives their shapes and dtypes); rewards are float32 times the env's reward
+  scale; `episode_stats` holds 'score', 'depth' and 'turns'.
+
+  Args:
+    env_id: an NLE gymnasium id (NLE_ENV_IDS).
+    num_envs: B, the envs stepped together.
+    task_ids: the task id of each env, [B].
+    env_kwargs: each env's gymnasium kwargs, [B].
+    observation_keys: NLE observation keys and DERIVED_OBS to give.
+    reward_scales: each env's reward factor, [B]; None: all 1.
+    num_workers: worker processes (at most num_envs are used).
+    seed: the base seed; each env's game seeds derive from it, its index and
+      its worker's generation (a replaced worker gets new seeds).
+    savedir: where ttyrecs go (a new folder per batched env, a subfolder
+      'env<i>' per env); None: no ttyrecs.
+    step_timeout_s: seconds a worker may take to answer before it is
+      replaced (starting waits at least 60 s).
+    role_task_ids: per env, None or one task id per role of nethack.ROLES:
+      `role_task_ids[i][r]` for role `nethack.ROLES[r]` makes env i take each
+      episode's task id from the role the game dealt (for envs with character
+      '@'); `task_ids[i]` is then only reported before the first reset.
+
+  Raises:
+    ValueError: for an id that is not NLE's, unknown observation keys, lists
+      that are not one entry per env, role_task_ids entries not one per role,
+      num_envs or num_workers < 1, or envs that disagree on the number of
+      actions.
+    RuntimeError: when workers fail to start ('NLE workers failed to start',
+      with their tracebacks).
   """
 
   def __init__(self, env_id: str, num_envs: int, task_ids: Sequence[int],
@@ -222,6 +254,7 @@ class NLEBatchedEnv:
 
   @property
   def worker_pids(self) -> List[int]:
+    """The process ids of the running workers, in worker order."""
     return [w.process.pid for w in self._workers if w is not None]
 
   @property
@@ -230,25 +263,58 @@ class NLEBatchedEnv:
     return self._savedir
 
   def reset(self) -> StepResult:
+    """Starts a new game in every env.
+
+    Returns:
+      The first observations, reward 0 and both flags False for every env.
+
+    Raises:
+      RuntimeError: when the env is closed, or a worker fails to start 3
+        times in a row.
+    """
     self._command('reset', False)
     return self._result()
 
   def step(self, actions: np.ndarray) -> StepResult:
+    """Steps every env once, replacing workers that die, raise or time out.
+
+    Args:
+      actions: int [B], one action per env (ignored on reset steps).
+
+    Returns:
+      The StepResult (copies of the shared arrays); the envs of a replaced
+      worker report truncated=True with reward 0 (the module docstring).
+
+    Raises:
+      RuntimeError: when the env is closed, or a worker fails to start 3
+        times in a row.
+    """
     self._action[:] = actions
     self._command('step')
     return self._result()
 
   def env_attr(self, name: str) -> list:
-    """Debugging aid: `getattr(env.unwrapped, name)` of every env, in env order.
+    """Debugging aid: an attribute of every env's unwrapped NLE env.
 
     Not for use mid-training: a worker replaced during this call starts new
     episodes that no step reports as truncated.
+
+    Args:
+      name: the attribute's name.
+
+    Returns:
+      `getattr(env.unwrapped, name)` of every env, in env order; None for the
+      envs of a worker that failed to answer.
+
+    Raises:
+      RuntimeError: when the env is closed.
     """
     replies = self._command('getattr', name)
     return [x for w, worker in enumerate(self._workers)
             for x in replies.get(w, [None] * (worker.hi - worker.lo))]
 
   def close(self) -> None:
+    """Stops every worker and removes their temp dirs; later calls do nothing."""
     self._finalizer()
 
   def __enter__(self):

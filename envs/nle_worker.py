@@ -41,7 +41,18 @@ DERIVED_OBS = {'under_hero': ((), np.int16)}
 
 
 def observation_desc(key: str):
-  """(shape, dtype) of an observation key: NLE's own or a DERIVED_OBS one."""
+  """The shape and dtype of one env's observation under a key.
+
+  Args:
+    key: an NLE observation key (nle.nethack.OBSERVATION_DESC) or a
+      DERIVED_OBS one.
+
+  Returns:
+    (shape without the batch axis, numpy dtype).
+
+  Raises:
+    KeyError: for keys that are neither.
+  """
   if key in DERIVED_OBS:
     shape, dtype = DERIVED_OBS[key]
     return tuple(shape), np.dtype(dtype)
@@ -50,7 +61,11 @@ def observation_desc(key: str):
 
 
 class UnderHero:
-  """Tracks DERIVED_OBS['under_hero'] for one env from its glyphs and blstats."""
+  """Tracks DERIVED_OBS['under_hero'] for one env from its glyphs and blstats.
+
+  `value` is the current glyph under the hero (an int, NO_GLYPH when
+  unknown), as the DERIVED_OBS comment defines it.
+  """
 
   def __init__(self):
     self._glyphs = np.zeros(nle.nethack.DUNGEON_SHAPE, np.int16)
@@ -58,11 +73,31 @@ class UnderHero:
     self._where = None  # (x, y, depth) of the previous observation
 
   def reset(self, glyphs: np.ndarray, blstats: np.ndarray) -> int:
+    """Starts a game from its first observation.
+
+    Args:
+      glyphs: the map's glyphs, int16 nle.nethack.DUNGEON_SHAPE.
+      blstats: the bottom-line stats.
+
+    Returns:
+      NO_GLYPH: nothing is known under the hero at a game's start.
+    """
     self.value = nle.nethack.NO_GLYPH
     self._remember(glyphs, blstats)
     return self.value
 
   def step(self, glyphs: np.ndarray, blstats: np.ndarray) -> int:
+    """Updates the glyph under the hero from the observation after a step.
+
+    Args:
+      glyphs: the map's glyphs, int16 nle.nethack.DUNGEON_SHAPE.
+      blstats: the bottom-line stats (depth 0 once the game is over: the
+        value then stays as it was).
+
+    Returns:
+      The glyph under the hero: the previous map's glyph at a new position,
+      unchanged while the hero stays, NO_GLYPH after a change of level.
+    """
     x, y, depth = int(blstats[_X]), int(blstats[_Y]), int(blstats[_DEPTH])
     if not depth:  # the game is over: NLE blanks the observation
       return self.value
@@ -86,6 +121,18 @@ STEP, OK, _MSG = b'S', b'K', b'M'
 
 
 def send_msg(fd: int, msg) -> None:
+  """Writes one message to a pipe.
+
+  Bytes (STEP, OK) are written as they are; anything else is pickled and
+  framed as _MSG, a little-endian uint32 length, then the pickle.
+
+  Args:
+    fd: the pipe's file descriptor.
+    msg: STEP, OK, or a picklable object.
+
+  Raises:
+    OSError: when the pipe is broken (the other side is gone).
+  """
   if isinstance(msg, bytes):
     os.write(fd, msg)
     return
@@ -106,6 +153,17 @@ def _read(fd: int, size: int) -> bytes:
 
 
 def recv_msg(fd: int):
+  """Reads one message `send_msg` wrote, blocking until it is whole.
+
+  Args:
+    fd: the pipe's file descriptor.
+
+  Returns:
+    The one-byte message (STEP or OK) as bytes, or the unpickled object.
+
+  Raises:
+    EOFError: when the pipe closes mid-message (the other side is gone).
+  """
   head = _read(fd, 1)
   if head != _MSG:
     return head
@@ -113,7 +171,21 @@ def recv_msg(fd: int):
 
 
 def shared_layout(num_envs: int, observation_keys: Sequence[str]):
-  """(name, byte offset, shape, dtype) of each shared array, and the total size."""
+  """Where each array of the shared-memory block lies.
+
+  The arrays are 'obs/<key>' for each observation key, 'reward' (float32),
+  'terminated', 'truncated' (bool), 'action' (int64), 'task_id' (int32) and
+  'stats/<name>' for each of EPISODE_STATS (float32), each with a leading
+  axis of `num_envs`, at a byte offset that is a multiple of 64.
+
+  Args:
+    num_envs: the envs of the batched env.
+    observation_keys: the observation keys it gives.
+
+  Returns:
+    (layout, size): layout is a list of (name, byte offset, shape, dtype
+    string); size is the block's total bytes (at least 1).
+  """
   fields = [('obs/' + k,) + observation_desc(k) for k in observation_keys]
   fields += [('reward', (), np.float32), ('terminated', (), np.bool_),
              ('truncated', (), np.bool_), ('action', (), np.int64), ('task_id', (), np.int32)]
@@ -127,7 +199,17 @@ def shared_layout(num_envs: int, observation_keys: Sequence[str]):
 
 
 def shared_views(raw, layout, lo: int = 0, hi: Optional[int] = None) -> Dict[str, np.ndarray]:
-  """Numpy views of the shared block, restricted to envs [lo, hi)."""
+  """Numpy views of the shared block, restricted to envs [lo, hi).
+
+  Args:
+    raw: the shared block (multiprocessing.RawArray of bytes).
+    layout: `shared_layout`'s layout.
+    lo: the first env.
+    hi: one past the last env; None: all.
+
+  Returns:
+    Array name -> a view (no copy) of its rows lo..hi-1.
+  """
   buf = np.frombuffer(raw, dtype=np.uint8)
   return {name: buf[off:off + int(np.prod(shape)) * np.dtype(dt).itemsize].view(dt)
           .reshape(shape)[lo:hi] for name, off, shape, dt in layout}
@@ -181,6 +263,34 @@ def _hero_role(glyphs: np.ndarray, blstats: np.ndarray, monster_roles: Dict[int,
 
 def worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys, seeds,
                  savedirs, task_ids, role_task_ids, tmpdir):
+  """The worker process's target: steps envs lo..hi-1 on the parent's commands.
+
+  Makes the envs, then sends ('ready', number of actions) and loops on
+  commands: STEP (step every env with the actions in shared memory,
+  starting new games as envs/nle_env.py's convention says), ('reset',
+  truncate) (start new games; with truncate the next step is a reset step
+  that repeats the first observation), ('getattr', name) and ('close', None).
+  Every command but close is answered with OK, or ('ok', reply) for getattr,
+  after its results are in shared memory. An exception is sent as ('error',
+  traceback text) and ends the worker; a closed pipe ends it silently. The
+  envs are closed on the way out. SIGINT is ignored.
+
+  Args:
+    conn: the child's end of the pipe to the parent.
+    raw: the shared block.
+    layout: `shared_layout`'s layout.
+    env_id: the NLE gymnasium id.
+    lo: the first env of this worker.
+    hi: one past its last env.
+    env_kwargs: each env's gymnasium kwargs ('max_episode_steps' replaces
+      NLE's own cap; 'savedir' is ignored).
+    observation_keys: the keys written to shared memory.
+    seeds: each env's (core, disp) NetHack seeds.
+    savedirs: each env's ttyrec folder, or None for no ttyrecs.
+    task_ids: each env's fixed task id.
+    role_task_ids: each env's task id per role of nethack.ROLES, or None.
+    tmpdir: the temp dir for NLE's scratch folders (the parent removes it).
+  """
   # Ctrl-C reaches the whole process group; the parent decides how to shut down.
   signal.signal(signal.SIGINT, signal.SIG_IGN)
   # NLE's per-game scratch folders go here; the parent removes it, crash or not.

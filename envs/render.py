@@ -49,12 +49,23 @@ def _glyphs() -> np.ndarray:
 
 
 def cell_size() -> tuple:
-  """(height, width) in pixels of one terminal cell."""
+  """(height, width) in pixels of one terminal cell (Pillow's bitmap font)."""
   return _glyphs().shape[1:]
 
 
 def render_tty(chars: np.ndarray, colors: np.ndarray) -> np.ndarray:
-  """uint8 RGB image [24 * cell_h, 80 * cell_w, 3] of a terminal screen."""
+  """Draws a terminal screen as an RGB image.
+
+  Printable ASCII (33..126) is drawn in its curses colour on black; colour 0
+  is drawn dark grey; other bytes are blank.
+
+  Args:
+    chars: uint8 [rows, cols] (NLE's tty_chars, [24, 80]).
+    colors: int [rows, cols], curses colour codes (only the low 4 bits count).
+
+  Returns:
+    uint8 [rows * cell_h, cols * cell_w, 3] (cell_size()).
+  """
   chars = np.asarray(chars, np.uint8)
   rows, cols = chars.shape
   masks = _glyphs()[chars]                                   # [rows, cols, h, w]
@@ -68,11 +79,21 @@ Frame = Union[np.ndarray, TtyFrame]  # an RGB image [H, W, 3], or a terminal scr
 
 
 def to_rgb(frame: Frame) -> np.ndarray:
+  """A Frame as uint8 RGB [H, W, 3]: a TtyFrame drawn by `render_tty`, an image as uint8."""
   return render_tty(*frame) if isinstance(frame, TtyFrame) else np.asarray(frame, np.uint8)
 
 
 def write_gif(path: str, frames: Sequence[Frame], fps: float) -> None:
-  """An animated GIF that loops; each frame is reduced to its own palette."""
+  """Writes frames as an animated GIF that loops.
+
+  Each frame is reduced to its own adaptive palette; frames last
+  max(20, round(1000 / fps)) ms.
+
+  Args:
+    path: the file to write (overwritten).
+    frames: RGB images [H, W, 3] or TtyFrames, at least one.
+    fps: frames per second.
+  """
   images = [Image.fromarray(to_rgb(f)).convert('P', palette=Image.Palette.ADAPTIVE)
             for f in frames]
   images[0].save(path, save_all=True, append_images=images[1:], loop=0,

@@ -1,1 +1,3 @@
-"""The run folder: preparing it for training (lock, resume checks, damaged checkpoints), writing to it (config, metrics, wandb, TensorBoard) and reading it back."""
+"""The run folder: preparing it for training (lock, resume checks, damaged
+checkpoints), writing to it (config, metrics, wandb, TensorBoard) and reading
+it back."""

@@ -34,7 +34,31 @@ def _inside(path: str, folder: str) -> bool:
 
 
 def archive(workdir: str, dest: str, overwrite: bool = False) -> List[str]:
-  """Writes `workdir`'s record to `dest`; returns the paths written."""
+  """Writes a run folder's record to an archive folder.
+
+  The record is config.json, metrics.jsonl.gz (metrics.jsonl gzipped, with
+  no time or name in the header) and eval/*.json (no eval/ when there are
+  none). It is built in `<dest>.partial` and moved into place, so the
+  archive appears whole or not at all; an existing archive is moved to
+  `<dest>.old` and removed once the new one is in place. The run folder's
+  lock is held while it is copied; a run stopped without finishing is
+  archived as it is, with a note on stderr.
+
+  Args:
+    workdir: the run folder.
+    dest: the archive folder; it must lie outside the run folder and not
+      hold it.
+    overwrite: replace a `dest` that exists and is not empty.
+
+  Returns:
+    The paths of the files written, relative to `dest`, sorted.
+
+  Raises:
+    ArchiveError: one line, when `workdir` has no metrics.jsonl or
+      config.json, `dest` is, holds or lies in the run folder, `dest` is a
+      file or is not empty without `overwrite`, the run folder is locked by a
+      run still training, or the archive cannot be written.
+  """
   for name in (METRICS, CONFIG):
     if not os.path.isfile(os.path.join(workdir, name)):
       raise ArchiveError(f'{workdir} has no {name}: not a run folder, or the run never started')

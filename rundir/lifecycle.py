@@ -37,6 +37,20 @@ class Run:
   aside), so a resume that cannot restore leaves the folder as it was.
   `train(until)` trains and saves; `close()` stops the actors and releases
   the folder (idempotent; also after a failed start).
+
+  Attributes after the constructor: config, plan (configs.validation's
+  RunPlan), workdir, lock, resume_step (the env step the run resumes from,
+  None for a new run) and notes (run_folder.prepare's lines); `trainer` and
+  `logger` are None until `start()`.
+
+  Args:
+    config: the run config; its workdir is set here.
+    stop_requested: set to end the run after the update in progress; None:
+      the trainer's own.
+
+  Raises:
+    configs.validation.ConfigError: for a config the run cannot use.
+    rundir.run_folder.RunFolderError: when the folder cannot be used.
   """
 
   def __init__(self, config, stop_requested: Optional[threading.Event] = None):
@@ -50,7 +64,13 @@ class Run:
     self.trainer = self.logger = None
 
   def nothing_to_do(self) -> Optional[str]:
-    """Why the run has nothing to train (finished, or at its pause), or None."""
+    """Why the run has nothing to train, or None.
+
+    Returns:
+      A message naming the folder, its env step and the config field to
+      raise, when the resume step is at or past total_env_steps (finished) or
+      pause_at_env_steps (paused); None when there is training to do.
+    """
     config, step = self.config, self.resume_step
     if step is not None and step >= config.total_env_steps:
       return (f'{self.workdir} already finished at env step {step:,} (total_env_steps '
@@ -64,8 +84,15 @@ class Run:
     return None
 
   def start(self) -> List[str]:
-    """Builds the trainer (restoring the checkpoint), adopts the folder and
-    opens the logger; returns the adoption's notes (what it set aside)."""
+    """Builds the trainer (restoring the checkpoint), adopts the folder and opens the logger.
+
+    The primary process adopts the folder (run_folder.adopt); every process
+    opens a RunLogger (only the primary writes).
+
+    Returns:
+      The adoption's notes (what it set aside), one line each; [] on other
+      processes.
+    """
     self.trainer = Trainer(self.config, self.plan, self._stop_requested)
     notes = []
     if multihost.is_primary():
@@ -77,16 +104,23 @@ class Run:
 
   @property
   def env_steps(self) -> int:
+    """The trainer's env step."""
     return self.trainer.env_steps
 
   def schedule_note(self) -> Optional[str]:
-    """How a resume changed the learning-rate schedule, or None."""
+    """How a resume changed the learning-rate schedule (a line), or None (needs `start()`)."""
     return resume.schedule_note(self._allowed, self.trainer.version, self.trainer.schedule,
                                 self.plan.env_steps_per_update)
 
   def start_lines(self) -> List[str]:
-    """The run's first log lines: the actors, the processes, where it
-    resumes, the hyperparameters the config changed."""
+    """The run's first log lines (needs `start()`).
+
+    Returns:
+      Lines: the actors, this process and the learner devices (with several
+      processes), the env step it resumes from, and the learner
+      hyperparameters taken from this config rather than the checkpoint
+      ('<key> <old> -> <new>').
+    """
     trainer, plan = self.trainer, self.plan
     lines = [plan.describe_actors()]
     if multihost.is_multiprocess():
@@ -101,13 +135,28 @@ class Run:
     return lines
 
   def train(self, until: Optional[int] = None, on_log: Optional[Callable] = None):
-    """Trains to env step `until` (None: the config's pause_at_env_steps, or
-    the end), writing every log row (and handing it to `on_log`), then saves
-    a checkpoint there where this process trained at all; returns the
-    learner state. metrics.jsonl failing to take a row stops the run with
-    RunStopped, after a checkpoint where one process runs (with several,
-    process 0 alone writes metrics: the others are told, no collective
-    save)."""
+    """Trains to an env step and saves a checkpoint there.
+
+    Every log row is written (RunLogger.write) and handed to `on_log`; the
+    checkpoint is saved where this process trained at all (`save`).
+    metrics.jsonl failing to take a row stops the run with RunStopped, after
+    a checkpoint where one process runs (with several, process 0 alone
+    writes metrics: the others are told, no collective save).
+
+    Args:
+      until: the env step to stop at; None: the config's pause_at_env_steps,
+        or the end (total_env_steps).
+      on_log: called with every log row after it is written; None: nothing.
+
+    Returns:
+      The learner state.
+
+    Raises:
+      RunStopped: when metrics.jsonl cannot be written ('<why>; <where the
+        checkpoint is>').
+      agents.trainer.NonFiniteError, agents.trainer.ActorFailed: as the
+        trainer raises them.
+    """
     if until is None:
       until = self.config.get('pause_at_env_steps', 0) or None
 
@@ -130,21 +179,35 @@ class Run:
     return state
 
   def save(self) -> None:
-    """The last checkpoint, where this process trained at all (a stop before
-    the first update leaves the folder's checkpoints as they were)."""
+    """Saves the last checkpoint, where this process trained at all.
+
+    A stop before the first update leaves the folder's checkpoints as they
+    were.
+    """
     if self.trainer.env_steps > self.trainer.start_env_steps:
       self.trainer.save_checkpoint()
 
   def saved_where(self) -> str:
-    """Where the newest checkpoint on disk is (a final one that failed
-    verification was set aside and is not it)."""
+    """Where the newest checkpoint on disk is, as a phrase for a log line.
+
+    A final checkpoint that failed verification was set aside and is not it.
+
+    Returns:
+      'the checkpoint at env step <n> is in <dir>', or 'no checkpoint was
+      written'.
+    """
     steps = self.trainer.checkpointer.steps()
     if not steps:
       return 'no checkpoint was written'
     return f'the checkpoint at env step {steps[-1]:,} is in {self.trainer.checkpointer.directory}'
 
   def interrupted_line(self) -> str:
-    """The last line of a stopped run, true to what is on disk."""
+    """The last line of a stopped run, true to what is on disk.
+
+    Returns:
+      'stopped before the first update; ...' when no update ran, else
+      'interrupted at env step <n>; <saved_where>' and where the metrics are.
+    """
     trainer = self.trainer
     if trainer.env_steps == trainer.start_env_steps:
       return f'stopped before the first update; nothing new to save ({self.saved_where()})'
@@ -152,7 +215,7 @@ class Run:
             f'metrics in {run_folder.metrics_path(self.workdir)}')
 
   def close(self) -> None:
-    """Stops the actors, closes the logger, releases the folder's lock."""
+    """Stops the actors, closes the logger, releases the folder's lock; idempotent."""
     trainer, logger, lock = self.trainer, self.logger, self.lock
     self.trainer = self.logger = self.lock = None
     if trainer is not None:
@@ -164,21 +227,34 @@ class Run:
 
 
 def train(config, stop_requested: Optional[threading.Event] = None):
-  """Validates, trains and logs; returns (final learner state, workdir)
-  (state None when nothing was trained: a stop during start-up, a run
-  already finished).
+  """Runs a whole training run: validates, prepares the folder, trains and logs.
 
-  Raises configs.validation.ConfigError before any work on a bad config,
-  rundir.run_folder.RunFolderError before writing anything when the run
-  folder cannot be used (a file, not writable, locked by another trainer,
-  saved with another network or tasks), agents.trainer.NonFiniteError (after
-  saving the last good state) when the learner's loss, gradient, PopArt
-  statistics, parameters or optimiser state stop being finite, and
-  RunStopped (after a checkpoint) when metrics.jsonl cannot be written. A
-  first SIGINT or SIGTERM (or `stop_requested` set) ends the run after the
-  update in progress with a checkpoint (infra/stop_signals.py); during
-  start-up, before the first update. With several processes (jax.distributed
-  initialised) every process calls it.
+  Progress and notes go to stderr. A first SIGINT or SIGTERM (or
+  `stop_requested` set) ends the run after the update in progress with a
+  checkpoint (infra/stop_signals.py); during start-up, before the first
+  update. A second one saves what the trainer has and returns. The signal
+  handlers are restored on return. With several processes (jax.distributed
+  initialised) every process calls it; a process that fails tells the
+  others.
+
+  Args:
+    config: the run config; its workdir is set here.
+    stop_requested: an event that ends the run when set; None: a new one.
+
+  Returns:
+    (final learner state, workdir); the state is None when nothing was
+    trained (a stop during start-up, a run already finished or at its
+    pause).
+
+  Raises:
+    configs.validation.ConfigError: before any work, on a bad config.
+    rundir.run_folder.RunFolderError: before writing anything, when the run
+      folder cannot be used (a file, not writable, locked by another
+      trainer, saved with another network or tasks).
+    agents.trainer.NonFiniteError: after saving the last good state, when
+      the learner's loss, gradient, PopArt statistics, parameters or
+      optimiser state stop being finite.
+    RunStopped: after a checkpoint, when metrics.jsonl cannot be written.
   """
   multi = multihost.is_multiprocess()
   stop_requested = stop_requested or threading.Event()
@@ -245,10 +321,18 @@ def train(config, stop_requested: Optional[threading.Event] = None):
 
 
 def exit_on_failure(e: BaseException) -> None:
-  """A run that stops on an error: its traceback (the actor's own for a dead
-  actor), one last line naming it, exit status 1. With several processes the
-  others were told already (train()); when this process's watchdog is ending
-  it because of a peer, the error is a consequence and is not reported."""
+  """Ends the process for a run that stopped on an error; never returns.
+
+  Prints the traceback to stderr (the actor's own for a dead actor; none for
+  NonFiniteError and RunStopped, whose line says all), then one last line
+  'error: <type>: <message>', and exits with status 1. With several
+  processes the others were told already (train()); when this process's
+  watchdog is ending it because of a peer, the error is a consequence and is
+  not reported: it waits for the watchdog to exit.
+
+  Args:
+    e: the error `train` raised.
+  """
   if multihost.peer_stopping():
     while True:  # the watchdog prints the cause and exits
       time.sleep(1.0)

@@ -1,4 +1,4 @@
-"""Population-based training (Jaderberg et al. 2017) of any config, on Ray
+"""Population-based training (Jaderberg et al. 2017, arXiv 1711.09846) of any config, on Ray
 Tune: the members, the scheduler that records every copy, the summary
 (`launch/pbt.py` is the command line and says how a population runs).
 
@@ -31,20 +31,38 @@ REPLACED = 'checkpoints.replaced'
 
 
 def member_name(trial_id: str) -> str:
-  """A member's folder name from its Ray trial id ('a1b2c_00003' -> 'member_00003')."""
+  """A member's folder name from its Ray trial id.
+
+  Args:
+    trial_id: Ray Tune's trial id, '<experiment>_<index>'.
+
+  Returns:
+    'member_' + the part after the last '_' ('a1b2c_00003' -> 'member_00003').
+  """
   return 'member_' + trial_id.rsplit('_', 1)[-1]
 
 
 def member_index(trial_id: str) -> int:
+  """A member's index from its Ray trial id: the digits after the last '_', else 0."""
   suffix = trial_id.rsplit('_', 1)[-1]
   return int(suffix) if suffix.isdigit() else 0
 
 
 def install_checkpoint(state_dir: str, workdir: str, step: int, own: bool) -> None:
-  """Makes the checkpoint in `state_dir` (an orbax step folder with its
-  manifest) the newest of `workdir`'s at `step`: the member's own newer
-  checkpoints, and one at the same step unless it is the member's own and
-  intact, move to checkpoints.replaced/."""
+  """Makes a checkpoint the newest of a member's run folder.
+
+  The run folder's checkpoints at `step` or later move to
+  `<workdir>/checkpoints.replaced/<step>.<YYYYmmdd-HHMMSS-ffffff>`, except
+  one at `step` that is the member's own and intact (kept as it is). The
+  checkpoint is then copied in (through `<step>.copying`, renamed when
+  whole) unless a checkpoint at `step` is still there.
+
+  Args:
+    state_dir: an orbax step folder with its manifest.
+    workdir: the member's run folder.
+    step: the env step the checkpoint is installed at.
+    own: whether the checkpoint is the member's own (a restore, not a copy).
+  """
   from agents import checkpoint  # pylint: disable=import-outside-toplevel
   root = checkpoint.directory(workdir)
   os.makedirs(root, exist_ok=True)
@@ -68,6 +86,21 @@ def _trainable(tune):
     """One member: a run folder trained interval by interval."""
 
     def setup(self, tune_config, base=None, settings=None, population_dir=None, ledger=None):
+      """Makes the member's config; the run folder opens at the first step.
+
+      The config is `base` with its workdir `<population_dir>/members/<name>`,
+      seed base.seed + member index, no progress lines, wandb's group the
+      population folder's name unless set, and the hyperparameters of
+      `tune_config` applied (configs.pbt.apply).
+
+      Args:
+        tune_config: Ray's config of this member: a value per key of
+          settings.ranges.
+        base: the population's base run config.
+        settings: the checked PBT settings (configs.pbt.check).
+        population_dir: the population folder.
+        ledger: the copy ledger actor, or None.
+      """
       self.settings, self.ledger = settings, ledger
       self.name = member_name(self.trial_id)
       config = base.copy_and_resolve_references()
@@ -84,6 +117,9 @@ def _trainable(tune):
       self.last_score = -math.inf
 
     def load_checkpoint(self, checkpoint_dir):
+      """Installs the Ray checkpoint's run checkpoint (its member.json and
+      state/) into this member's run folder; a donor's is a copy, logged at
+      the next open."""
       with open(os.path.join(checkpoint_dir, MEMBER_INFO)) as f:
         info = json.load(f)
       own = info['member'] == self.name
@@ -111,6 +147,14 @@ def _trainable(tune):
             **{f'pbt/{k}': v for k, v in self.values.items()}})
 
     def step(self):
+      """Trains one interval (to the next multiple of the interval, at most
+      total_env_steps) and writes 'pbt/score', the hyperparameters and the
+      copies other members made of this one to its metrics.
+
+      Returns:
+        Ray's result: score (the last one when no episode ended), env_steps,
+        member, done and the hyperparameters.
+      """
       if self.member_run is None:
         self._open()
       total = self.config.total_env_steps
@@ -149,6 +193,9 @@ def _trainable(tune):
         return []
 
     def save_checkpoint(self, checkpoint_dir):
+      """Copies the run folder's newest intact checkpoint to `<checkpoint_dir>/state`
+      and writes `<checkpoint_dir>/member.json` (member, env_steps, score,
+      workdir, values)."""
       from agents import checkpoint  # pylint: disable=import-outside-toplevel
       step, _ = checkpoint.find_intact(self.config.workdir)
       shutil.copytree(os.path.join(checkpoint.directory(self.config.workdir), str(step)),
@@ -158,9 +205,11 @@ def _trainable(tune):
                    'workdir': self.config.workdir, 'values': self.values}, f)
 
     def reset_config(self, new_config):
+      """False: every change of config gets a new member process."""
       return False  # a new member process for every change: its run folder reopens
 
     def cleanup(self):
+      """Closes the member's run (actors, logger, lock)."""
       if self.member_run is not None:
         self.member_run.close()
         self.member_run = None
@@ -226,17 +275,44 @@ def _ledger_class(ray):
       self._pending = {}
 
     def add(self, donor, row):
+      """Queues a metrics row for member `donor`."""
       self._pending.setdefault(donor, []).append(row)
 
     def take(self, member):
+      """The rows queued for `member` (a list, emptied)."""
       return self._pending.pop(member, [])
 
   return Ledger
 
 
 def run_population(config, population=None, address=None):
-  """Runs the population; returns (summary dict, exit status). ConfigError
-  on a bad setting, before Ray starts."""
+  """Runs a population of members of a config to total_env_steps on Ray Tune.
+
+  The population folder is config.workdir, or the resolved workdir +
+  '-pbt'. It holds members/member_NNNNN/ (each a run folder), events.jsonl
+  (one JSON line per copy: time, donor, recipient, env_steps, donor_score,
+  recipient_score, new_values), ray/tune/ (Ray Tune's state: a population
+  found there is resumed) and population.json (the summary, written at the
+  end). config.actors.cores left at 0 is set to the CPUs of one member.
+  Ray starts locally on every CPU unless `address` names a cluster; it is
+  shut down on return. Progress and copies are printed to stdout.
+
+  Args:
+    config: the base run config; config.pbt holds the PBT settings.
+    population: the number of members; None: config.pbt.population.
+    address: a Ray cluster's address; None: a local Ray.
+
+  Returns:
+    (summary, exit status): summary has 'members' (per member, sorted by
+    name: member, score, env_steps, values, copied_from, copied_to, error),
+    'copies', 'failed' (the members that errored), 'best_score' and
+    'score_kind'; the exit status is 1 when a member failed, else 0.
+
+  Raises:
+    configs.validation.ConfigError: on a bad setting, before Ray starts.
+    rundir.run_folder.RunFolderError: when the members' paths would be too
+      long for the filesystem.
+  """
   plan = validation.validate(config)
   settings = pbt_lib.check(config, plan, population)
   with config.unlocked():

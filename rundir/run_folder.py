@@ -60,10 +60,19 @@ INNER_PATH_ROOM = 300
 
 
 def check_path_length(workdir: str) -> None:
-  """RunFolderError if the filesystem would refuse the paths a run writes in
-  `workdir`: a name in it longer than the filesystem's NAME_MAX, or the
-  whole path too long to leave INNER_PATH_ROOM under PATH_MAX. (Before:
-  a 4,000-character path was accepted, and the first checkpoint failed.)"""
+  """Checks that the filesystem takes the paths a run writes in a folder.
+
+  The limits are those of the nearest existing folder on the path (255 and
+  4096 where the filesystem does not say). Writes nothing.
+
+  Args:
+    workdir: the run folder (it need not exist).
+
+  Raises:
+    RunFolderError: when a name in the path is longer than the filesystem's
+      NAME_MAX, or the whole path too long to leave INNER_PATH_ROOM bytes
+      under PATH_MAX; the message says to choose a shorter --config.workdir.
+  """
   path = os.path.abspath(workdir)
   probe = path
   while not os.path.exists(probe):
@@ -84,8 +93,16 @@ def check_path_length(workdir: str) -> None:
 
 
 def check_usable(workdir: str) -> None:
-  """Creates `workdir` if needed; RunFolderError if it is a file, cannot be
-  written, or its path is too long for the files a run writes in it."""
+  """Makes sure a run folder exists and can be written, creating it if needed.
+
+  Args:
+    workdir: the run folder.
+
+  Raises:
+    RunFolderError: when it is a file, cannot be created or written, or its
+      path is too long for the files a run writes in it
+      (check_path_length).
+  """
   check_path_length(workdir)
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise RunFolderError(f'workdir {workdir} is a file, not a folder; choose another '
@@ -116,6 +133,13 @@ class RunLock:
   kill -9), so a lock file whose flock nobody holds is stale and is taken
   over. Where flock is not supported (some network filesystems), the
   recorded pid is checked instead on the same host.
+
+  The lock file holds one JSON line {'host', 'pid', 'started' ('%Y-%m-%d
+  %H:%M:%S')}. After `acquire`, `stale_holder` is the holder record of a
+  stale lock that was taken over, else None.
+
+  Args:
+    workdir: the run folder.
   """
 
   def __init__(self, workdir: str):
@@ -124,6 +148,16 @@ class RunLock:
     self.stale_holder: Optional[dict] = None
 
   def acquire(self) -> 'RunLock':
+    """Takes the lock without waiting and writes this process into the lock file.
+
+    Returns:
+      self.
+
+    Raises:
+      RunFolderError: when another live trainer holds it ('<workdir> is in
+        use by another trainer (host ..., pid ..., since ...)'), the lock
+        file cannot be created, or it keeps being replaced (10 tries).
+    """
     for _ in range(10):
       fd = self._try_acquire()
       try:  # the file locked must still be the one at the path: a holder
@@ -195,11 +229,20 @@ def _who(holder: Optional[dict]) -> str:
 
 
 def describe_stale(holder: dict) -> str:
+  """A note for a stale lock taken over, naming its holder (RunLock.stale_holder)."""
   return f'took over the lock left by a stopped trainer ({_who(holder)})'
 
 
 def resolve_workdir(config) -> str:
-  """The run folder: config.workdir, or runs/<config_name>-<timestamp>."""
+  """The run folder of a config.
+
+  Args:
+    config: the run config.
+
+  Returns:
+    config.workdir, or runs/<config_name>-<YYYYmmdd-HHMMSS> ('run' for a
+    config without a name) when it is empty.
+  """
   if config.workdir:
     return config.workdir
   stamp = datetime.datetime.now().strftime('%Y%m%d-%H%M%S')
@@ -207,16 +250,27 @@ def resolve_workdir(config) -> str:
 
 
 def config_path(workdir: str) -> str:
+  """<workdir>/config.json."""
   return os.path.join(workdir, CONFIG_FILE)
 
 
 def metrics_path(workdir: str) -> str:
+  """<workdir>/metrics.jsonl."""
   return os.path.join(workdir, METRICS_FILE)
 
 
 def read_config(workdir: str) -> Optional[dict]:
-  """config.json as written at the run's start, or None where there is none;
-  RunFolderError when it cannot be read."""
+  """A run folder's config.json as written at the run's start.
+
+  Args:
+    workdir: the run folder.
+
+  Returns:
+    The config as a dict, or None where there is no config.json.
+
+  Raises:
+    RunFolderError: when it cannot be read or is not JSON.
+  """
   path = config_path(workdir)
   if not os.path.isfile(path):
     return None
@@ -229,9 +283,23 @@ def read_config(workdir: str) -> Optional[dict]:
 
 
 def check_resume(workdir: str, config) -> List[Tuple]:
-  """For a run folder with checkpoints: RunFolderError naming every frozen
-  field that differs from the saved config (and its saved value); returns
-  the allowed changes (field, saved, new). Writes nothing."""
+  """Checks a resume's config against the run folder's saved config.json.
+
+  Called for a run folder with checkpoints; configs.resume decides which
+  fields are frozen. Writes nothing.
+
+  Args:
+    workdir: the run folder.
+    config: the new run config.
+
+  Returns:
+    The allowed changes, (field, saved, new) each; [] without a saved config.
+
+  Raises:
+    RunFolderError: naming every frozen field that differs from the saved
+      config (a network, task or shape change) and its saved value; or when
+      config.json cannot be read.
+  """
   saved = read_config(workdir)
   if saved is None:
     return []
@@ -244,8 +312,18 @@ def check_resume(workdir: str, config) -> List[Tuple]:
 
 
 def keep_previous_config(workdir: str, step: int) -> Optional[str]:
-  """Copies config.json to config.<step>.json (the config that trained up to
-  `step`) before a resume with changed fields rewrites it; returns the path."""
+  """Keeps the config that trained up to a step, before a resume rewrites config.json.
+
+  Copies config.json to config.<step>.json; an existing copy is left as it
+  is.
+
+  Args:
+    workdir: the run folder.
+    step: the env step of the restored checkpoint.
+
+  Returns:
+    The copy's path, or None when there is no config.json.
+  """
   src = config_path(workdir)
   if not os.path.isfile(src):
     return None
@@ -257,13 +335,24 @@ def keep_previous_config(workdir: str, step: int) -> Optional[str]:
 
 
 def set_aside_metrics(workdir: str, step: int) -> Tuple[int, Optional[str]]:
-  """Moves metrics.jsonl rows logged past env step `step` (written after the
-  restored checkpoint by a process that stopped without saving) to
-  metrics.after-<step>.jsonl, appending if it exists; keeps the rest in
-  place. A line that is not a JSON object, or whose env_steps is not a
-  number (`"x"`, null, NaN: cut by a kill, or edited by hand), is moved
-  too; an object without env_steps counts as env step 0 and stays. Returns (rows moved,
-  side file or None)."""
+  """Moves the metrics.jsonl rows logged past a step to a side file.
+
+  Rows past `step` were written after the restored checkpoint by a process
+  that stopped without saving; they go to metrics.after-<step>.jsonl
+  (appended if it exists, fsynced), and metrics.jsonl is rewritten with the
+  rest, in order, through a temporary file. A line that is not a JSON object,
+  or whose env_steps is not a number (`"x"`, null, NaN: cut by a kill, or
+  edited by hand), is moved too; an object without env_steps counts as env
+  step 0 and stays.
+
+  Args:
+    workdir: the run folder.
+    step: the env step of the restored checkpoint (0 for a new run).
+
+  Returns:
+    (rows moved, side file path or None when nothing moved or there is no
+    metrics.jsonl).
+  """
   path = metrics_path(workdir)
   if not os.path.isfile(path):
     return 0, None
@@ -298,10 +387,25 @@ def set_aside_metrics(workdir: str, step: int) -> Tuple[int, Optional[str]]:
 
 
 def adopt(workdir: str, step: Optional[int], allowed: List[Tuple]) -> List[str]:
-  """Process 0, once the checkpoint at `step` (None: a new run) restored (a
-  resume writes nothing before that): moves metrics rows logged past it to
-  a side file and keeps the previous config.json when allowed fields
-  changed; returns lines to print."""
+  """Adopts a run folder once its checkpoint is restored; process 0 only.
+
+  A resume writes nothing before the restore. Moves the metrics rows logged
+  past `step` to a side file (set_aside_metrics) and, when allowed fields
+  changed, keeps the previous config.json (keep_previous_config).
+
+  Args:
+    workdir: the run folder.
+    step: the restored checkpoint's env step; None: a new run.
+    allowed: the allowed config changes (check_resume).
+
+  Returns:
+    Lines to print: the rows moved and where, the changed fields and where
+    the previous config is.
+
+  Raises:
+    RunFolderError: when the folder cannot be prepared ('cannot prepare
+      <workdir> for training: ...').
+  """
   notes = []
   try:
     moved_rows, side = set_aside_metrics(workdir, step or 0)
@@ -319,11 +423,24 @@ def adopt(workdir: str, step: Optional[int], allowed: List[Tuple]) -> List[str]:
 
 
 def read_metrics(workdir: str) -> List[Dict]:
-  """The rows of metrics.jsonl as logged (a resumed run's included; see
-  analysis/metrics.stitch_resumed), or of an archived run's
-  metrics.jsonl.gz (docs/data/ keeps the documented runs' that way).
-  FileNotFoundError without either; ValueError naming a line that is not a
-  JSON row."""
+  """The rows of a run's metrics file, as logged.
+
+  A resumed run's rows are all included (analysis/run_metrics.stitch_resumed
+  drops the ones a resume replaced). Reads metrics.jsonl, or an archived
+  run's metrics.jsonl.gz (docs/data/ keeps the documented runs' that way);
+  blank lines are skipped.
+
+  Args:
+    workdir: a run folder or an archive of one.
+
+  Returns:
+    The rows, each a dict, in file order.
+
+  Raises:
+    FileNotFoundError: without either file.
+    ValueError: naming the file and line number of a line that is not a
+      JSON row.
+  """
   path = metrics_path(workdir)
   if os.path.exists(path):
     opener = open
@@ -353,15 +470,28 @@ class Prepared(NamedTuple):
 
 
 def prepare(config) -> Prepared:
-  """Readies the run folder of `config` for training, setting
-  config.workdir to it (process 0's, on every process).
+  """Readies the run folder of a config for training.
 
+  Sets config.workdir to the folder (process 0's, on every process).
   Process 0 checks the folder is usable, takes its lock, checks a resume
   against the saved config (nothing but the lock is written before that
   passes), finds the newest intact checkpoint and sets damaged newer ones
   aside. Its verdict reaches every process: a RunFolderError stops all of
-  them alike. What a resume changes besides (metrics rows, the previous
-  config) waits for the restore: `adopt`."""
+  them alike, and the lock is released. What a resume changes besides
+  (metrics rows, the previous config) waits for the restore: `adopt`.
+
+  Args:
+    config: the run config.
+
+  Returns:
+    A Prepared: the folder, the lock (process 0), the resume step, notes and
+    the allowed config changes.
+
+  Raises:
+    RunFolderError: when the folder cannot be used, is locked by another
+      trainer, a resume changes frozen fields, or every checkpoint is
+      damaged; OSError and ValueError while preparing are reported as one.
+  """
   with config.unlocked():
     # Every process writes to and resumes from process 0's run folder.
     config.workdir = multihost.allgather_json(resolve_workdir(config))[0]
@@ -401,7 +531,19 @@ def prepare(config) -> Prepared:
 
 
 def read_jsonl(path: str) -> List[Dict]:
-  """The rows of a JSON-lines file; a torn last line (a killed writer) is skipped."""
+  """The rows of a JSON-lines file.
+
+  Lines that are not JSON (a torn last line of a killed writer) are skipped.
+
+  Args:
+    path: the file.
+
+  Returns:
+    The decoded rows, in file order.
+
+  Raises:
+    OSError: when the file cannot be read.
+  """
   rows = []
   with open(path) as f:
     for line in f:

@@ -56,11 +56,35 @@ def _wandb_run_id(workdir: str) -> str:
 
 
 class RunLogger:
+  """Writes a run's config and metrics rows to every destination of the module docstring.
+
+  On the primary process the constructor writes <workdir>/config.json (the
+  config's JSON, indented 2, keys sorted), opens metrics.jsonl for appending
+  (line-buffered), starts wandb unless config.wandb.mode is 'disabled' (its
+  run id kept in <workdir>/wandb_run_id.txt, so a resumed run continues its
+  wandb run) and TensorBoard when config.log.tensorboard is set. On the
+  others it writes nothing. `wandb_failure` and `tensorboard_failure` hold
+  the one-line reason a writer was dropped, else None.
+
+  Args:
+    workdir: the run folder.
+    config: the run config (ml_collections).
+    task_names: the run's task names, for the progress line and the wandb
+      action histograms.
+    primary: whether this process writes (process 0).
+    process_index: this process's index, the prefix of its messages when
+      not primary.
+    resume_step: the env step of the checkpoint a resumed run starts from
+      (None: a new run); TensorBoard drops earlier points from there on.
+
+  Raises:
+    RunFolderError: when config.json or metrics.jsonl cannot be written
+      ('cannot write <file>: <why>').
+  """
 
   def __init__(self, workdir: str, config, task_names: Sequence[str], primary: bool = True,
                process_index: int = 0, resume_step: Optional[int] = None):
-    """`resume_step`: the env step of the checkpoint a resumed run starts
-    from (None: a new run); TensorBoard drops earlier points from there on."""
+    """See the class docstring."""
     self.workdir = workdir
     self._task_names = tuple(task_names)
     self._primary = primary
@@ -103,6 +127,24 @@ class RunLogger:
         self._tensorboard_failed(e, 'starting')
 
   def write(self, metrics: Dict) -> None:
+    """Writes one metrics row everywhere; does nothing on other processes.
+
+    metrics.jsonl gets {'time': seconds since the logger opened, **metrics}
+    as one JSON line, flushed, with non-finite floats written as strings
+    ('nan', 'inf'). wandb gets the row at step env_steps, with each task's
+    `actions/<task>/...` frequencies also as the histogram
+    'action_histogram/<task>'; TensorBoard its scalars. With
+    config.log.progress a progress line goes to stdout. A wandb or
+    TensorBoard failure drops that writer (the module docstring).
+
+    Args:
+      metrics: one log row; needs 'env_steps', and for the progress line
+        'learner_steps', 'sps', 'loss/total', 'entropy' and 'policy_lag'.
+
+    Raises:
+      MetricsWriteError: when metrics.jsonl cannot take the row ('cannot
+        write metrics to <path>: <why>').
+    """
     if not self._primary:
       return
     record = {'time': round(time.time() - self._start, 3), **metrics}
@@ -195,9 +237,15 @@ class RunLogger:
       pass
 
   def message(self, text: str) -> None:
+    """Prints `text` to stderr, flushed; prefixed '[process <i>] ' on non-primary processes."""
     print(self._prefix + text, file=sys.stderr, flush=True)
 
   def close(self) -> None:
+    """Closes metrics.jsonl, finishes wandb and closes TensorBoard.
+
+    A failure to finish wandb or to close TensorBoard is a warning and a note
+    in the workdir, not an error.
+    """
     if self._metrics is not None:
       try:
         self._metrics.close()

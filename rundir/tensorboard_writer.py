@@ -27,9 +27,17 @@ RANKING_METRIC = 'mean_episode_return'  # the HParams tab's metric column
 
 
 def hyperparameters(config) -> Dict[str, Any]:
-  """The config's leaves as HParams values: numbers, strings and bools as
-  they are, lists and tuples as their JSON text (TensorBoard takes no
-  others); `workdir` left out (it names the run already)."""
+  """The config's leaves as HParams values.
+
+  Args:
+    config: the run config (ml_collections).
+
+  Returns:
+    Flattened field name (configs.resume.flatten) -> value: numbers, strings
+    and bools as they are, lists and tuples as their JSON text (TensorBoard
+    takes no others); `workdir` and None values left out (the workdir names
+    the run already).
+  """
   flat = resume.flatten(json.loads(config.to_json_best_effort(sort_keys=True)))
   out = {}
   for field, value in flat.items():
@@ -40,12 +48,35 @@ def hyperparameters(config) -> Dict[str, Any]:
 
 
 def scalars(metrics: Dict[str, Any]) -> Dict[str, float]:
-  """The numeric entries of a metrics row (bools and strings left out)."""
+  """The numeric entries of a metrics row.
+
+  Args:
+    metrics: one log row.
+
+  Returns:
+    Name -> float for the int and float entries; bools and strings left out.
+  """
   return {k: float(v) for k, v in metrics.items()
           if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 class TensorBoardWriter:
+  """Writes a run's metrics rows as TensorBoard event files in `logdir`.
+
+  The constructor writes the config as text 'config' and the HParams
+  summary (hyperparameters(config), ranked by RANKING_METRIC) at step
+  `resume_step` or 0. Events are flushed at least every FLUSH_SECONDS.
+
+  Args:
+    logdir: the folder of the event files (the run folder).
+    config: the run config.
+    resume_step: the env step of the checkpoint a resumed run starts from;
+      earlier files' points after it are dropped. None: a new run.
+
+  Raises:
+    ImportError: without tensorboardX. Other errors of the writer propagate
+      (the module docstring).
+  """
 
   def __init__(self, logdir: str, config, resume_step: Optional[int] = None):
     from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
@@ -65,10 +96,12 @@ class TensorBoardWriter:
       self._writer.file_writer.add_summary(summary, step)
 
   def write(self, metrics: Dict[str, Any]) -> None:
+    """Adds every scalar of a metrics row (`scalars`) but env_steps, at x = its env_steps."""
     step = int(metrics['env_steps'])
     for tag, value in scalars(metrics).items():
       if tag != 'env_steps':
         self._writer.add_scalar(tag, value, step)
 
   def close(self) -> None:
+    """Flushes and closes the event file."""
     self._writer.close()
