@@ -342,9 +342,13 @@ def exit_on_failure(e: BaseException) -> None:
   elif not isinstance(e, one_line):
     traceback.print_exception(e)
   print(f'error: {type(e).__name__}: {e}', file=sys.stderr, flush=True)
-  if multihost.is_multiprocess() and not isinstance(e, NonFiniteError):
+  if multihost.is_multiprocess():
+    if isinstance(e, NonFiniteError):
+      # Every process stops on it: they leave together, process 0 last, and
+      # not through JAX's exit-time shutdown, which could abort a process.
+      multihost.finish(1)
     multihost.leave(1)  # no shutdown barrier with peers that are stopping
-  sys.exit(1)  # a non-finite stop is every process's: they leave together
+  sys.exit(1)
 
 
 def _tell_peers(e: Exception, config) -> None:
