@@ -226,22 +226,9 @@ def action_names(env_id: str, env_kwargs: Dict[str, Any], num_actions: int) -> t
 
 def evaluation_env(env_id: str, task_id: int, env_kwargs: Dict[str, Any], num_envs: int,
                    seed: int, video: bool, observation_keys: Sequence[str], workers: int):
-  """An env for evaluating a task (family.EnvFamily.evaluation_env).
-
-  Args:
-    env_id: the task's env id.
-    task_id: the task index its envs report.
-    env_kwargs: the task's evaluation kwargs (task_env_kwargs, training=False).
-    num_envs: the envs to play in parallel.
-    seed: the env seed.
-    video: whether a video is recorded.
-    observation_keys: the keys the network reads.
-    workers: worker processes, for families that step in processes.
-
-  Returns:
-    (batched env with rewards unscaled, frame_fn or None, video fps);
-    frame_fn(result) draws env 0's screen.
-  """
+  """An env for evaluating a task: the evaluation_env of the family that
+  matches `env_id`, with the same arguments and return value
+  (envs/family.EnvFamily.evaluation_env says what each is)."""
   return family_of(env_id).evaluation_env(env_id, task_id, env_kwargs, num_envs, seed, video,
                                           observation_keys, workers)
 
