@@ -230,17 +230,16 @@ class Actor(threading.Thread):
         buf, start_state, t = new, next_start_state, 1
 
 
-def make_envs(config, plan, first_actor: int = 0, env_steps: int = 0, count=None) -> list:
+def make_envs(spec, first_actor: int = 0, env_steps: int = 0, count=None) -> list:
   """The batched envs of this process's actors, as training makes them.
 
-  Actor i steps plan.actor_env_groups[i], seeded for global actor id
+  Actor i steps spec.plan.actor_env_groups[i], seeded for global actor id
   first_actor + i at `env_steps` (a resumed run gets fresh games,
   builder.env_seed). With actors.nle_ttyrecs, NLE writes its ttyrecs under
   `<workdir>/nle`.
 
   Args:
-    config: the run config.
-    plan: its RunPlan.
+    spec: the run's RunSpec (configs/spec.py).
     first_actor: the global id of this process's first actor.
     env_steps: the run's env step (0 for a fresh run).
     count: make the envs of the first `count` actors only; None: all.
@@ -248,29 +247,28 @@ def make_envs(config, plan, first_actor: int = 0, env_steps: int = 0, count=None
   Returns:
     A list of batched envs, one per actor.
   """
-  a = config.actors
+  plan = spec.plan
   groups = plan.actor_env_groups if count is None else plan.actor_env_groups[:count]
   return [registry.make_actor_envs(
-      g, seed=builder.env_seed(config, first_actor + i, env_steps),
+      g, seed=builder.env_seed(spec.run.seed, first_actor + i, env_steps),
       envpool_threads=plan.actors.envpool_threads, nle_workers=plan.actors.nle_workers,
       observation_keys=plan.observation_keys,
-      nle_savedir=(f'{config.workdir}/nle' if a.nle_ttyrecs else None))
+      nle_savedir=(f'{spec.run.workdir}/nle' if spec.actors.nle_ttyrecs else None))
       for i, g in enumerate(groups)]
 
 
-def make_actors(config, plan, network, envs, store: 'ParamsStore', unrolls: queue.Queue,
+def make_actors(spec, network, envs, store: 'ParamsStore', unrolls: queue.Queue,
                 episodes: queue.SimpleQueue, timer: StageTimer, stop: threading.Event,
                 rng: jax.Array, env_steps: int = 0, first_actor: int = 0) -> list:
   """The actor threads of this process, not started.
 
   One Actor per env of `envs` (make_envs), acting with `network` on
-  plan.actor_device; their sampling seeds come from the learner's `rng` at
-  `env_steps` (builder.actor_seed). config.unroll_length and
-  config.actors.wait_for_learner set theirs.
+  spec.plan.actor_device; their sampling seeds come from the learner's `rng`
+  at `env_steps` (builder.actor_seed). The run's unroll_length and
+  actors.wait_for_learner set theirs.
 
   Args:
-    config: the run config.
-    plan: its RunPlan.
+    spec: the run's RunSpec (configs/spec.py).
     network: the AgentNetwork.
     envs: the batched envs (make_envs), one per actor.
     store: where the learner publishes params.
@@ -287,7 +285,7 @@ def make_actors(config, plan, network, envs, store: 'ParamsStore', unrolls: queu
   """
   act = make_act_fn(network)
   return [Actor(first_actor + i, e, act, network.initial_state(e.num_envs), store, unrolls,
-                episodes, timer, stop, config.unroll_length, plan.actor_device,
+                episodes, timer, stop, spec.run.unroll_length, spec.plan.actor_device,
                 seed=builder.actor_seed(rng, env_steps, first_actor + i),
-                wait_for_learner=config.actors.wait_for_learner)
+                wait_for_learner=spec.actors.wait_for_learner)
           for i, e in enumerate(envs)]

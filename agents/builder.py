@@ -1,4 +1,4 @@
-"""The one place an agent is assembled from a config.
+"""The one place an agent is assembled from a run spec (configs/spec.py).
 
 `build_agent` makes the network, its initial variables, the optimiser and
 its schedule, the learner mesh and state, and (unless asked not to) the
@@ -17,7 +17,7 @@ import optax
 from agents import learner as learner_lib
 from agents.rollout import example_observation
 from networks import agent as agent_net
-from rl import algorithms, impala, optimizers, popart
+from rl import impala, optimizers, popart
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,19 +49,18 @@ class Agent:
   task_gradients: Optional[Callable] = None
 
 
-def build_agent(config, plan, num_actions: int, observation_spec: Dict[str, tuple],
+def build_agent(spec, num_actions: int, observation_spec: Dict[str, tuple],
                 with_update: bool = True) -> Agent:
-  """The agent of a config, for an env.
+  """The agent of a run spec, for an env.
 
-  The network's variables are initialised from config.seed (with
-  config.network.init); with PopArt the statistics get config.popart.start's
-  entries ('identity' in runs written before it existed). The learner state
+  The network's variables are initialised from the run's seed (with
+  network.init); with PopArt the statistics get popart.start's
+  entries. The learner state
   is replicated over the mesh of plan.learner_devices, and network.dtype
   'auto' is resolved for their platform.
 
   Args:
-    config: the run config.
-    plan: the config validated into a RunPlan.
+    spec: the run's RunSpec (configs/spec.py).
     num_actions: the env's action count.
     observation_spec: the env's keys, without prev_action / prev_reward:
       {key: (shape per env step, dtype)}.
@@ -72,40 +71,39 @@ def build_agent(config, plan, num_actions: int, observation_spec: Dict[str, tupl
     `task_gradients` None unless a multi-task V-trace run sets
     log.task_gradients_seconds.
   """
-  network = agent_net.make_network(config.network, num_actions, plan.num_values, plan.num_tasks,
+  plan, run = spec.plan, spec.run
+  network = agent_net.make_network(spec.network, num_actions, plan.num_values, plan.num_tasks,
                                    platform=plan.learner_devices[0].platform)
-  variables = agent_net.init_variables(network, jax.random.key(config.seed),
+  variables = agent_net.init_variables(network, jax.random.key(run.seed),
                                        example_observation(observation_spec),
-                                       init=config.network.init)
-  if config.popart.enabled:   # the debiased start keeps a weight per task beside mu and nu
-    stats = popart.with_start(variables['popart'][agent_net.VALUE_HEAD],
-                              config.popart.get('start', 'identity'))  # absent in older runs
+                                       init=spec.network.init)
+  if spec.popart.enabled:   # the debiased start keeps a weight per task beside mu and nu
+    stats = popart.with_start(variables['popart'][agent_net.VALUE_HEAD], spec.popart.start)
     variables = {**variables, 'popart': {**variables['popart'], agent_net.VALUE_HEAD: stats}}
-  optimizer, schedule = optimizers.optimizer_from_config(
-      config, plan.total_learner_steps, algorithms.optimizer_steps_per_update(config))
+  optimizer, schedule = optimizers.optimizer_from_settings(
+      spec.optimizer, run.learning_rate, run.entropy_cost, plan.total_learner_steps,
+      spec.optimizer_steps_per_update)
   mesh = learner_lib.make_mesh(plan.learner_devices)
-  learner = algorithms.get(config.loss.name)
+  learner = spec.learner
   algorithm = () if learner.init_state is None else learner.init_state(variables['params'])
   state = learner_lib.init_state(variables, optimizer, mesh, algorithm)
   update = task_gradients = None
-  loss_cfg = algorithms.loss_config(config)
+  loss_cfg = spec.loss
   if with_update:
     update = learner_lib.build_update(
         agent_net.apply_fn(network, with_health=True), optimizer, schedule,
-        loss_cfg, agent_net.VALUE_HEAD, mesh, config.optimizer.max_grad_norm,
-        seed=config.seed)
-    if (plan.num_tasks > 1 and loss_cfg.name == impala.NAME
-        and config.log.get('task_gradients_seconds', 0)):
+        loss_cfg, agent_net.VALUE_HEAD, mesh, spec.optimizer.max_grad_norm, seed=run.seed)
+    if plan.num_tasks > 1 and loss_cfg.name == impala.NAME and spec.log.task_gradients_seconds:
       task_gradients = learner_lib.build_task_gradients(
           agent_net.apply_fn(network), loss_cfg, agent_net.VALUE_HEAD)
   return Agent(network, variables, optimizer, schedule, mesh, state, update, task_gradients)
 
 
-def env_seed(config, actor_id: int, env_steps: int = 0) -> int:
+def env_seed(seed: int, actor_id: int, env_steps: int = 0) -> int:
   """The seed of an actor's envs.
 
   Args:
-    config: the run config (its seed).
+    seed: the run's seed.
     actor_id: the global actor id (actor ids are global over processes).
     env_steps: the run's env step; a resumed run passes its own, for fresh
       games rather than a replay of the start.
@@ -113,7 +111,7 @@ def env_seed(config, actor_id: int, env_steps: int = 0) -> int:
   Returns:
     An int in [0, 2**31).
   """
-  return (config.seed * 100_003 + 1_009 * actor_id + env_steps) % 2**31
+  return (seed * 100_003 + 1_009 * actor_id + env_steps) % 2**31
 
 
 def actor_seed(rng: jax.Array, env_steps: int, actor_id: int) -> int:

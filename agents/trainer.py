@@ -1,8 +1,8 @@
 """The Sebulba training loop (Hessel et al. 2021, arXiv 2104.06272): actor
 threads feed a sharded, jitted learner.
 
-`Trainer` builds envs, agent (agents/builder.py) and actors from a config
-and its RunPlan, and restores the latest checkpoint of its workdir. Its
+`Trainer` builds envs, agent (agents/builder.py) and actors from a run spec
+(configs/spec.py) and its RunPlan, and restores the latest checkpoint of its workdir. Its
 public steps are what `run()` is made of, and what tools drive by hand:
 `start` (publish the params, start the actors), `next_batch` (the actors'
 next learner batch), `step` (one update: checked, published, counted) and
@@ -94,15 +94,14 @@ class Trainer:
   """Envs, agent, actors and checkpoints of one process of a run.
 
   Construction makes the envs, the agent and the actor threads (not
-  started) and restores the latest checkpoint of config.workdir: a resumed
+  started) and restores the latest checkpoint of the run's workdir: a resumed
   run continues from it with the config's learner hyperparameters (those
   that differ from the checkpoint's are in `changed_hyperparameters`), and
   its envs and actors get fresh seeds. With several processes every
   process makes one, and they must see the same latest checkpoint.
 
   Args:
-    config: the run config.
-    plan: its RunPlan.
+    spec: the run's RunSpec (configs/spec.py; its workdir set).
     stop_requested: set (by a signal handler, a benchmark) to end the loop
       after the update in progress; a new Event when None.
 
@@ -111,8 +110,9 @@ class Trainer:
     CheckpointError: the checkpoint cannot be restored.
   """
 
-  def __init__(self, config, plan, stop_requested: Optional[threading.Event] = None):
-    self.config, self.plan = config, plan
+  def __init__(self, spec, stop_requested: Optional[threading.Event] = None):
+    self.spec, self.plan = spec, spec.plan
+    plan = spec.plan
     self.timer = StageTimer()
     self.stop = threading.Event()            # stops the actors (and, in one process, the loop)
     # A stop asked for (a signal, a benchmark's end): the loop ends after the
@@ -120,21 +120,20 @@ class Trainer:
     # the same update on all of them.
     self.stop_requested = stop_requested or threading.Event()
     self.interrupted = False
-    a = config.actors
     first_actor = jax.process_index() * plan.num_actors  # actor ids are global
-    self.checkpointer = Checkpointer(config.workdir, config.keep_intermediate,
+    self.checkpointer = Checkpointer(spec.run.workdir, spec.run.keep_intermediate,
                                      primary=multihost.is_primary())
     # A resumed run continues from its latest checkpoint; its envs and actors
     # get fresh seeds (offset by the env step) rather than replaying the start.
     self.resumed_from = self._agreed_latest_step()
-    self.envs = actor_lib.make_envs(config, plan, first_actor, self.resumed_from or 0)
+    self.envs = actor_lib.make_envs(spec, first_actor, self.resumed_from or 0)
     env = self.envs[0]
-    agent = builder.build_agent(config, plan, env.num_actions, env.observation_spec)
+    agent = builder.build_agent(spec, env.num_actions, env.observation_spec)
     self.network, self.mesh, self.schedule = agent.network, agent.mesh, agent.schedule
     self.update = agent.update   # (state, batch) -> (state, metrics); does not change self
     self.task_gradients = agent.task_gradients   # None, or the per-task gradient report
     self.state = agent.state
-    self.rng = jax.random.key(config.seed)
+    self.rng = jax.random.key(spec.run.seed)
     self.env_steps = 0
     # The learner's hyperparameters (rl/optimizers.py) the checkpoint had,
     # where they differ from this config's; the config's are used.
@@ -149,14 +148,14 @@ class Trainer:
     self._next_checkpoint = self._checkpoint_after(self.env_steps)
 
     self.store = ParamsStore()
-    self.unrolls = queue.Queue(maxsize=a.queue_size)
+    self.unrolls = queue.Queue(maxsize=spec.actors.queue_size)
     self.episodes = queue.SimpleQueue()
     self.actors = actor_lib.make_actors(
-        config, plan, self.network, self.envs, self.store, self.unrolls, self.episodes,
+        spec, self.network, self.envs, self.store, self.unrolls, self.episodes,
         self.timer, self.stop, self.rng, self.env_steps, first_actor)
     group = plan.actor_env_groups[0][0]
     self.summariser = Summariser(
-        plan, config.popart.enabled,
+        plan, spec.popart.enabled,
         registry.action_names(group.env_id, group.env_kwargs, env.num_actions), env.num_actions)
     self._started = False
 
@@ -246,7 +245,7 @@ class Trainer:
   def run(self, on_log: Callable[[Dict], None], until: Optional[int] = None):
     """Trains until total_env_steps; returns the final learner state.
 
-    Checkpoints are saved every config.checkpoint_every_steps env steps
+    Checkpoints are saved every run.checkpoint_every_steps env steps
     (with several processes, the replicas are then checked to agree), and
     at step 0 with keep_intermediate. A stop asked for ends the loop after
     the update in progress (with several processes, at the same update on
@@ -255,7 +254,7 @@ class Trainer:
 
     Args:
       on_log: gets the metrics of every log step (every
-        config.log.every_seconds, and at the end), on process 0 only;
+        log.every_seconds, and at the end), on process 0 only;
         every process's episodes and actions are in them.
       until: env steps at which this call ends instead, with a log step,
         the actors left running and the trainer open, so that a later call
@@ -270,20 +269,20 @@ class Trainer:
         finite (the last good state is saved first).
       ActorFailed: an actor failed or stopped.
     """
-    config = self.config
-    target = config.total_env_steps if until is None else min(until, config.total_env_steps)
+    run, log_settings = self.spec.run, self.spec.log
+    target = run.total_env_steps if until is None else min(until, run.total_env_steps)
     if self._agree(False, self.stop_requested.is_set())[1]:  # asked during start-up: no update
       self.interrupted = True
       self.close()
       return self.state
-    if self.config.keep_intermediate and self.env_steps == 0:
+    if run.keep_intermediate and self.env_steps == 0:
       self.save_checkpoint()  # the initialisation, for analyses of training
     self.start()
     window: List[Dict] = []
     lags: List[int] = []
     last_log = last_report = time.perf_counter()
     last_steps = self.env_steps
-    report_every = config.log.get('task_gradients_seconds', 0)
+    report_every = log_settings.task_gradients_seconds
     try:
       while self.env_steps < target and not self.stop.is_set():
         unroll, batch_lags = self.next_batch()
@@ -303,7 +302,7 @@ class Trainer:
               self.check_replicas()  # what the checkpoint holds is what every process holds
           self._next_checkpoint = self._checkpoint_after(self.env_steps)
         now = time.perf_counter()
-        log_due, stop = self._agree(now - last_log >= config.log.every_seconds,
+        log_due, stop = self._agree(now - last_log >= log_settings.every_seconds,
                                     self.stop_requested.is_set())
         done = self.env_steps >= target or stop
         if done or log_due:
@@ -322,7 +321,7 @@ class Trainer:
       self.close()
       raise
     if until is None or self.interrupted or self.stop.is_set() or (
-        self.env_steps >= config.total_env_steps):
+        self.env_steps >= run.total_env_steps):
       self.close()
     return self.state
 
@@ -363,7 +362,7 @@ class Trainer:
     return steps[0]
 
   def _checkpoint_after(self, env_steps: int) -> float:
-    every = self.config.checkpoint_every_steps
+    every = self.spec.run.checkpoint_every_steps
     return (env_steps // every + 1) * every if every else float('inf')
 
   def save_checkpoint(self) -> bool:

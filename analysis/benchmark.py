@@ -24,13 +24,13 @@ from agents import standin
 from agents.rollout import policy_observation_spec
 from agents.timing import StageTimer
 from agents.trainer import Trainer
-from configs.validation import validate
+from configs.validation import validate_spec
 from envs import registry
 from networks.nethack import NLE_NUM_GLYPHS
 from rl.types import Unroll
 
 
-def bench_raw(config, plan, seconds, warmup):
+def bench_raw(config, spec, seconds, warmup):
   """The envs alone: every actor's batched env stepped with random actions.
 
   One thread per actor's env (actor.make_envs), no policy; the envs are
@@ -38,14 +38,14 @@ def bench_raw(config, plan, seconds, warmup):
 
   Args:
     config: the run config.
-    plan: its RunPlan (configs.validation.validate).
+    spec: its RunSpec (configs.validation.validate_spec).
     seconds: how long to measure.
     warmup: seconds to run before measuring (at most 3 s).
 
   Returns:
     Agent steps/s summed over the actors.
   """
-  envs = actor_lib.make_envs(config, plan)
+  envs = actor_lib.make_envs(spec)
   counts = [0] * len(envs)
   stop = threading.Event()
 
@@ -71,21 +71,21 @@ def bench_raw(config, plan, seconds, warmup):
   return sps
 
 
-def bench_actors(config, plan, seconds, warmup):
+def bench_actors(config, spec, seconds, warmup):
   """The actor threads with their policy, their batches taken and discarded (no learner).
 
   A Trainer is started and closed after.
 
   Args:
     config: the run config.
-    plan: its RunPlan (configs.validation.validate).
+    spec: its RunSpec (configs.validation.validate_spec).
     seconds: how long to measure.
     warmup: seconds to run before measuring.
 
   Returns:
     Agent steps/s summed over the actors.
   """
-  trainer = Trainer(config, plan)
+  trainer = Trainer(spec)
   trainer.start()
   try:
     deadline = time.perf_counter() + warmup + seconds
@@ -105,7 +105,7 @@ def _actor_spaces(plan):
   return registry.env_spaces(group.env_id, group.env_kwargs, plan.observation_keys)
 
 
-def bench_loop(config, plan, seconds, warmup):
+def bench_loop(config, spec, seconds, warmup):
   """One actor thread's own cost, without env or policy work.
 
   The actor has actor 0's spaces and env count, a stand-in env and policy
@@ -113,7 +113,7 @@ def bench_loop(config, plan, seconds, warmup):
 
   Args:
     config: the run config.
-    plan: its RunPlan (configs.validation.validate).
+    spec: its RunSpec (configs.validation.validate_spec).
     seconds: how long to measure.
     warmup: seconds to run before measuring (at most 2 s).
 
@@ -123,6 +123,7 @@ def bench_loop(config, plan, seconds, warmup):
   Raises:
     Exception: the actor thread's own error, when it failed.
   """
+  plan = spec.plan
   num_actions, obs_spec = _actor_spaces(plan)
   n = config.actors.envs_per_actor
   env = standin.StandInEnv(n, num_actions, obs_spec, num_tasks=plan.num_tasks)
@@ -206,7 +207,7 @@ def synthetic_batch(config, plan, num_actions: int, obs_spec, seed: int = 0) -> 
       task_id=obs['task_id'].copy(), core_state=())
 
 
-def bench_learner(config, plan, seconds, warmup):
+def bench_learner(config, spec, seconds, warmup):
   """The learner alone: its compiled update on one synthetic batch, repeated.
 
   No `warmup` is needed: the update is compiled, and one update run, before
@@ -214,7 +215,7 @@ def bench_learner(config, plan, seconds, warmup):
 
   Args:
     config: the run config.
-    plan: its RunPlan (configs.validation.validate).
+    spec: its RunSpec (configs.validation.validate_spec).
     seconds: how long to measure.
     warmup: seconds to run before measuring (unused).
 
@@ -222,9 +223,9 @@ def bench_learner(config, plan, seconds, warmup):
     (learner updates/s, the compiled update's memory in MiB: arguments,
     outputs and temporaries; None where the backend does not say).
   """
-  num_actions, obs_spec = _actor_spaces(plan)
-  agent = builder.build_agent(config, plan, num_actions, obs_spec)
-  batch = synthetic_batch(config, plan, num_actions, obs_spec)
+  num_actions, obs_spec = _actor_spaces(spec.plan)
+  agent = builder.build_agent(spec, num_actions, obs_spec)
+  batch = synthetic_batch(config, spec.plan, num_actions, obs_spec)
   batch = batch._replace(core_state=jax.tree.map(
       np.asarray, agent.network.initial_state(batch.action.shape[1])))
   batch = learner_lib.shard_batch(batch, agent.mesh)
@@ -247,7 +248,7 @@ def bench_learner(config, plan, seconds, warmup):
       return updates / elapsed, memory
 
 
-def bench_train(config, plan, seconds, warmup):
+def bench_train(config, spec, seconds, warmup):
   """The whole training loop, actors and learner, as a run trains.
 
   Sets config.total_env_steps to 10**12 and config.log.every_seconds to 1
@@ -256,7 +257,7 @@ def bench_train(config, plan, seconds, warmup):
 
   Args:
     config: the run config.
-    plan: its RunPlan (configs.validation.validate).
+    spec: its RunSpec (configs.validation.validate_spec).
     seconds: how long to measure.
     warmup: seconds to run before measuring.
 
@@ -266,7 +267,8 @@ def bench_train(config, plan, seconds, warmup):
   with config.unlocked():
     config.total_env_steps = 10**12
     config.log.every_seconds = 1.0
-  trainer = Trainer(config, plan)
+  del spec   # made again: the run's length changed
+  trainer = Trainer(validate_spec(config))
   marks = []
   timings = {}
 
@@ -350,14 +352,14 @@ def run_suite(small: bool, seconds: float, warmup: float, stages=('learner', 'tr
       if entries is not None and (name, dtype) not in entries:
         continue
       config = suite_config(module, variant, dtype, small)
-      plan = validate(config)
+      spec = validate_spec(config)
       row = {'config': name, 'dtype': dtype, 'batch': f'{config.batch_size} x {config.unroll_length}'}
       if 'learner' in stages:
-        ups, memory = bench_learner(config, plan, seconds, warmup)
+        ups, memory = bench_learner(config, spec, seconds, warmup)
         row.update(learner_ups=ups, learner_sps=ups * config.batch_size * config.unroll_length,
                    learner_mib=memory)
       if 'train' in stages:
-        row['train_sps'] = bench_train(config, plan, seconds, warmup)[0]
+        row['train_sps'] = bench_train(config, spec, seconds, warmup)[0]
       rows.append(row)
       out(f'{name}, {dtype}: ' + ', '.join(f'{k} {v:,.1f}' for k, v in row.items()
                                             if isinstance(v, float)))

@@ -1,6 +1,6 @@
 """The frames and step bookkeeping the learner receives, checked with numbers.
 
-`collect` builds actor 0's envs exactly as training does (validate -> plan ->
+`collect` builds actor 0's envs exactly as training does (validate_spec ->
 agents.actor.make_envs and make_actors, the builder's agent and seeds), runs
 the real `agents.actor.Actor` thread with a freshly initialised network, and
 keeps the UnrollBlocks it puts on the queue (what the learner gets) and every
@@ -90,7 +90,7 @@ class RecordingEnv:
     self._env.close()
 
 
-def collect(config, plan, num_blocks: int, policy_scale: float = 1.0) -> Collected:
+def collect(config, spec, num_blocks: int, policy_scale: float = 1.0) -> Collected:
   """Runs actor 0 as training would, with a fresh network, and keeps what it produces.
 
   Actor 0's env (actor.make_envs), its seeds (a fresh run's, env step 0) and
@@ -99,7 +99,7 @@ def collect(config, plan, num_blocks: int, policy_scale: float = 1.0) -> Collect
 
   Args:
     config: the run config.
-    plan: its RunPlan.
+    spec: its RunSpec (configs.validation.validate_spec).
     num_blocks: the unrolls to collect.
     policy_scale: multiplies the policy head's weights (tests: logits that
       differ between frames, so off-by-one errors show).
@@ -110,9 +110,9 @@ def collect(config, plan, num_blocks: int, policy_scale: float = 1.0) -> Collect
   Raises:
     RuntimeError: when the actor fails ('actor failed: ...').
   """
-  env = RecordingEnv(actor_lib.make_envs(config, plan, count=1)[0])
-  agent = builder.build_agent(config, plan, env.num_actions, env.observation_spec,
-                              with_update=False)
+  plan = spec.plan
+  env = RecordingEnv(actor_lib.make_envs(spec, count=1)[0])
+  agent = builder.build_agent(spec, env.num_actions, env.observation_spec, with_update=False)
   network, variables = agent.network, agent.variables
   if policy_scale != 1.0:
     params = dict(variables['params'])
@@ -123,7 +123,7 @@ def collect(config, plan, num_blocks: int, policy_scale: float = 1.0) -> Collect
   store.publish(variables, 0)
   stop = threading.Event()
   rng = jax.random.key(config.seed)   # a fresh run's: actor 0 at env step 0
-  actor, = actor_lib.make_actors(config, plan, network, [env], store, unrolls, episodes,
+  actor, = actor_lib.make_actors(spec, network, [env], store, unrolls, episodes,
                                  StageTimer(), stop, rng)
   actor_seed = builder.actor_seed(rng, 0, 0)
   actor.start()

@@ -146,14 +146,15 @@ def load_run(workdir: str, step: Optional[int] = None) -> LoadedRun:
   with config.unlocked():
     config.num_learner_devices = 1
     config.actor_device_id = 0
-  plan = validation.validate(config)
+  spec = validation.validate_spec(config)
+  plan = spec.plan
 
   # The agent built as the Trainer builds it: its learner state is the
   # restore target (orbax needs the tree, shapes and dtypes).
   group = plan.actor_env_groups[0][0]
   num_actions, obs_spec = registry.env_spaces(group.env_id, group.env_kwargs,
                                               plan.observation_keys)
-  agent = build_agent(config, plan, num_actions, obs_spec, with_update=False)
+  agent = build_agent(spec, num_actions, obs_spec, with_update=False)
   network, like = agent.network, agent.state
   checkpointer.close()
   restored, skipped = _restore(workdir, like, step)

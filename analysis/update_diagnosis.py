@@ -12,7 +12,7 @@ from agents.trainer import Trainer
 from analysis import update_stats
 from configs import validation
 from networks import agent as agent_net
-from rl import algorithms, impala
+from rl import impala
 
 
 class Diagnoser:
@@ -38,17 +38,18 @@ class Diagnoser:
 
   def __init__(self, config, workdir=None, step=None):
     self.config = config
-    self.plan = validation.validate(config)
-    self.trainer = Trainer(config, self.plan)
+    spec = validation.validate_spec(config)
+    self.plan = spec.plan
+    self.trainer = Trainer(spec)
     if workdir:
       checkpointer = Checkpointer(workdir, read_only=True)
       restored = checkpointer.restore(self.trainer.state, env_steps=step)
       checkpointer.close()
       self.trainer.load(restored['state'], restored['env_steps'])
     apply = agent_net.apply_fn(self.trainer.network)
-    cfg = algorithms.loss_config(config)
+    cfg = spec.loss
     head = agent_net.VALUE_HEAD
-    o = config.optimizer
+    o = spec.optimizer
     max_norm = o.max_grad_norm
     eps = o.adam_eps if o.name == 'adam' else o.rmsprop_eps
     loss_fn = impala.loss_fn(apply, cfg)

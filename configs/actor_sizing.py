@@ -35,6 +35,8 @@ import math
 import os
 from typing import Sequence, Tuple
 
+from infra.settings import at_least, boolean, positive, setting
+
 # The rule's constants (see the module docstring).
 CORES_PER_ENVPOOL_ACTOR = 4
 MIN_ENVPOOL_ACTORS = 2
@@ -45,6 +47,29 @@ CORES_PER_NLE_ACTOR = 8
 MAX_NLE_ACTORS = 4
 MIN_NLE_WORKERS = 2
 MAX_POLICY_LAG = 8   # learner updates; the Atari runs measure 1-2
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorsConfig:
+  """The actors' settings (the config's `actors` group); agents/actor.py
+  runs them, and the 0s are sized here."""
+  num_actors: int = setting(0, 'actor threads; 0 = sized to the machine (configs/actor_sizing.py)',
+                            at_least(0))
+  envs_per_actor: int = setting(16, 'envs per actor thread, split evenly over the tasks',
+                                positive)
+  envpool_threads: int = setting(
+      0, 'EnvPool threads per pool (a pool per task per actor); 0 = sized to the machine',
+      at_least(0))
+  nle_workers: int = setting(0, 'NLE worker processes per actor; 0 = sized to the machine',
+                             at_least(0))
+  cores: int = setting(0, 'the cores the 0s above are sized for; 0 = those this process may use',
+                       at_least(0))
+  queue_size: int = setting(4, 'unroll blocks the actors may have waiting for the learner',
+                            positive)
+  wait_for_learner: bool = setting(
+      False, 'after queueing, wait for queue room before acting on: params at most ~1 update '
+      'old (PPO)', boolean)
+  nle_ttyrecs: bool = setting(False, 'write NLE ttyrecs into <workdir>/nle', boolean)
 
 
 @dataclasses.dataclass(frozen=True)

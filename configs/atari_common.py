@@ -10,19 +10,15 @@ import ml_collections
 
 from configs import common
 from envs import atari
+from infra import settings
 
 SEED_GAMES = ('AirRaid', 'Carnival', 'DemonAttack', 'NameThisGame', 'Pong', 'SpaceInvaders')
 NETWORKS = ('shallow', 'resnet', 'attention')
 
 
 def atari_group() -> ml_collections.ConfigDict:
-  a = ml_collections.ConfigDict()
-  a.episodic_life = True     # end the learner's episode at each life lost (training only)
-  a.sticky_actions = False   # repeat the last action with p=0.25 (Machado et al. 2018)
-  a.action_set = 'auto'      # 'auto' (full 18 for several games, minimal for one), 'full', 'minimal'
-  a.noop_max = 30            # up to this many no-op actions at the start of a game
-  a.fire_reset = False       # press FIRE after reset (IMPALA's protocol does not)
-  return a
+  """The `atari` group of envs/atari.AtariConfig's defaults."""
+  return settings.config_dict(atari.AtariConfig)
 
 
 def atari_config(name: str, games, variant: dict, *, popart: bool,

@@ -4,9 +4,26 @@ Defaults follow IMPALA's Atari table (Espeholt et al. 2018, Table G.1).
 Experiment files start from `base_config()` and override what differs.
 """
 
+import dataclasses
+from typing import Tuple
+
 import ml_collections
 
+from configs.actor_sizing import ActorsConfig
+from configs.log_settings import LogConfig, WandbConfig
+from configs.pbt import PBTConfig
+from infra import settings
+from infra.multihost import DistributedConfig
+from infra.settings import (at_least, boolean, finite_numbers, integer, one_of, positive, setting,
+                            text, within)
 from networks import torsos
+from networks.network_config import NetworkConfig
+from rl import algorithms
+from rl.optimizers import OptimizerConfig
+from rl.popart import PopArtConfig
+from rl.rewards import REWARD_MODES
+
+LOSS_REDUCTIONS = ('sum', 'mean')
 
 
 def task(name: str, env_id: str, **env_kwargs) -> dict:
@@ -15,133 +32,75 @@ def task(name: str, env_id: str, **env_kwargs) -> dict:
   return {'name': name, 'env_id': env_id, 'env_kwargs': dict(env_kwargs)}
 
 
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  """The config's top-level fields: the run (name, folder, seed, length,
+  checkpoints), the learner's batch, and what every loss shares. Defaults
+  follow IMPALA's Atari table (Espeholt et al. 2018, Table G.1)."""
+  config_name: str = setting('', 'experiment name: default workdir prefix and wandb tag', text)
+  workdir: str = setting('', "run folder; '' = runs/<config_name>-<timestamp>", text)
+  seed: int = setting(0, "seeds params, actors' sampling and envs", integer(0))
+  total_env_steps: int = setting(50_000_000, 'agent steps summed over all envs (Atari: 4 frames '
+                                 'each)', positive)
+  checkpoint_every_steps: int = setting(5_000_000, 'env steps between checkpoints; 0 = only at '
+                                        'the end', at_least(0))
+  pause_at_env_steps: int = setting(
+      0, '0 = train to total_env_steps; else stop at this env step with a checkpoint (the '
+      'learning rate still anneals over total_env_steps); the same command with a larger '
+      'value, or 0, goes on', at_least(0))
+  keep_intermediate: bool = setting(False, 'keep every checkpoint (for analyses); False = only '
+                                    'the last 2', boolean)
+  batch_size: int = setting(32, 'unrolls per learner step (global, split over learner devices)',
+                            positive)
+  unroll_length: int = setting(20, 'T: steps per unroll (each unroll holds T + 1 observations)',
+                               positive)
+  learning_rate: float = setting(6e-4, 'annealed linearly to 0 over total_env_steps', positive)
+  discount: float = setting(0.99, 'gamma; 0 at termination, bootstrapped at truncation',
+                            within(0, 1))
+  baseline_cost: float = setting(0.5, 'weight of the value loss 0.5 * sum (target - value)^2',
+                                 at_least(0))
+  entropy_cost: float = setting(0.01, 'weight of the entropy bonus', at_least(0))
+  loss_reduction: str = setting(
+      'sum', "'sum' over the batch's steps (IMPALA's code) or 'mean' (A2C's code)",
+      one_of(LOSS_REDUCTIONS))
+  reward_mode: str = setting(
+      'clip', "'clip' to [-1, 1], 'none', or 'h': values learnt in h(x) space",
+      one_of(REWARD_MODES))
+  reward_scales: Tuple[float, ...] = setting(
+      (), 'per-task reward multipliers (applied in the env); () = all 1', finite_numbers)
+  num_learner_devices: int = setting(0, 'learner devices (data parallel); 0 = all local devices',
+                                     at_least(0))
+  actor_device_id: int = setting(0, "index of the local device that runs the actors' policy",
+                                 at_least(0))
+  tasks: Tuple[dict, ...] = setting(
+      (), 'tuple of task(...) dicts; their order gives the task ids', lambda v: None)
+
+  def problem(self):
+    """A pause past the end of the run."""
+    if self.pause_at_env_steps > self.total_env_steps:
+      return ('pause_at_env_steps', f'{self.pause_at_env_steps:,} is past total_env_steps '
+              f'({self.total_env_steps:,}); use at most that, or 0')
+    return None
+
+
+def groups() -> Tuple[Tuple[str, type], ...]:
+  """Every config group base_config holds and its settings class, in order:
+  the learner's choice, each registered learner's own group
+  (rl/algorithms.py), then the components'."""
+  learners = tuple((learner.config_group, learner.settings_type)
+                   for learner in map(algorithms.get, algorithms.names()))
+  return (('loss', algorithms.LossChoice), *learners, ('optimizer', OptimizerConfig),
+          ('popart', PopArtConfig), ('network', NetworkConfig), ('actors', ActorsConfig),
+          ('log', LogConfig), ('wandb', WandbConfig), ('pbt', PBTConfig),
+          ('distributed', DistributedConfig))
+
+
 def base_config() -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
-  c.config_name = ''            # experiment name: default workdir prefix and wandb tag
-  c.workdir = ''                # run folder; '' = runs/<config_name>-<timestamp>
-  c.seed = 0                    # seeds params, actors' sampling and envs
-  c.total_env_steps = 50_000_000  # agent steps summed over all envs (Atari: 4 frames each)
-  c.checkpoint_every_steps = 5_000_000  # env steps between checkpoints; 0 = only at the end
-  c.pause_at_env_steps = 0      # 0 = train to total_env_steps; else stop at this env step with a checkpoint (the learning rate still anneals over total_env_steps); the same command with a larger value, or 0, goes on
-  c.keep_intermediate = False   # keep every checkpoint (for analyses); False = only the last 2
-
-  # Learner.
-  c.batch_size = 32             # unrolls per learner step (global, split over learner devices)
-  c.unroll_length = 20          # T: steps per unroll (each unroll holds T + 1 observations)
-  c.learning_rate = 6e-4        # annealed linearly to 0 over total_env_steps
-  c.discount = 0.99             # gamma; 0 at termination, bootstrapped at truncation
-  c.baseline_cost = 0.5         # weight of the value loss 0.5 * sum (target - value)^2
-  c.entropy_cost = 0.01         # weight of the entropy bonus
-  c.loss_reduction = 'sum'      # 'sum' over the batch's steps (IMPALA's code) or 'mean' (A2C's code)
-  c.reward_mode = 'clip'        # 'clip' to [-1, 1], 'none', or 'h': values learnt in h(x) space
-  c.reward_scales = ()          # per-task reward multipliers (applied in the env); () = all 1
-  c.num_learner_devices = 0     # learner devices (data parallel); 0 = all local devices
-  c.actor_device_id = 0         # index of the local device that runs the actors' policy
-
-  c.loss = ml_collections.ConfigDict()
-  c.loss.name = 'impala'        # 'impala' (V-trace actor-critic; the `vtrace` group) or 'ppo' (the `ppo` group)
-
-  # How the V-trace learner uses a batch; read only when loss.name = 'impala'.
-  # 1 x 1 is IMPALA's one optimiser step per batch.
-  c.vtrace = ml_collections.ConfigDict()
-  c.vtrace.epochs = 1           # passes over each batch
-  c.vtrace.minibatches = 1      # optimiser steps per pass: the batch's unrolls shuffled and cut in this many parts, V-trace taken with each step's params
-  c.vtrace.normalize_advantages = False  # the policy gradient's advantages mean 0, std 1 per minibatch (after PopArt's per-task scaling)
-  c.vtrace.normalize_advantages_per = 'minibatch'  # with normalize_advantages: over the whole 'minibatch', or each 'task''s steps in it apart
-
-  # PPO (Schulman et al. 2017) on the same actors, PopArt head and sharded
-  # update; read only when loss.name = 'ppo'. Defaults are cleanrl's Atari PPO.
-  c.ppo = ml_collections.ConfigDict()
-  c.ppo.epochs = 4              # passes over each batch
-  c.ppo.minibatches = 4         # gradient steps per pass (the batch split in this many parts)
-  c.ppo.clip_epsilon = 0.1      # the surrogate's ratio clip: [1 - eps, 1 + eps]
-  c.ppo.value_clip_epsilon = 0.1  # clip the value's move from its start-of-update value (normalised units); 0 = off
-  c.ppo.gae_lambda = 0.95       # GAE's lambda; also V-trace's lambda with value_targets='vtrace'
-  c.ppo.value_targets = 'gae'   # 'gae' (on-policy GAE, as PPO) or 'vtrace' (off-policy corrected with lambda)
-  c.ppo.normalize_advantages = True  # per-minibatch advantage mean 0, std 1 (cleanrl), after PopArt's per-task scaling
-  c.ppo.split = 'steps'         # minibatches of shuffled single steps ('steps'; feed-forward nets) or whole unrolls ('unrolls')
-
-  c.optimizer = ml_collections.ConfigDict()
-  c.optimizer.name = 'rmsprop'       # 'rmsprop' (the rmsprop_* fields) or 'adam' (the adam_* fields)
-  c.optimizer.adam_b1 = 0.9          # Adam's first-moment decay
-  c.optimizer.adam_b2 = 0.999        # Adam's second-moment decay
-  c.optimizer.adam_eps = 1e-5        # Adam's epsilon, outside the square root (cleanrl's PPO: 1e-5)
-  c.optimizer.rmsprop_decay = 0.99   # RMSProp second-moment decay (public IMPALA ports)
-  c.optimizer.rmsprop_eps = 0.01     # IMPALA's epsilon; it assumes losses summed over the batch
-  c.optimizer.eps_in_sqrt = True     # sqrt(nu + eps) as TF/IMPALA; False: sqrt(nu) + eps as PyTorch/TorchBeast
-  c.optimizer.rmsprop_initial_scale = 0.0  # where RMSProp's nu starts: 0 as optax/PyTorch, 1 as TF (recipe a2c)
-  c.optimizer.momentum = 0.0         # RMSProp momentum
-  c.optimizer.max_grad_norm = 40.0   # gradient-norm clip
-  c.optimizer.clip_by = 'global'     # 'global': the whole gradient's norm; 'term' (V-trace only): the policy's (policy gradient + entropy) and the value's gradients each clipped to max_grad_norm, then added
-
-  c.popart = ml_collections.ConfigDict()
-  c.popart.enabled = False      # one value output per task with PopArt; off = plain IMPALA
-  c.popart.beta = 3e-4          # step size of the per-task moment updates
-  c.popart.start = 'identity'   # 'identity' (mu 0, sigma 1, then beta: the paper's) or 'debiased' (each task's first batch sets its statistics, step beta / (1 - (1 - beta)^t) after: rl/popart.py)
-
-  c.network = ml_collections.ConfigDict()
-  c.network.init = 'lecun'      # 'lecun' (Flax's defaults) or 'orthogonal' (hidden sqrt 2, policy 0.01, value 1; cleanrl, baselines)
-  c.network.name = 'mlp'        # 'mlp', 'shallow' (Nature CNN), 'resnet', 'attention', 'nle_simple', 'nle_baseline', 'nle_attention'
-  c.network.centre_frames = False  # 'shallow', 'resnet', 'attention': each task's frames minus its running mean frame (networks/centring.py)
-  c.network.lstm_size = 0       # LSTM core size; 0 = feed-forward
-  c.network.dtype = 'auto'      # the torso's compute dtype: 'auto' (float32 on CPU, bfloat16 on GPU/TPU), 'float32', 'bfloat16'; parameters, optimiser, PopArt and losses stay float32
-  c.network.kernels = 'auto'    # conv layers: 'auto' (CPU-tuned ops when lowered for CPU, XLA convolutions on GPU/TPU), 'cpu', 'xla' (networks/kernels.py)
-  c.network.core_extra_inputs = True  # the core also sees the one-hot last action and clipped last reward (IMPALA)
-  c.network.torso_kwargs = ml_collections.ConfigDict()  # extra torso arguments
-  c.network.extra_inputs = ()   # nle_baseline / nle_fast also read: 'message' (the message line), 'under_hero' (the glyph under the hero)
-
-  c.tasks = ()                  # tuple of task(...) dicts; their order gives the task ids
-
-  c.actors = ml_collections.ConfigDict()
-  c.actors.num_actors = 0       # actor threads; 0 = sized to the machine (configs/actor_sizing.py)
-  c.actors.envs_per_actor = 16  # envs per actor thread, split evenly over the tasks
-  c.actors.envpool_threads = 0  # EnvPool threads per pool (a pool per task per actor); 0 = sized to the machine
-  c.actors.nle_workers = 0      # NLE worker processes per actor; 0 = sized to the machine
-  c.actors.cores = 0            # the cores the 0s above are sized for; 0 = those this process may use
-  c.actors.queue_size = 4       # unroll blocks the actors may have waiting for the learner
-  c.actors.wait_for_learner = False  # after queueing, wait for queue room before acting on: params at most ~1 update old (PPO)
-  c.actors.nle_ttyrecs = False  # write NLE ttyrecs into <workdir>/nle
-
-  c.log = ml_collections.ConfigDict()
-  c.log.every_seconds = 10.0    # metrics.jsonl / wandb / progress-line cadence
-  c.log.progress = True         # print a progress line at each log step
-  c.log.tensorboard = True      # TensorBoard event files in the run folder (tensorboard --logdir runs/)
-  c.log.task_gradients_seconds = 120.0  # multi-task runs: every this many seconds, each task's policy and value gradient norms on the shared torso and their shares (grad_policy/<task>, grad_share_baseline/<task>, ...; V-trace); 0 = off
-
-  c.wandb = ml_collections.ConfigDict()
-  c.wandb.mode = 'offline'      # 'offline' (no account needed), 'online' or 'disabled'
-  c.wandb.project = 'popart-impala'  # wandb project
-  c.wandb.entity = ''           # wandb entity (team); '' = your default
-  c.wandb.group = ''            # wandb group; '' = config_name
-  c.wandb.tags = ()             # extra wandb tags
-
-  # Population-based training (launch/pbt.py, configs/pbt.py; Jaderberg et
-  # al. 2017): members train side by side; every interval the worst
-  # quantile copies a better member's checkpoint and perturbs its
-  # hyperparameters. Unused by launch/train.py.
-  c.pbt = ml_collections.ConfigDict()
-  c.pbt.population = 4          # members (launch/pbt.py --population overrides)
-  c.pbt.adapt = ('learning_rate', 'entropy_cost')  # hyperparameters to adapt: learning_rate, entropy_cost, max_grad_norm, eps (the optimizer's epsilon)
-  c.pbt.ranges = ml_collections.ConfigDict()  # (low, high) of each adapted one: members start spread over it, perturbations stay in it
-  c.pbt.ranges.learning_rate = (1e-5, 1e-2)  # the base rate (annealed linearly as ever)
-  c.pbt.ranges.entropy_cost = (1e-4, 1e-1)   # the entropy bonus's weight
-  c.pbt.ranges.max_grad_norm = (0.1, 100.0)  # the global gradient-norm clip
-  c.pbt.ranges.eps = (1e-8, 1e-1)            # the optimizer's epsilon (rmsprop_eps or adam_eps)
-  c.pbt.start = 'spread'        # 'spread': each member's start log-evenly over the range (shuffled per hyperparameter); 'random': log-uniform draws
-  c.pbt.interval_env_steps = 0  # env steps (per member) between exploit/explore steps; 0 = total_env_steps / 10
-  c.pbt.metric = 'auto'         # what members are ranked by: 'auto' (configs/pbt.py: mean return of the last episodes, per task averaged) or a metric the run logs, e.g. 'episode_return/Pong'
-  c.pbt.last_episodes = 100     # 'auto': the last this many episodes of each task in the interval
-  c.pbt.quantile = 0.25         # the bottom quantile copies the top one
-  c.pbt.resample_probability = 0.25  # explore: draw a new value from the range with this probability, else multiply by a perturb factor
-  c.pbt.perturb_factors = (0.8, 1.2)  # explore's multipliers (PBT paper)
-  c.pbt.cpus_per_member = 1.0   # CPUs Ray reserves per member: members at once = CPUs / this
-
-  # Several processes (one per host; launch/train.py's --coordinator_address,
-  # --num_processes, --process_id). Unused by a single-process run.
-  c.distributed = ml_collections.ConfigDict()
-  c.distributed.timeout_seconds = 60.0   # a peer silent this long stops the run, naming it
-  c.distributed.connect_timeout_seconds = 300.0  # wait this long for every process at start
-
+  """Every field's default (RunConfig's at the top, then `groups()`): what
+  experiment files start from and override."""
+  c = settings.config_dict(RunConfig)
+  for name, cls in groups():
+    c[name] = settings.config_dict(cls)
   return c
 
 
@@ -254,7 +213,7 @@ def _ppo(c) -> None:
   # their batch must split into the 4 minibatches: the number of unrolls
   # nearest 16, in whole actor blocks, that 4 divides. Feed-forward ones
   # take single steps: the unroll, a multiple of 4, splits any batch.
-  recurrent = torsos.is_recurrent(c.network)
+  recurrent = bool(c.network.lstm_size) or c.network.name in torsos.RECURRENT_NETWORKS
   blocks = [k for k in range(1, 17) if not recurrent or envs * k % 4 == 0]
   c.batch_size = envs * min(blocks, key=lambda k: (abs(envs * k - 16), k))
   c.unroll_length = max(4, 1024 // c.batch_size // 4 * 4)

@@ -17,15 +17,114 @@ of each task:
 
 import dataclasses
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from configs.validation import ConfigError
 from envs import atari
+from infra import settings as settings_lib
+from infra.settings import SettingsError as ConfigError
+from infra.settings import mapping, setting, text
 from rl import optimizers
 
 STARTS = ('spread', 'random')
+
+
+def _population_problem(value):
+  if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+    return f'{value!r}: a population needs at least 2 members'
+  return None
+
+
+def _adapt_problem(adapt):
+  if isinstance(adapt, str) or not isinstance(adapt, (tuple, list)) or not adapt:
+    return 'empty; name at least one of ' + ', '.join(optimizers.HYPERPARAMETERS)
+  for i, name in enumerate(adapt):
+    if name not in optimizers.HYPERPARAMETERS:
+      return f'unknown hyperparameter {name!r}; choose from ' + ', '.join(optimizers.HYPERPARAMETERS)
+    if name in adapt[:i]:
+      return f'{name!r} is named twice'
+  return None
+
+
+def _range_problem(bounds) -> Optional[str]:
+  bounds = tuple(bounds) if isinstance(bounds, (tuple, list)) else (bounds,)
+  if (len(bounds) != 2 or not all(isinstance(b, (int, float)) and not isinstance(b, bool)
+                                  and math.isfinite(b) for b in bounds)):
+    return f'{bounds!r}: give two finite numbers (low, high)'
+  low, high = float(bounds[0]), float(bounds[1])
+  if not 0 < low < high:
+    return (f'({low:g}, {high:g}) is an empty range; give 0 < low < high (values are spread '
+            'and perturbed on a log scale)')
+  return None
+
+
+def _phrase(ok: Callable[[object], bool], text: str):
+  """A check that says `{value!r}; {text}` when `ok(value)` fails."""
+  def check(value):
+    return None if ok(value) else f'{value!r}; {text}'
+  return check
+
+
+def _number(v) -> bool:
+  return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class PBTConfig:
+  """Population-based training (the config's `pbt` group; launch/pbt.py,
+  Jaderberg et al. 2017): members train side by side; every interval the
+  worst quantile copies a better member's checkpoint and perturbs its
+  hyperparameters. Unused by launch/train.py."""
+  population: int = setting(4, 'members (launch/pbt.py --population overrides)',
+                            _population_problem)
+  adapt: Tuple[str, ...] = setting(
+      ('learning_rate', 'entropy_cost'), 'hyperparameters to adapt: learning_rate, entropy_cost, '
+      "max_grad_norm, eps (the optimizer's epsilon)", _adapt_problem)
+  ranges: dict = setting(
+      {'learning_rate': (1e-5, 1e-2), 'entropy_cost': (1e-4, 1e-1),
+       'max_grad_norm': (0.1, 100.0), 'eps': (1e-8, 1e-1)},
+      '(low, high) of each adapted one: members start spread over it, perturbations stay in it',
+      mapping)
+  start: str = setting(
+      'spread', "'spread': each member's start log-evenly over the range (shuffled per "
+      "hyperparameter); 'random': log-uniform draws",
+      _phrase(lambda v: v in STARTS, f'choose one of {", ".join(STARTS)}'))
+  interval_env_steps: int = setting(
+      0, 'env steps (per member) between exploit/explore steps; 0 = total_env_steps / 10',
+      _phrase(lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+              'give env steps >= 0 (0 for a tenth of total_env_steps)'))
+  metric: str = setting(
+      'auto', "what members are ranked by: 'auto' (configs/pbt.py: mean return of the last "
+      "episodes, per task averaged) or a metric the run logs, e.g. 'episode_return/Pong'", text)
+  last_episodes: int = setting(
+      100, "'auto': the last this many episodes of each task in the interval",
+      _phrase(lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+              'give a positive integer'))
+  quantile: float = setting(0.25, 'the bottom quantile copies the top one',
+                            _phrase(lambda v: _number(v) and 0 < v <= 0.5,
+                                    'give a fraction in (0, 0.5]'))
+  resample_probability: float = setting(
+      0.25, 'explore: draw a new value from the range with this probability, else multiply by '
+      'a perturb factor', _phrase(lambda v: _number(v) and 0 <= v <= 1,
+                                  'give a probability in [0, 1]'))
+  perturb_factors: Tuple[float, ...] = setting(
+      (0.8, 1.2), "explore's multipliers (PBT paper)",
+      _phrase(lambda v: isinstance(v, (tuple, list)) and bool(v)
+              and all(_number(f) and f > 0 for f in v), 'give positive multipliers'))
+  cpus_per_member: float = setting(
+      1.0, 'CPUs Ray reserves per member: members at once = CPUs / this',
+      _phrase(lambda v: _number(v) and v > 0, 'give a positive number'))
+
+  def problem(self):
+    """Each adapted hyperparameter needs its range."""
+    for name in self.adapt:
+      if name not in self.ranges:
+        return f'ranges.{name}', 'missing: give (low, high)'
+      why = _range_problem(self.ranges[name])
+      if why is not None:
+        return f'ranges.{name}', why
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,36 +167,14 @@ def score_kind(plan) -> str:
 def check(config, plan, population: Optional[int] = None) -> Settings:
   """The config's PBT settings, checked against the run `plan` (a valid
   run's); ConfigError naming the field and the allowed values otherwise."""
-  p = config.pbt
+  p = settings_lib.read(PBTConfig, config.pbt, 'pbt')
   population = p.population if population is None else population
-  if not isinstance(population, int) or population < 2:
-    raise ConfigError('pbt.population', f'{population!r}: a population needs at least 2 '
-                      'members')
+  why = _population_problem(population)
+  if why is not None:
+    raise ConfigError('pbt.population', why)
   adapt = tuple(p.adapt)
-  if not adapt:
-    raise ConfigError('pbt.adapt', 'empty; name at least one of '
-                      + ', '.join(optimizers.HYPERPARAMETERS))
   fields = {v: k for k, v in optimizers.config_fields(config.optimizer.name).items()}
-  ranges = {}
-  for name in adapt:
-    if name not in optimizers.HYPERPARAMETERS:
-      raise ConfigError('pbt.adapt', f'unknown hyperparameter {name!r}; choose from '
-                        + ', '.join(optimizers.HYPERPARAMETERS))
-    if name in ranges:
-      raise ConfigError('pbt.adapt', f'{name!r} is named twice')
-    if name not in p.ranges:
-      raise ConfigError(f'pbt.ranges.{name}', 'missing: give (low, high)')
-    bounds = tuple(p.ranges[name])
-    if (len(bounds) != 2 or not all(isinstance(b, (int, float)) and math.isfinite(b)
-                                    for b in bounds)):
-      raise ConfigError(f'pbt.ranges.{name}', f'{bounds!r}: give two finite numbers (low, high)')
-    low, high = float(bounds[0]), float(bounds[1])
-    if not 0 < low < high:
-      raise ConfigError(f'pbt.ranges.{name}', f'({low:g}, {high:g}) is an empty range; give '
-                        '0 < low < high (values are spread and perturbed on a log scale)')
-    ranges[name] = (low, high)
-  if p.start not in STARTS:
-    raise ConfigError('pbt.start', f'{p.start!r}; choose one of {", ".join(STARTS)}')
+  ranges = {name: (float(p.ranges[name][0]), float(p.ranges[name][1])) for name in adapt}
   interval = p.interval_env_steps or config.total_env_steps // 10
   if not isinstance(interval, int) or interval <= 0 or interval >= config.total_env_steps:
     raise ConfigError('pbt.interval_env_steps', f'{p.interval_env_steps!r}; give env steps in '
@@ -109,21 +186,10 @@ def check(config, plan, population: Optional[int] = None) -> Settings:
   if p.metric != 'auto' and p.metric not in loggable_metrics(plan):
     raise ConfigError('pbt.metric', f'{p.metric!r} is not a metric this run logs; choose '
                       f'auto or one of {", ".join(loggable_metrics(plan))}')
-  if not isinstance(p.last_episodes, int) or p.last_episodes < 1:
-    raise ConfigError('pbt.last_episodes', f'{p.last_episodes!r}; give a positive integer')
-  if not 0 < p.quantile <= 0.5:
-    raise ConfigError('pbt.quantile', f'{p.quantile!r}; give a fraction in (0, 0.5]')
   if math.ceil(p.quantile * population) < 1 or population * p.quantile < 0.5:
     raise ConfigError('pbt.quantile', f'{p.quantile} of {population} members is no member; '
                       'raise it or the population')
-  if not 0 <= p.resample_probability <= 1:
-    raise ConfigError('pbt.resample_probability', f'{p.resample_probability!r}; give a '
-                      'probability in [0, 1]')
   factors = tuple(float(f) for f in p.perturb_factors)
-  if not factors or not all(f > 0 for f in factors):
-    raise ConfigError('pbt.perturb_factors', f'{p.perturb_factors!r}; give positive multipliers')
-  if not p.cpus_per_member > 0:
-    raise ConfigError('pbt.cpus_per_member', f'{p.cpus_per_member!r}; give a positive number')
   return Settings(population=population, ranges=ranges,
                   fields={name: fields[name] for name in adapt}, interval=interval,
                   metric=p.metric, score_kind=score_kind(plan), last_episodes=p.last_episodes,

@@ -14,10 +14,13 @@ and a real game over in `info['terminated']`; the adapter passes the latter
 on as `StepResult.game_over`, so logged returns are whole games.
 """
 
+import dataclasses
 import math
 from typing import Dict, Iterable, Optional, Sequence, Tuple
 
 import envpool
+
+from infra.settings import boolean, integer, one_of, setting
 
 ACTION_SETS = ('auto', 'full', 'minimal')
 FRAMES_PER_EPISODE_CAP = 108_000  # 30 minutes of play at 60 Hz
@@ -38,6 +41,20 @@ ATARI_GAMES = _atari_games()  # every Atari game EnvPool ships, by name ("Pong")
 def env_id(game: str) -> str:
   """The EnvPool id of an Atari game: 'Pong-v5' for 'Pong'."""
   return f'{game}-v5'
+
+
+@dataclasses.dataclass(frozen=True)
+class AtariConfig:
+  """IMPALA's Atari protocol switches (the config's `atari` group); each
+  task's EnvPool options are built from them (`protocol_kwargs`)."""
+  episodic_life: bool = setting(True, "end the learner's episode at each life lost (training "
+                                'only)', boolean)
+  sticky_actions: bool = setting(False, 'repeat the last action with p=0.25 (Machado et al. 2018)',
+                                 boolean)
+  action_set: str = setting('auto', "'auto' (full 18 for several games, minimal for one), "
+                            "'full', 'minimal'", one_of(ACTION_SETS))
+  noop_max: int = setting(30, 'up to this many no-op actions at the start of a game', integer(0))
+  fire_reset: bool = setting(False, "press FIRE after reset (IMPALA's protocol does not)", boolean)
 
 
 def game_of(env_id_: str) -> Optional[str]:

@@ -26,6 +26,8 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence
 import jax
 import numpy as np
 
+from infra.settings import setting
+
 ENV_VARS = {'coordinator_address': 'JAX_COORDINATOR_ADDRESS',
             'num_processes': 'JAX_NUM_PROCESSES',
             'process_id': 'JAX_PROCESS_ID'}
@@ -50,6 +52,23 @@ class ProcessSpec:
   num_processes: Optional[int]
   process_id: Optional[int]
   source: str                 # 'flags/environment' or a cluster's name, e.g. 'slurm'
+
+
+def _seconds_at_least_5(value):
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 5:
+    return f'must be a number of seconds >= 5, got {value!r}'
+  return None
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedConfig:
+  """Several processes (the config's `distributed` group; launch/train.py's
+  --coordinator_address, --num_processes, --process_id). Unused by a
+  single-process run."""
+  timeout_seconds: float = setting(60.0, 'a peer silent this long stops the run, naming it',
+                                   _seconds_at_least_5)
+  connect_timeout_seconds: float = setting(300.0, 'wait this long for every process at start',
+                                           _seconds_at_least_5)
 
 
 def _int_setting(name: str, value, environ_name: str) -> Optional[int]:

@@ -39,7 +39,7 @@ from absl import logging
 from ml_collections import config_flags
 
 from analysis import benchmark
-from configs.validation import validate
+from configs.validation import validate_spec
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file[:variant]')
 _STAGES = flags.DEFINE_list('stages', ['raw', 'actors', 'train'],
@@ -70,7 +70,8 @@ def main(argv):
   if _CONFIG.value is None:
     raise app.UsageError('give --config (or --suite)')
   config = benchmark.quiet(_CONFIG.value)
-  plan = validate(config)
+  spec = validate_spec(config)
+  plan = spec.plan
   print(plan.describe_actors())
   results = {'config': config.config_name, 'num_actors': plan.num_actors,
              'envs_per_actor': config.actors.envs_per_actor,
@@ -85,7 +86,7 @@ def main(argv):
           'train': benchmark.bench_train}.get(stage)
     if fn is None:
       raise app.UsageError(f'unknown stage {stage!r}; choose from raw, actors, loop, learner, train')
-    out = fn(config, plan, _SECONDS.value, _WARMUP.value)
+    out = fn(config, spec, _SECONDS.value, _WARMUP.value)
     if stage == 'loop':
       us, out = out
       results['loop_us_per_agent_step'] = round(us, 3)

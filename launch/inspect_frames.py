@@ -19,7 +19,7 @@ from absl import flags
 import numpy as np
 from ml_collections import config_flags
 
-from configs.validation import validate
+from configs.validation import validate_spec
 from envs import atari
 from analysis.frame_checks import (Check, Collected, check_behaviour_logits,
                                  check_env_record, check_pong_games, check_protocol,
@@ -87,11 +87,12 @@ def print_table(checks: Dict[str, Check]) -> bool:
 def main(argv):
   del argv
   config = _CONFIG.value
-  plan = validate(config)
+  spec = validate_spec(config)
+  plan = spec.plan
   num_blocks = max(2, -(-_STEPS.value // config.unroll_length))
   print(f'collecting {num_blocks} unrolls (T={config.unroll_length}) from actor 0, '
         f'{sum(g.num_envs for g in plan.actor_env_groups[0])} envs ...', flush=True)
-  collected = collect(config, plan, num_blocks)
+  collected = collect(config, spec, num_blocks)
   checks = check_unrolls(collected.unrolls)
   checks.update(check_env_record(collected))
   checks.update(check_behaviour_logits(collected, _LOGIT_UNROLLS.value))

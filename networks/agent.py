@@ -20,10 +20,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from infra import settings as settings_lib
 from networks import init as init_lib
 from networks.attention import AttentionCore
 from networks.core import ResettingLSTM
 from networks.heads import POPART_COLLECTION, PolicyHead, PopArtValueHead
+from networks.network_config import DTYPES, NetworkConfig
 from networks.torsos import CONV_NETWORKS, OBS_KEYS, TORSOS
 
 VALUE_HEAD = 'value_head'  # name of the PopArt head in params and in the popart collection
@@ -36,13 +38,6 @@ HEALTH_COLLECTION = 'health'
 # action taken before this step, prev_reward the env reward it got (not yet
 # clipped); both 0 at an episode start.
 CORE_EXTRA_INPUTS = {'prev_action': ((), np.int32), 'prev_reward': ((), np.float32)}
-
-# network.dtype: the dtype the torso computes in. Parameters, optimiser
-# state, PopArt statistics, the core, the heads and the losses stay float32.
-# 'auto' is float32 on a CPU (where bfloat16 is slower: docs/gpu.md) and
-# bfloat16 on GPUs and TPUs, decided by the learner devices' platform.
-DTYPES = ('auto', 'float32', 'bfloat16')
-
 
 def compute_dtype(name: str, platform: str):
   """The dtype the torso computes in, from the config's network.dtype.
@@ -215,15 +210,12 @@ class AgentNetwork(nn.Module):
 
 def make_network(network_config, num_actions: int, num_values: int,
                  num_tasks: int = 1, platform: str = 'cpu') -> AgentNetwork:
-  """The AgentNetwork of a config's `network` group.
-
-  Runs written before core_extra_inputs, extra_inputs, centre_frames,
-  kernels or dtype existed read False, (), False, 'auto' and 'auto'.
+  """The AgentNetwork of the network's settings.
 
   Args:
-    network_config: the config's `network` group (name, torso_kwargs,
-      lstm_size, core_extra_inputs, extra_inputs, centre_frames, kernels,
-      dtype).
+    network_config: a NetworkConfig, or a mapping of some of its fields
+      (the rest take their defaults; a run folder's config group from
+      before a field existed reads its default).
     num_actions: A, the size of the action set.
     num_values: K, the value head's outputs.
     num_tasks: the number of tasks (mean frames when centring).
@@ -237,21 +229,15 @@ def make_network(network_config, num_actions: int, num_values: int,
     ValueError: an unknown network.dtype, or the attention network with
       lstm_size 0.
   """
+  c = network_config
+  if not isinstance(c, NetworkConfig):
+    c = settings_lib.read(NetworkConfig, c, 'network', check=False)
   network = AgentNetwork(
-      torso=network_config.name,
-      torso_kwargs=tuple(sorted(dict(network_config.get('torso_kwargs', {})).items())),
-      num_actions=num_actions, num_values=num_values,
-      lstm_size=network_config.lstm_size,
-      # Runs written before this field existed read False (run_loading.py).
-      core_extra_inputs=bool(network_config.core_extra_inputs),
-      # Runs written before this field existed read ().
-      extra_inputs=tuple(network_config.get('extra_inputs', ())),
-      # Runs written before this field existed read False.
-      centre_frames=bool(network_config.get('centre_frames', False)),
-      num_tasks=num_tasks,
-      # Runs written before these fields existed read 'auto'.
-      kernels=network_config.get('kernels', 'auto'),
-      dtype=compute_dtype(network_config.get('dtype', 'auto'), platform))
+      torso=c.name, torso_kwargs=tuple(sorted(c.torso_kwargs.items())),
+      num_actions=num_actions, num_values=num_values, lstm_size=c.lstm_size,
+      core_extra_inputs=bool(c.core_extra_inputs), extra_inputs=tuple(c.extra_inputs),
+      centre_frames=bool(c.centre_frames), num_tasks=num_tasks, kernels=c.kernels,
+      dtype=compute_dtype(c.dtype, platform))
   if network.torso == 'attention':
     network._check_attention()
   return network

@@ -314,16 +314,3 @@ CONV_NETWORKS = ('attention', 'nle_attention', 'nle_baseline', 'nle_fast', 'nle_
                  'resnet', 'shallow')
 # Networks that take network.extra_inputs (networks.nethack.EXTRA_INPUTS).
 EXTRA_INPUT_NETWORKS = ('nle_baseline', 'nle_fast')
-
-
-def is_recurrent(network) -> bool:
-  """Whether a network carries a state along the unroll.
-
-  Args:
-    network: a config's `network` group (name, lstm_size).
-
-  Returns:
-    True for an LSTM core (lstm_size > 0) or a network with its own
-    (RECURRENT_NETWORKS).
-  """
-  return bool(network.lstm_size) or network.name in RECURRENT_NETWORKS

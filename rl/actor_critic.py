@@ -20,6 +20,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from infra import settings as settings_lib
 from rl import popart
 from rl import rewards as rewards_lib
 from rl.types import Unroll
@@ -53,8 +54,6 @@ class Learner(NamedTuple):
   Attributes:
     name: the config's `loss.name` that picks it.
     config_group: the run config's group of its own settings (e.g. 'vtrace').
-    settings_from: that group (ml_collections) -> its frozen settings, which
-      the update reads from `LossConfig.settings`.
     make_update: (apply_fn, loss_cfg, optimizer, value_head, axis_name,
       seed, max_grad_norm) -> the per-device update,
       update(params, opt_state, stats, batch, step) -> (params, opt_state,
@@ -66,79 +65,36 @@ class Learner(NamedTuple):
     batch_split: (settings, unrolls per learner device, unroll length) ->
       None, or (field of its group, why) when its minibatches cannot cut
       a device's shard.
-    check: its settings -> None, or (field of its group, why) for a value
-      it cannot use; start-up turns it into a one-line config error.
+    settings_type: its settings dataclass (infra/settings.py: each field's
+      type, default, help and check, and `problem()` across them), which the
+      update reads from `LossConfig.settings`; configs/common.base_config
+      makes its config group from the defaults.
     init_state: params -> the state the learner keeps between updates
       (agents/learner.LearnerState.algorithm, saved and restored with the
       checkpoint); None: it keeps none.
   """
   name: str
   config_group: str
-  settings_from: Callable[[Any], Any]
   make_update: Callable[..., Callable]
   optimizer_steps: Callable[[Any], int]
   batch_split: Callable[[Any, int, int], Optional[Tuple[str, str]]]
-  check: Callable[[Any], Optional[Tuple[str, str]]] = lambda settings: None
+  settings_type: type
   init_state: Optional[Callable[[Any], Any]] = None
 
+  def read_settings(self, group, check: bool = True):
+    """Its settings of its config group (unknown fields refused).
 
-def integer_problem(value, least: int = 1) -> Optional[str]:
-  """Checks that a setting is an integer of at least `least`.
+    Args:
+      group: the config group (ml_collections or a mapping).
+      check: False: skip the fields' checks.
 
-  Bools are refused, although Python counts them as integers.
+    Returns:
+      A frozen `settings_type`.
 
-  Args:
-    value: the setting's value.
-    least: the smallest value allowed.
-
-  Returns:
-    None when `value` is an int, not a bool, and >= `least`; otherwise why
-    not, as a phrase for a config error.
-  """
-  if isinstance(value, bool) or not isinstance(value, int) or value < least:
-    return f'must be an integer >= {least}, got {value!r}'
-  return None
-
-
-def bool_problem(value) -> Optional[str]:
-  """Checks that a setting is True or False.
-
-  Args:
-    value: the setting's value.
-
-  Returns:
-    None when `value` is a bool; otherwise why not, as a phrase for a config
-    error.
-  """
-  return None if isinstance(value, bool) else f'must be True or False, got {value!r}'
-
-
-def choice_problem(value, allowed) -> Optional[str]:
-  """Checks that a setting is one of the allowed values.
-
-  Args:
-    value: the setting's value.
-    allowed: the values allowed.
-
-  Returns:
-    None when `value` is in `allowed`; otherwise why not, naming the choices.
-  """
-  if value in allowed:
-    return None
-  return f'{value!r} is not allowed; choose one of {", ".join(map(str, allowed))}'
-
-
-def first_problem(checks) -> Optional[Tuple[str, str]]:
-  """The first failing check of a list of checks.
-
-  Args:
-    checks: (field, problem or None) pairs, in the order to report them.
-
-  Returns:
-    The first (field, problem) pair whose problem is not None; None when all
-    pass.
-  """
-  return next(((field, problem) for field, problem in checks if problem is not None), None)
+    Raises:
+      infra.settings.SettingsError: naming the group's first bad field.
+    """
+    return settings_lib.read(self.settings_type, group, self.config_group, check=check)
 
 
 class LossOutput(NamedTuple):

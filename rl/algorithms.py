@@ -2,19 +2,30 @@
 (rl/impala.py: V-trace actor-critic; rl/ppo.py: PPO). Everything that depends
 on which learner a run uses asks here.
 
-A new loss is one module in rl/ that defines a Learner, plus one line in
-BUILT_IN (or `register(learner)` from anywhere before the run starts; its
-settings group must then be in the run's config).
+A new loss is one module in rl/ that defines a Learner (its update and its
+settings dataclass, infra/settings.py), plus one line in BUILT_IN; or
+`register(learner)` from anywhere before the config is made
+(configs/common.base_config then holds its settings group).
 """
 
+import dataclasses
 from typing import Dict, Tuple
 
+from infra.settings import one_of, setting
 from rl import impala
 from rl import ppo
-from rl.actor_critic import Learner, LossConfig
+from rl.actor_critic import Learner
 
 BUILT_IN: Tuple[Learner, ...] = (impala.LEARNER, ppo.LEARNER)
 _TABLE: Dict[str, Learner] = {learner.name: learner for learner in BUILT_IN}
+
+
+@dataclasses.dataclass(frozen=True)
+class LossChoice:
+  """The config's `loss` group: which learner trains."""
+  name: str = setting(
+      'impala', "'impala' (V-trace actor-critic; the `vtrace` group), 'ppo' (the `ppo` group) "
+      'or a registered learner', one_of(lambda: names()))
 
 
 def register(learner: Learner) -> None:
@@ -69,76 +80,3 @@ def get(name: str) -> Learner:
   if name not in _TABLE:
     raise ValueError(f'unknown loss {name!r}; choose one of {", ".join(names())}')
   return _TABLE[name]
-
-
-def settings_group(config):
-  """The run config's group of its learner's own settings.
-
-  Args:
-    config: a run config (ml_collections).
-
-  Returns:
-    The group the learner's `config_group` names (`vtrace`, `ppo`, ...).
-
-  Raises:
-    ValueError: `config.loss.name` is not a registered learner.
-  """
-  return config[get(config.loss.name).config_group]
-
-
-def settings(config):
-  """The frozen settings of the run config's learner.
-
-  Args:
-    config: a run config (ml_collections).
-
-  Returns:
-    What the learner's `settings_from` makes of its settings group (e.g. an
-    rl/impala.VTraceConfig).
-
-  Raises:
-    ValueError: `config.loss.name` is not a registered learner.
-  """
-  return get(config.loss.name).settings_from(settings_group(config))
-
-
-def optimizer_steps_per_update(config) -> int:
-  """Optimiser steps per learner update (e.g. epochs x minibatches).
-
-  Args:
-    config: a run config (ml_collections).
-
-  Returns:
-    The learner's `optimizer_steps` of its settings.
-
-  Raises:
-    ValueError: `config.loss.name` is not a registered learner.
-  """
-  return get(config.loss.name).optimizer_steps(settings(config))
-
-
-def loss_config(config) -> LossConfig:
-  """The LossConfig of a run config.
-
-  A config without `optimizer.clip_by` (runs written before it existed) reads
-  'global': no per-term clip.
-
-  Args:
-    config: a run config (ml_collections).
-
-  Returns:
-    The LossConfig: discount, loss weights, reward mode, PopArt, reduction,
-    the learner's name and frozen settings, the number of tasks, and whether
-    the gradient is clipped per term (`optimizer.clip_by == 'term'`).
-
-  Raises:
-    ValueError: `config.loss.name` is not a registered learner.
-  """
-  return LossConfig(
-      discount=config.discount, baseline_cost=config.baseline_cost,
-      entropy_cost=config.entropy_cost, reward_mode=config.reward_mode,
-      popart_enabled=config.popart.enabled, popart_beta=config.popart.beta,
-      reduction=config.loss_reduction, name=config.loss.name, settings=settings(config),
-      num_tasks=len(config.tasks),
-      # Runs written before clip_by existed read 'global'.
-      clip_per_term=config.optimizer.get('clip_by', 'global') == 'term')

@@ -11,13 +11,15 @@ Reduction: losses are summed over time and batch, as in IMPALA's released code
 A2C's code. Reported loss metrics are per valid step either way.
 """
 
-from typing import Callable, NamedTuple, Optional, Sequence
+import dataclasses
+from typing import Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import optax
 import rlax
 
+from infra.settings import boolean, integer, one_of, setting
 from rl import actor_critic as ac
 from rl import health
 from rl import popart
@@ -42,12 +44,28 @@ CLIP_GROUPS = ((1.0, 0.0, 1.0), (0.0, 1.0, 0.0))
 CLIP_GROUP_NAMES = ('policy', 'baseline')
 
 
-class VTraceConfig(NamedTuple):
-  """How the IMPALA update uses a batch (the config's `vtrace` group)."""
-  epochs: int = 1                   # passes over each batch
-  minibatches: int = 1              # optimiser steps per pass, on whole unrolls
-  normalize_advantages: bool = False  # policy-gradient advantages: mean 0, std 1 per minibatch
-  normalize_advantages_per: str = 'minibatch'  # ADVANTAGE_GROUPS: over the minibatch, or per task
+@dataclasses.dataclass(frozen=True)
+class VTraceConfig:
+  """How the IMPALA update uses a batch (the config's `vtrace` group; read
+  only when loss.name = 'impala'). 1 epoch x 1 minibatch is IMPALA's one
+  optimiser step per batch."""
+  epochs: int = setting(1, 'passes over each batch', integer(1))
+  minibatches: int = setting(
+      1, "optimiser steps per pass: the batch's unrolls shuffled and cut in this many parts, "
+      "V-trace taken with each step's params", integer(1))
+  normalize_advantages: bool = setting(
+      False, "the policy gradient's advantages mean 0, std 1 per minibatch (after PopArt's "
+      'per-task scaling)', boolean)
+  normalize_advantages_per: str = setting(
+      'minibatch', "with normalize_advantages: over the whole 'minibatch', or each 'task''s "
+      'steps in it apart', one_of(ADVANTAGE_GROUPS))
+
+  def problem(self):
+    """'task' normalisation needs normalisation on."""
+    if self.normalize_advantages_per == 'task' and self.normalize_advantages is False:
+      return ('normalize_advantages_per', "'task' needs vtrace.normalize_advantages=True "
+              '(advantages are not normalised now)')
+    return None
 
 
 def settings(cfg: LossConfig) -> VTraceConfig:
@@ -61,48 +79,6 @@ def settings(cfg: LossConfig) -> VTraceConfig:
     holds another learner's settings or None.
   """
   return cfg.settings if isinstance(cfg.settings, VTraceConfig) else VTraceConfig()
-
-
-def settings_from(group) -> VTraceConfig:
-  """The VTraceConfig of the run config's `vtrace` group.
-
-  A group without `normalize_advantages_per` (runs written before it existed)
-  reads 'minibatch'.
-
-  Args:
-    group: the run config's `vtrace` group (ml_collections).
-
-  Returns:
-    A VTraceConfig of its fields.
-  """
-  # Runs written before normalize_advantages_per existed read 'minibatch'.
-  return VTraceConfig(epochs=group.epochs, minibatches=group.minibatches,
-                      normalize_advantages=group.normalize_advantages,
-                      normalize_advantages_per=group.get('normalize_advantages_per', 'minibatch'))
-
-
-def check(v: VTraceConfig):
-  """Checks the V-trace settings for values the update cannot use.
-
-  Args:
-    v: the settings.
-
-  Returns:
-    (field of the `vtrace` group, why) for the first value the update cannot
-    use, or None: epochs and minibatches must be integers >= 1,
-    normalize_advantages a bool, normalize_advantages_per one of
-    ADVANTAGE_GROUPS, and 'task' needs normalize_advantages=True.
-  """
-  return ac.first_problem([
-      ('epochs', ac.integer_problem(v.epochs)),
-      ('minibatches', ac.integer_problem(v.minibatches)),
-      ('normalize_advantages', ac.bool_problem(v.normalize_advantages)),
-      ('normalize_advantages_per',
-       ac.choice_problem(v.normalize_advantages_per, ADVANTAGE_GROUPS)),
-      ('normalize_advantages_per',
-       "'task' needs vtrace.normalize_advantages=True (advantages are not normalised now)"
-       if v.normalize_advantages_per == 'task' and v.normalize_advantages is False else None),
-  ])
 
 
 def batch_split(v: VTraceConfig, per_device_batch: int, unroll_length: int):
@@ -557,5 +533,5 @@ def task_gradient_norms(apply_fn: Callable, cfg: LossConfig, params, stats: popa
 
 
 LEARNER = ac.Learner(
-    name=NAME, config_group=CONFIG_GROUP, settings_from=settings_from, make_update=make_update,
-    optimizer_steps=lambda v: v.epochs * v.minibatches, batch_split=batch_split, check=check)
+    name=NAME, config_group=CONFIG_GROUP, settings_type=VTraceConfig, make_update=make_update,
+    optimizer_steps=lambda v: v.epochs * v.minibatches, batch_split=batch_split)

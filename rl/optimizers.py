@@ -9,12 +9,15 @@ them there, so changing one mid-run (`with_hyperparams`) changes the next
 update without recompiling it, and a checkpoint carries them.
 """
 
+import dataclasses
 from typing import Dict, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+
+from infra.settings import at_least, boolean, one_of, positive, setting, within
 
 OPTIMIZERS = ('rmsprop', 'adam')
 # optimizer.clip_by: the clip on the whole gradient (in the chain), or on
@@ -25,6 +28,32 @@ CLIP_BY = ('global', 'term')
 # opt_state.hyperparams -> the config field that sets them. 'eps' is the
 # epsilon of the optimizer the config names.
 HYPERPARAMETERS = ('learning_rate', 'entropy_cost', 'max_grad_norm', 'eps')
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+  """The optimiser's settings (the config's `optimizer` group); the base
+  learning rate and the entropy cost are top-level fields."""
+  name: str = setting('rmsprop', "'rmsprop' (the rmsprop_* fields) or 'adam' (the adam_* fields)",
+                      one_of(OPTIMIZERS))
+  adam_b1: float = setting(0.9, "Adam's first-moment decay", within(0, 1, high_closed=False))
+  adam_b2: float = setting(0.999, "Adam's second-moment decay", within(0, 1, high_closed=False))
+  adam_eps: float = setting(1e-5, "Adam's epsilon, outside the square root (cleanrl's PPO: 1e-5)",
+                            positive)
+  rmsprop_decay: float = setting(0.99, 'RMSProp second-moment decay (public IMPALA ports)',
+                                 within(0, 1, high_closed=False))
+  rmsprop_eps: float = setting(0.01, "IMPALA's epsilon; it assumes losses summed over the batch",
+                               positive)
+  eps_in_sqrt: bool = setting(True, 'sqrt(nu + eps) as TF/IMPALA; False: sqrt(nu) + eps as '
+                              'PyTorch/TorchBeast', boolean)
+  rmsprop_initial_scale: float = setting(
+      0.0, "where RMSProp's nu starts: 0 as optax/PyTorch, 1 as TF (recipe a2c)", at_least(0))
+  momentum: float = setting(0.0, 'RMSProp momentum', at_least(0))
+  max_grad_norm: float = setting(40.0, 'gradient-norm clip', positive)
+  clip_by: str = setting(
+      'global', "'global': the whole gradient's norm; 'term' (V-trace only): the policy's "
+      "(policy gradient + entropy) and the value's gradients each clipped to max_grad_norm, "
+      'then added', one_of(CLIP_BY))
 
 
 def eps_field(optimizer_name: str) -> str:
@@ -145,41 +174,39 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
   return optimizer, schedule
 
 
-def optimizer_from_config(config, total_learner_steps: int, steps_per_update: int):
-  """The optimiser of a run config.
+def optimizer_from_settings(o: OptimizerConfig, learning_rate: float, entropy_cost: float,
+                            total_learner_steps: int, steps_per_update: int):
+  """The optimiser of a run's settings.
 
-  Reads the config's learning_rate, entropy_cost and `optimizer` group. The
-  optimiser anneals over every optimiser step of the run
-  (total_learner_steps x steps_per_update). A config without
-  `optimizer.clip_by` (runs written before it existed) reads 'global': the
-  clip is in the chain.
+  It anneals over every optimiser step of the run (total_learner_steps x
+  steps_per_update).
 
   Args:
-    config: a run config (ml_collections).
+    o: the optimiser's settings.
+    learning_rate: the base learning rate (the config's learning_rate).
+    entropy_cost: the entropy bonus's weight, injected (the config's
+      entropy_cost).
     total_learner_steps: learner updates in the run.
     steps_per_update: optimiser steps per learner update
-      (rl/algorithms.optimizer_steps_per_update).
+      (configs/spec.RunSpec.optimizer_steps_per_update).
 
   Returns:
     (optimizer, schedule) as `make_optimizer`, except that the schedule,
-    `schedule(update, base=config's rate)`, is indexed by learner update
+    `schedule(update, base=learning_rate)`, is indexed by learner update
     (what `LearnerState.step` counts), for logging.
 
   Raises:
-    ValueError: the config names an optimiser not in OPTIMIZERS.
+    ValueError: `o.name` is not one of OPTIMIZERS.
   """
-  o = config.optimizer
   k = steps_per_update
   optimizer, schedule = make_optimizer(
-      config.learning_rate, total_learner_steps * k, o.max_grad_norm, o.rmsprop_decay,
+      learning_rate, total_learner_steps * k, o.max_grad_norm, o.rmsprop_decay,
       o.rmsprop_eps, o.momentum, o.eps_in_sqrt, o.rmsprop_initial_scale, name=o.name,
-      adam_b1=o.adam_b1, adam_b2=o.adam_b2, adam_eps=o.adam_eps,
-      entropy_cost=config.entropy_cost,
-      # Runs written before clip_by existed read 'global'.
-      clip_in_chain=o.get('clip_by', 'global') == 'global')
+      adam_b1=o.adam_b1, adam_b2=o.adam_b2, adam_eps=o.adam_eps, entropy_cost=entropy_cost,
+      clip_in_chain=o.clip_by == 'global')
   if k == 1:
     return optimizer, schedule
-  return optimizer, lambda step, base=config.learning_rate: schedule(step * k, base)
+  return optimizer, lambda step, base=learning_rate: schedule(step * k, base)
 
 
 def hyperparameter(opt_state, key: str, default=None):

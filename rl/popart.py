@@ -25,10 +25,13 @@ Two starts (`STARTS`):
   after (the paper's rule).
 """
 
+import dataclasses
 from typing import Any, Dict, Optional
 
 import jax
 import jax.numpy as jnp
+
+from infra.settings import boolean, one_of, setting, within
 
 SIGMA_MIN = 1e-4
 SIGMA_MAX = 1e6
@@ -36,6 +39,26 @@ SIGMA_MAX = 1e6
 Stats = Dict[str, jax.Array]
 
 STARTS = ('identity', 'debiased')
+
+
+@dataclasses.dataclass(frozen=True)
+class PopArtConfig:
+  """PopArt's settings (the config's `popart` group)."""
+  enabled: bool = setting(False, 'one value output per task with PopArt; off = plain IMPALA',
+                          boolean)
+  beta: float = setting(3e-4, 'step size of the per-task moment updates',
+                        within(0, 1, low_closed=False))
+  start: str = setting(
+      'identity', "'identity' (mu 0, sigma 1, then beta: the paper's) or 'debiased' (each "
+      "task's first batch sets its statistics, step beta / (1 - (1 - beta)^t) after)",
+      one_of(STARTS))
+
+  def problem(self):
+    """A start other than 'identity' needs PopArt on."""
+    if self.start != 'identity' and not self.enabled:
+      return ('start', f'{self.start!r} needs popart.enabled=True (without PopArt there are '
+              'no statistics to start)')
+    return None
 
 
 def init_stats(num_tasks: int, start: str = 'identity') -> Stats:

@@ -29,12 +29,14 @@ Shapes are time-major: values [T + 1, B], everything per transition [T, B].
 Written for one device's shard; global sums cross `axis_name`.
 """
 
+import dataclasses
 from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import optax
 
+from infra.settings import at_least, boolean, integer, one_of, positive, setting, within
 from rl import actor_critic as ac
 from rl import health
 from rl import impala
@@ -50,16 +52,28 @@ VALUE_TARGETS = ('gae', 'vtrace')
 SPLITS = ('steps', 'unrolls')
 
 
-class PPOConfig(NamedTuple):
-  """PPO's settings (the config's `ppo` group; configs/common.py)."""
-  epochs: int = 4
-  minibatches: int = 4
-  clip_epsilon: float = 0.1
-  value_clip_epsilon: float = 0.1   # 0: the value loss is not clipped
-  gae_lambda: float = 0.95
-  value_targets: str = 'gae'        # 'gae' or 'vtrace'
-  normalize_advantages: bool = True
-  split: str = 'steps'              # minibatches of single steps, or of whole unrolls
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+  """PPO's settings (the config's `ppo` group; read only when loss.name =
+  'ppo'). The defaults are cleanrl's Atari PPO."""
+  epochs: int = setting(4, 'passes over each batch', integer(1))
+  minibatches: int = setting(4, 'gradient steps per pass (the batch split in this many parts)',
+                             integer(1))
+  clip_epsilon: float = setting(0.1, "the surrogate's ratio clip: [1 - eps, 1 + eps]", positive)
+  value_clip_epsilon: float = setting(
+      0.1, "clip the value's move from its start-of-update value (normalised units); 0 = off",
+      at_least(0, ' (0 = no clip)'))
+  gae_lambda: float = setting(
+      0.95, "GAE's lambda; also V-trace's lambda with value_targets='vtrace'", within(0, 1))
+  value_targets: str = setting(
+      'gae', "'gae' (on-policy GAE, as PPO) or 'vtrace' (off-policy corrected with lambda)",
+      one_of(VALUE_TARGETS))
+  normalize_advantages: bool = setting(
+      True, "per-minibatch advantage mean 0, std 1 (cleanrl), after PopArt's per-task scaling",
+      boolean)
+  split: str = setting(
+      'steps', "minibatches of shuffled single steps ('steps'; feed-forward nets) or whole "
+      "unrolls ('unrolls')", one_of(SPLITS))
 
 
 def settings(cfg: LossConfig) -> PPOConfig:
@@ -73,44 +87,6 @@ def settings(cfg: LossConfig) -> PPOConfig:
     another learner's settings or None.
   """
   return cfg.settings if isinstance(cfg.settings, PPOConfig) else PPOConfig()
-
-
-def _number_problem(value, least: float, strict: bool, note: str = '') -> Optional[str]:
-  """Why `value` is not a number > `least` (strict) or >= `least`, or None."""
-  if (isinstance(value, bool) or not isinstance(value, (int, float))
-      or (value <= least if strict else value < least)):
-    return (f'must be a positive number, got {value!r}' if strict and least == 0 else
-            f'must be a number >= {least:g}{note}, got {value!r}')
-  return None
-
-
-def check(p: PPOConfig):
-  """Checks the PPO settings for values the update cannot use.
-
-  Args:
-    p: the settings.
-
-  Returns:
-    (field of the `ppo` group, why) for the first value the update cannot
-    use, or None: epochs and minibatches must be integers >= 1, clip_epsilon
-    a positive number, value_clip_epsilon a number >= 0 (0 = no clip),
-    gae_lambda in [0, 1], value_targets one of VALUE_TARGETS, split one of
-    SPLITS and normalize_advantages a bool.
-  """
-  lam = p.gae_lambda
-  return ac.first_problem([
-      ('epochs', ac.integer_problem(p.epochs)),
-      ('minibatches', ac.integer_problem(p.minibatches)),
-      ('clip_epsilon', _number_problem(p.clip_epsilon, 0, strict=True)),
-      ('value_clip_epsilon', _number_problem(p.value_clip_epsilon, 0, strict=False,
-                                             note=' (0 = no clip)')),
-      ('gae_lambda', f'must be in [0, 1], got {lam!r}'
-       if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam <= 1.0
-       else None),
-      ('value_targets', ac.choice_problem(p.value_targets, VALUE_TARGETS)),
-      ('split', ac.choice_problem(p.split, SPLITS)),
-      ('normalize_advantages', ac.bool_problem(p.normalize_advantages)),
-  ])
 
 
 def batch_split(p: PPOConfig, per_device_batch: int, unroll_length: int):
@@ -138,21 +114,6 @@ def batch_split(p: PPOConfig, per_device_batch: int, unroll_length: int):
     return ('minibatches', f'{m} minibatches do not split the {steps} steps of each learner '
             f'device; use a divisor of {steps}')
   return None
-
-
-def settings_from(group) -> PPOConfig:
-  """The PPOConfig of the run config's `ppo` group.
-
-  Args:
-    group: the run config's `ppo` group (ml_collections).
-
-  Returns:
-    A PPOConfig of its fields.
-  """
-  return PPOConfig(epochs=group.epochs, minibatches=group.minibatches,
-                   clip_epsilon=group.clip_epsilon, value_clip_epsilon=group.value_clip_epsilon,
-                   gae_lambda=group.gae_lambda, value_targets=group.value_targets,
-                   normalize_advantages=group.normalize_advantages, split=group.split)
 
 
 class Targets(NamedTuple):
@@ -466,5 +427,5 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
 
 
 LEARNER = ac.Learner(
-    name=NAME, config_group=CONFIG_GROUP, settings_from=settings_from, make_update=make_update,
-    optimizer_steps=lambda p: p.epochs * p.minibatches, batch_split=batch_split, check=check)
+    name=NAME, config_group=CONFIG_GROUP, settings_type=PPOConfig, make_update=make_update,
+    optimizer_steps=lambda p: p.epochs * p.minibatches, batch_split=batch_split)

@@ -15,6 +15,7 @@ import jax
 
 from agents.trainer import ActorFailed, NonFiniteError, Trainer
 from configs import resume, validation
+from configs import spec as spec_lib
 from infra import multihost
 from infra import stop_signals
 from rundir import run_folder
@@ -38,8 +39,8 @@ class Run:
   `train(until)` trains and saves; `close()` stops the actors and releases
   the folder (idempotent; also after a failed start).
 
-  Attributes after the constructor: config, plan (configs.validation's
-  RunPlan), workdir, lock, resume_step (the env step the run resumes from,
+  Attributes after the constructor: config, spec (configs/spec.RunSpec,
+  its workdir set), plan (the spec's RunPlan), workdir, lock, resume_step (the env step the run resumes from,
   None for a new run) and notes (run_folder.prepare's lines); `trainer` and
   `logger` are None until `start()`.
 
@@ -55,9 +56,11 @@ class Run:
 
   def __init__(self, config, stop_requested: Optional[threading.Event] = None):
     self.config = config
-    self.plan = validation.validate_everywhere(config)
+    spec = validation.validate_everywhere(config)
     folder = run_folder.prepare(config)
     self.workdir, self.lock, self.resume_step = folder.workdir, folder.lock, folder.resume_step
+    self.spec = spec_lib.with_workdir(spec, folder.workdir)
+    self.plan = self.spec.plan
     self.notes: List[str] = list(folder.notes)
     self._allowed = folder.allowed
     self._stop_requested = stop_requested
@@ -93,7 +96,7 @@ class Run:
       The adoption's notes (what it set aside), one line each; [] on other
       processes.
     """
-    self.trainer = Trainer(self.config, self.plan, self._stop_requested)
+    self.trainer = Trainer(self.spec, self._stop_requested)
     notes = []
     if multihost.is_primary():
       notes = run_folder.adopt(self.workdir, self.resume_step, self._allowed)

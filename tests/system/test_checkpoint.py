@@ -51,9 +51,9 @@ def test_resume_continues_counters_schedule_and_popart(tmp_path):
 
   # The same command with a larger budget resumes at the checkpoint.
   from agents.trainer import Trainer
-  from configs.validation import validate
+  from configs.validation import validate_spec
   config = _config(workdir, updates=4)
-  trainer = Trainer(config, validate(config))
+  trainer = Trainer(validate_spec(config))
   try:
     assert trainer.resumed_from == 2 * config.unroll_length * config.batch_size
     assert trainer.env_steps == trainer.resumed_from

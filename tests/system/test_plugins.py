@@ -5,7 +5,7 @@ rl.algorithms.register (its own loss, settings group and state) trains on
 it, checks its settings at start-up, and its state is saved and restored
 with the checkpoint; nothing else changed."""
 
-from typing import NamedTuple
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +21,7 @@ from configs.validation import ConfigError, validate
 from envs import registry
 from envs.base import StepResult
 from envs.family import EnvFamily, EnvKwargsError
+from infra.settings import setting, within
 from rl import actor_critic as ac
 from rl import algorithms
 from rl import sgd
@@ -159,15 +160,10 @@ def test_a_registered_family_trains_logs_its_action_names_and_evaluates(toy_fami
 TOY_LEARNER = 'toy_a2c'
 
 
-class ToyA2CConfig(NamedTuple):
-  reward_decay: float = 0.9
-
-
-def _toy_check(settings):
-  decay = settings.reward_decay
-  if isinstance(decay, bool) or not isinstance(decay, float) or not 0.0 <= decay < 1.0:
-    return 'reward_decay', f'must be in [0, 1), got {decay!r}'
-  return None
+@dataclasses.dataclass(frozen=True)
+class ToyA2CConfig:
+  reward_decay: float = setting(0.9, "decay of the running mean of the batches' rewards",
+                                within(0, 1, high_closed=False))
 
 
 def _toy_loss(apply_fn, cfg):
@@ -208,9 +204,8 @@ def _toy_make_update(apply_fn, cfg, optimizer, value_head, axis_name, seed, max_
 
 TOY_A2C = ac.Learner(
     name=TOY_LEARNER, config_group=TOY_LEARNER,
-    settings_from=lambda group: ToyA2CConfig(reward_decay=group.reward_decay),
-    make_update=_toy_make_update, optimizer_steps=lambda settings: 1,
-    batch_split=lambda settings, unrolls, length: None, check=_toy_check,
+    settings_type=ToyA2CConfig, make_update=_toy_make_update,
+    optimizer_steps=lambda settings: 1, batch_split=lambda settings, unrolls, length: None,
     init_state=lambda params: {'updates': jnp.zeros((), jnp.int32),
                                'reward_mean': jnp.zeros((), jnp.float32)})
 

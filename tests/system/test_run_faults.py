@@ -4,6 +4,7 @@ unwritable metrics file, a wandb failure, a NaN learning rate) and as the
 command a user runs (two trainers, an early SIGINT from a background job,
 kill -9 then resume, a killed wandb-core). The pieces alone: test_run_folder.py."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ import pytest
 from agents import checkpoint
 from agents.checkpoint import Checkpointer
 from agents.trainer import NonFiniteError, Trainer
-from configs.validation import validate
+from configs.validation import validate_spec
 from faults import largest_data_file
 from rundir import run_folder
 from rundir.run_folder import RunFolderError
@@ -272,9 +273,9 @@ def test_a_wandb_failure_is_a_warning_and_metrics_go_on(tmp_path, monkeypatch, c
 
 def test_a_nan_learning_rate_stops_with_finite_parameters_saved(tmp_path):
   config, per_update = _smoke(tmp_path / 'run', updates=3)
-  plan = validate(config)  # the command line rejects it here; the guard must hold anyway
-  config.learning_rate = float('nan')
-  trainer = Trainer(config, plan)
+  spec = validate_spec(config)  # the command line rejects it here; the guard must hold anyway
+  spec = dataclasses.replace(spec, run=dataclasses.replace(spec.run, learning_rate=float('nan')))
+  trainer = Trainer(spec)
   try:
     with pytest.raises(NonFiniteError, match='non-finite parameters or optimiser state .* at '
                        'learner step 1 .*saved at env step 0'):

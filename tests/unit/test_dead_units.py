@@ -11,7 +11,8 @@ import numpy as np
 import optax
 import pytest
 
-from rl import algorithms, impala, optimizers
+from configs.validation import validate_spec
+from rl import impala, optimizers
 from rl.types import Unroll
 from configs import atari_single
 from envs import atari
@@ -53,9 +54,11 @@ def _conv1_dead_after_updates(batches, config):
   network = agent_net.make_network(config.network, 6, 1)
   example = {k: v[0, 0] for k, v in batches[0].obs.items()}
   variables = agent_net.init_variables(network, jax.random.key(0), example)
-  optimizer, _ = optimizers.optimizer_from_config(
-      config, 10_000, algorithms.optimizer_steps_per_update(config))
-  loss_fn = impala.loss_fn(agent_net.apply_fn(network), algorithms.loss_config(config))
+  spec = validate_spec(config)
+  optimizer, _ = optimizers.optimizer_from_settings(
+      spec.optimizer, spec.run.learning_rate, spec.run.entropy_cost, 10_000,
+      spec.optimizer_steps_per_update)
+  loss_fn = impala.loss_fn(agent_net.apply_fn(network), spec.loss)
   stats = variables['popart'][agent_net.VALUE_HEAD]
 
   @jax.jit
@@ -104,9 +107,11 @@ def _vtrace_conv1_dead(batches, centre: bool, updates_per_batch: int = 8):
   network = agent_net.make_network(config.network, 6, 1)
   example = {k: v[0, 0] for k, v in batches[0].obs.items()}
   variables = agent_net.init_variables(network, jax.random.key(0), example, init='orthogonal')
-  optimizer, _ = optimizers.optimizer_from_config(
-      config, 10_000, algorithms.optimizer_steps_per_update(config))
-  loss_fn = impala.loss_fn(agent_net.apply_fn(network), algorithms.loss_config(config))
+  spec = validate_spec(config)
+  optimizer, _ = optimizers.optimizer_from_settings(
+      spec.optimizer, spec.run.learning_rate, spec.run.entropy_cost, 10_000,
+      spec.optimizer_steps_per_update)
+  loss_fn = impala.loss_fn(agent_net.apply_fn(network), spec.loss)
   stats = variables['popart'][agent_net.VALUE_HEAD]
   params = variables['params']
   for b in batches:

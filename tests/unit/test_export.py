@@ -21,7 +21,7 @@ from agents import learner as learner_lib
 from agents.actor import make_act_fn
 from agents.rollout import policy_observation_spec
 from configs import atari_single, nethack_popart
-from configs.validation import validate
+from configs.validation import validate_spec
 from envs import registry
 from rl.types import BATCH_AXES, Unroll
 
@@ -31,11 +31,11 @@ ACCELERATORS = ('cuda', 'tpu')
 def _agent(config, devices):
   with config.unlocked():
     config.num_learner_devices = devices
-  plan = validate(config)
-  group = plan.actor_env_groups[0][0]
+  spec = validate_spec(config)
+  group = spec.plan.actor_env_groups[0][0]
   num_actions, obs_spec = registry.env_spaces(group.env_id, group.env_kwargs,
-                                              plan.observation_keys)
-  return builder.build_agent(config, plan, num_actions, obs_spec), num_actions, obs_spec
+                                              spec.plan.observation_keys)
+  return builder.build_agent(spec, num_actions, obs_spec), num_actions, obs_spec
 
 
 def _batch_spec(agent, config, num_actions, obs_spec) -> Unroll:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from configs import atari_single, cartpole
-from configs.validation import validate
+from configs.validation import validate_spec
 from analysis import frame_checks as inspect
 from networks.torsos import NatureCNNTorso
 
@@ -16,7 +16,7 @@ from networks.torsos import NatureCNNTorso
 def _collect(config, num_blocks, envs, unroll_length=20, policy_scale=1.0):
   config.actors.envs_per_actor = envs
   config.unroll_length = unroll_length
-  return inspect.collect(config, validate(config), num_blocks, policy_scale=policy_scale)
+  return inspect.collect(config, validate_spec(config), num_blocks, policy_scale=policy_scale)
 
 
 @pytest.fixture(scope='module')

@@ -9,10 +9,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # Each folder and the folders it may import (besides itself).
 ALLOWED = {
-    'rl': set(),
-    'envs': set(),
     'infra': set(),
-    'networks': {'rl'},
+    'rl': {'infra'},
+    'envs': {'infra'},
+    'networks': {'rl', 'infra'},
     'configs': {'rl', 'envs', 'infra', 'networks'},
     'agents': {'rl', 'envs', 'infra', 'networks', 'configs'},
     'rundir': {'rl', 'envs', 'infra', 'networks', 'configs', 'agents'},
@@ -67,4 +67,23 @@ def test_nothing_imports_the_scripts_in_launch():
   for path in _python_files('launch'):
     if 'launch' in set(_imported_packages(path)):
       wrong.append(os.path.relpath(path, ROOT))
+  assert not wrong, wrong
+
+
+def test_the_training_core_reads_typed_settings_not_the_config():
+  """agents/, rl/ and networks/ receive the run spec and its typed settings
+  (configs/spec.py): none of them imports ml_collections, and no function
+  there takes a parameter named `config` (the raw ml_collections config)."""
+  wrong = []
+  for path in _python_files('agents', 'rl', 'networks'):
+    rel = os.path.relpath(path, ROOT)
+    if 'ml_collections' in set(_imported_packages(path)):
+      wrong.append(f'{rel} imports ml_collections')
+    with open(path) as f:
+      tree = ast.parse(f.read(), path)
+    for node in ast.walk(tree):
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        names = [a.arg for a in node.args.args + node.args.kwonlyargs]
+        if 'config' in names:
+          wrong.append(f'{rel}: {node.name} takes a config')
   assert not wrong, wrong

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from agents import learner
-from rl import actor_critic, algorithms, impala, optimizers, popart
+from rl import actor_critic, impala, optimizers, popart, ppo
 from networks import agent as agent_net
 from synthetic_unroll import random_unroll
 
@@ -133,17 +133,22 @@ def test_adam_first_step_matches_the_hand_formula():
 def test_ppo_learning_rate_anneals_over_every_optimiser_step():
   """PPO takes epochs x minibatches optimiser steps per update; the schedule
   must reach 0 at the run's last update, not 1/16 of the way."""
-  from configs import common
-  c = common.base_config()
-  c.loss.name, c.ppo.epochs, c.ppo.minibatches = 'ppo', 4, 4
-  _, schedule = optimizers.optimizer_from_config(
-      c, total_learner_steps=100, steps_per_update=algorithms.optimizer_steps_per_update(c))
-  np.testing.assert_allclose(float(schedule(50)), 0.5 * c.learning_rate, rtol=1e-6)
+  _, schedule = _schedule(ppo.LEARNER, ppo.PPOConfig(epochs=4, minibatches=4))
+  np.testing.assert_allclose(float(schedule(50)), 0.5 * LEARNING_RATE, rtol=1e-6)
   np.testing.assert_allclose(float(schedule(100)), 0.0, atol=1e-12)
-  c.loss.name = 'impala'
-  _, schedule = optimizers.optimizer_from_config(
-      c, total_learner_steps=100, steps_per_update=algorithms.optimizer_steps_per_update(c))
-  np.testing.assert_allclose(float(schedule(50)), 0.5 * c.learning_rate, rtol=1e-6)
+  _, schedule = _schedule(impala.LEARNER, impala.VTraceConfig())
+  np.testing.assert_allclose(float(schedule(50)), 0.5 * LEARNING_RATE, rtol=1e-6)
+
+
+LEARNING_RATE = 6e-4   # configs/common.RunConfig's default
+
+
+def _schedule(learner_, settings):
+  """(optimizer, schedule) of the default optimiser over 100 learner updates
+  of `learner_` with `settings`, as agents/builder.py makes them."""
+  return optimizers.optimizer_from_settings(
+      optimizers.OptimizerConfig(), LEARNING_RATE, 0.01, total_learner_steps=100,
+      steps_per_update=learner_.optimizer_steps(settings))
 
 
 def _vtrace_update(network, devices, minibatches, epochs=1, seed=0, lr=6e-4):
@@ -210,13 +215,10 @@ def test_vtrace_one_minibatch_is_the_plain_update_and_anneals_over_every_step():
   b, _ = update(state, learner.shard_batch(reversed_batch, mesh))
   jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6),
                jax.device_get(a.params), jax.device_get(b.params))
-  from configs import common
-  c = common.base_config()
-  c.vtrace.epochs, c.vtrace.minibatches = 2, 4
-  assert algorithms.optimizer_steps_per_update(c) == 8
-  _, schedule = optimizers.optimizer_from_config(
-      c, total_learner_steps=100, steps_per_update=algorithms.optimizer_steps_per_update(c))
-  np.testing.assert_allclose(float(schedule(50)), 0.5 * c.learning_rate, rtol=1e-6)
+  settings = impala.VTraceConfig(epochs=2, minibatches=4)
+  assert impala.LEARNER.optimizer_steps(settings) == 8
+  _, schedule = _schedule(impala.LEARNER, settings)
+  np.testing.assert_allclose(float(schedule(50)), 0.5 * LEARNING_RATE, rtol=1e-6)
 
 
 def test_kl_update_is_the_policy_move_on_the_first_minibatch_by_hand():

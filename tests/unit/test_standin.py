@@ -8,7 +8,7 @@ import pytest
 from agents import standin
 from agents.rollout import StepBookkeeping
 from configs import atari_popart
-from configs.validation import validate
+from configs.validation import validate_spec
 from analysis import benchmark
 
 SPEC = {'frames': ((4, 84, 84), np.uint8)}
@@ -64,6 +64,5 @@ def test_standin_policy_returns_fixed_numpy_arrays():
 
 def test_loop_stage_times_the_real_actor_loop():
   config = atari_popart.get_config('games=Pong+Carnival,smoke')
-  plan = validate(config)
-  us, sps = benchmark.bench_loop(config, plan, seconds=0.5, warmup=0.2)
+  us, sps = benchmark.bench_loop(config, validate_spec(config), seconds=0.5, warmup=0.2)
   assert sps > 0 and us == pytest.approx(1e6 / sps)

@@ -1,0 +1,104 @@
+"""The run spec: a run's config read once, at start-up, into frozen typed
+settings. agents/ receives it and never reads ml_collections paths; rl/ and
+networks/ receive the pieces they need (LossConfig, OptimizerConfig,
+NetworkConfig).
+
+configs/validation.py checks the config and makes the spec (`validate_spec`);
+the config itself stays the user's interface and the run folder's
+config.json.
+"""
+
+import dataclasses
+from typing import Any, Dict
+
+from configs.actor_sizing import ActorsConfig
+from configs.common import RunConfig
+from configs.log_settings import LogConfig, WandbConfig
+from configs.plan import RunPlan
+from envs.atari import AtariConfig
+from infra.multihost import DistributedConfig
+from networks.network_config import NetworkConfig
+from rl import algorithms
+from rl.actor_critic import Learner, LossConfig
+from rl.optimizers import OptimizerConfig
+from rl.popart import PopArtConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+  """Everything a run is, typed and checked.
+
+  Attributes:
+    run: the top-level fields (seed, steps, batch, costs, ...).
+    loss: what the learner's loss reads, the learner's own settings in it.
+    optimizer: the optimiser's group.
+    popart: PopArt's group.
+    network: the network's group.
+    actors: the actors' group.
+    log: the logging cadences and sinks.
+    wandb: wandb's group.
+    distributed: the multi-process timeouts.
+    atari: the Atari protocol (its defaults for a config without one).
+    plan: the sizes and assignments derived from them (configs/plan.py).
+  """
+  run: RunConfig
+  loss: LossConfig
+  optimizer: OptimizerConfig
+  popart: PopArtConfig
+  network: NetworkConfig
+  actors: ActorsConfig
+  log: LogConfig
+  wandb: WandbConfig
+  distributed: DistributedConfig
+  atari: AtariConfig
+  plan: RunPlan
+
+  @property
+  def learner(self) -> Learner:
+    """The learner (rl/algorithms.py) that `loss.name` picks."""
+    return algorithms.get(self.loss.name)
+
+  @property
+  def optimizer_steps_per_update(self) -> int:
+    """Optimiser steps per learner update (e.g. epochs x minibatches)."""
+    return self.learner.optimizer_steps(self.loss.settings)
+
+
+def loss_config(run: RunConfig, popart: PopArtConfig, optimizer: OptimizerConfig,
+                learner_settings: Any, learner_name: str) -> LossConfig:
+  """The LossConfig of a run's settings.
+
+  Args:
+    run: the top-level fields (discount, costs, reward mode, reduction,
+      tasks).
+    popart: PopArt's settings.
+    optimizer: the optimiser's settings (clip_by 'term' clips per term in
+      the loss's step).
+    learner_settings: the learner's own settings (its group, read).
+    learner_name: `loss.name`.
+
+  Returns:
+    The LossConfig the learners read.
+  """
+  return LossConfig(
+      discount=run.discount, baseline_cost=run.baseline_cost, entropy_cost=run.entropy_cost,
+      reward_mode=run.reward_mode, popart_enabled=popart.enabled, popart_beta=popart.beta,
+      reduction=run.loss_reduction, name=learner_name, settings=learner_settings,
+      num_tasks=len(run.tasks), clip_per_term=optimizer.clip_by == 'term')
+
+
+def make_spec(groups: Dict[str, Any], learner_settings: Any, plan: RunPlan) -> RunSpec:
+  """The RunSpec of a config's groups as configs/validation.read_groups
+  reads them, its learner's settings, and its plan."""
+  run, popart, optimizer = groups[''], groups['popart'], groups['optimizer']
+  return RunSpec(
+      run=run, loss=loss_config(run, popart, optimizer, learner_settings, groups['loss'].name),
+      optimizer=optimizer, popart=popart, network=groups['network'], actors=groups['actors'],
+      log=groups['log'], wandb=groups['wandb'], distributed=groups['distributed'],
+      atari=groups['atari'], plan=plan)
+
+
+def with_workdir(spec: RunSpec, workdir: str) -> RunSpec:
+  """The spec of a run whose folder was chosen after validation
+  (rundir/run_folder.prepare sets config.workdir)."""
+  return dataclasses.replace(spec, run=dataclasses.replace(spec.run, workdir=workdir))

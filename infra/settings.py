@@ -1,0 +1,260 @@
+"""Typed settings: each component's frozen dataclass holds every field's
+type, default, one-line help and check together.
+
+A component declares its settings beside its code:
+
+  @dataclasses.dataclass(frozen=True)
+  class PopArtConfig:
+    enabled: bool = setting(False, 'one value output per task with PopArt', boolean)
+    beta: float = setting(3e-4, 'step size of the per-task moments', within(0, 1, low=False))
+
+    def problem(self):          # optional: checks across its own fields
+      ...
+
+ml_collections stays the user's interface: `config_dict` makes a config
+group from the defaults (configs/common.base_config assembles the groups),
+and `read` turns a group back into the frozen dataclass once, at start-up,
+naming the first field that is unknown or whose value its check refuses.
+`reference` gives each field's line for docs/settings.md.
+
+A check is a function value -> None (allowed) or a phrase saying why not
+('must be a positive number, got 0'), which start-up turns into a one-line
+error `config field <group>.<field>: <phrase>`.
+"""
+
+import dataclasses
+import math
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Type
+
+import ml_collections
+
+Check = Callable[[Any], Optional[str]]
+Problem = Tuple[str, str]   # (field, why)
+
+
+def setting(default, help: str, check: Optional[Check] = None):  # noqa: A002 (argparse's name)
+  """One field of a settings dataclass.
+
+  Args:
+    default: its default value (a dict default becomes a nested config
+      group and is copied for each instance).
+    help: one line saying what it does and which values do what.
+    check: value -> None or why the value is refused; None: any value.
+
+  Returns:
+    A dataclasses field carrying `help` and `check` in its metadata.
+  """
+  metadata = {'help': help, 'check': check}
+  if isinstance(default, dict):
+    return dataclasses.field(default_factory=lambda: dict(default), metadata=metadata)
+  return dataclasses.field(default=default, metadata=metadata)
+
+
+def _fields(cls) -> Tuple[dataclasses.Field, ...]:
+  if not dataclasses.is_dataclass(cls):
+    raise TypeError(f'{cls!r} is not a settings dataclass')
+  return dataclasses.fields(cls)
+
+
+def _default(field: dataclasses.Field):
+  if field.default is not dataclasses.MISSING:
+    return field.default
+  return field.default_factory()
+
+
+def defaults(cls) -> Dict[str, Any]:
+  """Each field's default, in declaration order."""
+  return {f.name: _default(f) for f in _fields(cls)}
+
+
+def config_dict(cls) -> ml_collections.ConfigDict:
+  """The config group of `cls`'s defaults (nested dicts as nested groups),
+  in declaration order: what a config file starts from and overrides."""
+  group = ml_collections.ConfigDict()
+  for name, value in defaults(cls).items():
+    group[name] = ml_collections.ConfigDict(value) if isinstance(value, dict) else value
+  return group
+
+
+def _plain(value):
+  """A config value as plain Python: nested groups as dicts, lists as tuples."""
+  if isinstance(value, ml_collections.ConfigDict):
+    value = value.to_dict()
+  if isinstance(value, dict):
+    return {k: _plain(v) for k, v in value.items()}
+  if isinstance(value, list):
+    return tuple(_plain(v) for v in value)
+  return value
+
+
+class SettingsError(ValueError):
+  """A field that is unknown or refused by its check; `field` is dotted
+  from the config's root ('ppo.epochs')."""
+
+  def __init__(self, field: str, why: str):
+    super().__init__(f'config field {field}: {why}')
+    self.field = field
+    self.why = why
+
+
+def first_problem(settings) -> Optional[Problem]:
+  """The first field (in declaration order) whose check refuses its value,
+  then the class's own `problem()` across fields; None when all pass."""
+  for field in _fields(type(settings)):
+    check = field.metadata.get('check')
+    why = check(getattr(settings, field.name)) if check is not None else None
+    if why is not None:
+      return field.name, why
+  across = getattr(settings, 'problem', None)
+  return across() if callable(across) else None
+
+
+def read(cls, group, prefix: str = '', check: bool = True):
+  """The settings `group` holds, checked.
+
+  Args:
+    cls: the settings dataclass.
+    group: a config group (ml_collections.ConfigDict or a mapping); a field
+      it lacks takes its default (a run folder's config.json from before
+      the field existed).
+    prefix: the group's dotted path from the config's root, for errors
+      ('ppo'; '' for top-level fields).
+    check: False: skip the fields' checks (unknown fields still raise), for
+      a caller that reports `first_problem` itself.
+
+  Returns:
+    A frozen `cls` holding the group's values as plain Python (nested groups
+    as dicts, lists as tuples).
+
+  Raises:
+    SettingsError: naming the first field the group has but `cls` lacks
+      (with the allowed ones), or whose value its check refuses.
+  """
+  names = [f.name for f in _fields(cls)]
+  given = dict(group.items()) if group is not None else {}
+  dotted = (lambda name: f'{prefix}.{name}') if prefix else (lambda name: name)
+  unknown = [k for k in given if k not in names]
+  if unknown:
+    raise SettingsError(dotted(unknown[0]), f'unknown field; allowed: {", ".join(names)}')
+  settings = cls(**{k: _plain(v) for k, v in given.items()})
+  problem = first_problem(settings) if check else None
+  if problem is not None:
+    raise SettingsError(dotted(problem[0]), problem[1])
+  return settings
+
+
+def reference(cls, prefix: str) -> Iterator[Tuple[str, str, str, str]]:
+  """(dotted name, type, default, help) of each field, for the reference
+  page (docs/settings.md)."""
+  hints = getattr(cls, '__annotations__', {})
+  for field in _fields(cls):
+    kind = hints.get(field.name, field.type)
+    kind = kind if isinstance(kind, str) else kind.__name__ if isinstance(kind, type) else str(kind)
+    kind = kind.replace('typing.', '')
+    yield (f'{prefix}.{field.name}' if prefix else field.name, kind,
+           repr(_default(field)), field.metadata.get('help', ''))
+
+
+# Checks. Each takes the value and returns None or why it is refused, in
+# the words start-up errors have always used.
+
+def _is_number(value) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def boolean(value) -> Optional[str]:
+  """True or False (not 0 or 1)."""
+  return None if isinstance(value, bool) else f'must be True or False, got {value!r}'
+
+
+def integer(least: int = 1) -> Check:
+  """An int (not a bool) of at least `least`."""
+  def check(value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+      return f'must be an integer >= {least}, got {value!r}'
+    return None
+  return check
+
+
+def positive(value) -> Optional[str]:
+  """A number > 0."""
+  return None if _is_number(value) and value > 0 else f'must be a positive number, got {value!r}'
+
+
+def at_least(least: float, note: str = '') -> Check:
+  """A number >= `least`; `note` follows the bound in the error ('(0 = off)')."""
+  def check(value):
+    if _is_number(value) and value >= least:
+      return None
+    return f'must be a number >= {least:g}{note}, got {value!r}'
+  return check
+
+
+def within(low: float, high: float, low_closed: bool = True, high_closed: bool = True) -> Check:
+  """A number in the interval from `low` to `high`, each end closed or open."""
+  text = f'{"[" if low_closed else "("}{low:g}, {high:g}{"]" if high_closed else ")"}'
+
+  def check(value):
+    if (_is_number(value) and (value >= low if low_closed else value > low)
+        and (value <= high if high_closed else value < high)):
+      return None
+    return f'must be in {text}, got {value!r}'
+  return check
+
+
+def one_of(allowed) -> Check:
+  """One of `allowed` (a sequence, or a function returning one when the
+  choices are known only at start-up, e.g. registered names)."""
+  def check(value):
+    choices = allowed() if callable(allowed) else allowed
+    if value in choices:
+      return None
+    return f'{value!r} is not allowed; choose one of {", ".join(map(str, choices))}'
+  return check
+
+
+def text(value) -> Optional[str]:
+  """A string (may be empty)."""
+  return None if isinstance(value, str) else f'must be a string, got {value!r}'
+
+
+def texts(value) -> Optional[str]:
+  """A tuple of strings (not one string)."""
+  if isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value):
+    return None
+  return f'must be a tuple of strings, got {value!r}'
+
+
+def finite_numbers(value) -> Optional[str]:
+  """A tuple of finite numbers (may be empty)."""
+  if isinstance(value, (tuple, list)) and all(_is_number(v) and math.isfinite(v) for v in value):
+    return None
+  return f'must be finite numbers, got {value!r}'
+
+
+def mapping(value) -> Optional[str]:
+  """A dict (a nested config group)."""
+  return None if isinstance(value, dict) else f'must be a group of fields, got {value!r}'
+
+
+def every(*checks: Check) -> Check:
+  """All of `checks`, the first refusal reported."""
+  def check(value):
+    return next((why for why in (c(value) for c in checks) if why is not None), None)
+  return check
+
+
+def first(problems: Sequence[Tuple[str, Optional[str]]]) -> Optional[Problem]:
+  """The first (field, why) whose why is not None, for a class's
+  `problem()`; None when none is."""
+  return next(((field, why) for field, why in problems if why is not None), None)
+
+
+def help_table(groups: Sequence[Tuple[str, Type]]) -> List[str]:
+  """Markdown rows `| field | type | default | help |` for (prefix, class) pairs."""
+  rows = ['| field | type | default | what it does |', '|---|---|---|---|']
+  for prefix, cls in groups:
+    for name, kind, default, help_text in reference(cls, prefix):
+      cell = help_text.replace('|', '\\|').replace('<', '\\<')
+      rows.append(f'| `{name}` | {kind} | `{default}` | {cell} |')
+  return rows

@@ -1,0 +1,110 @@
+"""The network's settings (the config's `network` group): each field's type,
+default, help and check, and the checks across them. networks/agent.py's
+`make_network` builds the AgentNetwork from a NetworkConfig."""
+
+import dataclasses
+from typing import Optional, Tuple
+
+from infra.settings import at_least, boolean, first, mapping, one_of, setting
+from networks.init import INITS
+from networks.kernels import KERNELS
+from networks.nethack import EXTRA_INPUTS
+from networks.torsos import (CENTRING_NETWORKS, CONV_NETWORKS, EXTRA_INPUT_NETWORKS,
+                             NETWORK_NAMES, RECURRENT_NETWORKS)
+
+# network.dtype: the dtype the torso computes in. Parameters, optimiser
+# state, PopArt statistics, the core, the heads and the losses stay float32.
+# 'auto' is float32 on a CPU (where bfloat16 is slower: docs/gpu.md) and
+# bfloat16 on GPUs and TPUs, decided by the learner devices' platform.
+DTYPES = ('auto', 'float32', 'bfloat16')
+
+# Torso arguments AgentNetwork fills from other network fields: torso_kwargs
+# may not set them.
+TORSO_FIELDS = {'dtype': 'network.dtype', 'kernels': 'network.kernels',
+                'num_centres': 'network.centre_frames'}
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkConfig:
+  """The agent network: torso, optional LSTM core, policy and value heads."""
+  init: str = setting(
+      'lecun', "'lecun' (Flax's defaults) or 'orthogonal' (hidden sqrt 2, policy 0.01, value 1; "
+      'cleanrl, baselines)', one_of(INITS))
+  name: str = setting(
+      'mlp', "the torso: 'mlp', 'shallow' (Nature CNN), 'resnet', 'attention', 'nle_simple', "
+      "'nle_baseline', 'nle_fast', 'nle_attention'", one_of(NETWORK_NAMES))
+  centre_frames: bool = setting(
+      False, "'shallow', 'resnet', 'attention': each task's frames minus its running mean frame "
+      '(networks/centring.py)', boolean)
+  lstm_size: int = setting(0, 'LSTM core size; 0 = feed-forward', at_least(0))
+  dtype: str = setting(
+      'auto', "the torso's compute dtype: 'auto' (float32 on CPU, bfloat16 on GPU/TPU), "
+      "'float32', 'bfloat16'; parameters, optimiser, PopArt and losses stay float32",
+      one_of(DTYPES))
+  kernels: str = setting(
+      'auto', "conv layers: 'auto' (CPU-tuned ops when lowered for CPU, XLA convolutions on "
+      "GPU/TPU), 'cpu', 'xla' (networks/kernels.py)", one_of(KERNELS))
+  core_extra_inputs: bool = setting(
+      True, 'the core also sees the one-hot last action and clipped last reward (IMPALA)',
+      boolean)
+  torso_kwargs: dict = setting({}, 'extra torso arguments', mapping)
+  extra_inputs: Tuple[str, ...] = setting(
+      (), "nle_baseline / nle_fast also read: 'message' (the message line), 'under_hero' (the "
+      'glyph under the hero)', lambda v: _names_problem(v))
+
+  def problem(self) -> Optional[Tuple[str, str]]:
+    """The checks across fields: what each torso can do."""
+    return first([
+        ('centre_frames', _centring_problem(self)),
+        ('torso_kwargs', _torso_kwargs_problem(self)),
+        ('kernels', _kernels_problem(self)),
+        ('lstm_size', f'{self.name!r} is recurrent and needs an LSTM size > 0 (e.g. 256)'
+         if self.name in RECURRENT_NETWORKS and not self.lstm_size else None),
+        ('extra_inputs', _extra_inputs_problem(self)),
+    ])
+
+  @property
+  def recurrent(self) -> bool:
+    """Whether it carries a state along the unroll: an LSTM core or a network
+    with its own (RECURRENT_NETWORKS)."""
+    return bool(self.lstm_size) or self.name in RECURRENT_NETWORKS
+
+
+def _centring_problem(c: NetworkConfig) -> Optional[str]:
+  if c.centre_frames and c.name not in CENTRING_NETWORKS:
+    return (f'network {c.name!r} does not centre frames; it works with network.name in '
+            f'{", ".join(CENTRING_NETWORKS)} (or set network.centre_frames=False)')
+  return None
+
+
+def _torso_kwargs_problem(c: NetworkConfig) -> Optional[str]:
+  own = sorted(set(c.torso_kwargs) & set(TORSO_FIELDS))
+  if own:
+    return (f'sets {own}, which come from ' + ', '.join(TORSO_FIELDS[k] for k in own)
+            + '; set those instead')
+  return None
+
+
+def _kernels_problem(c: NetworkConfig) -> Optional[str]:
+  if c.kernels != 'auto' and c.name not in CONV_NETWORKS:
+    return (f'network {c.name!r} has no convolutions, so {c.kernels!r} would change nothing; '
+            f"leave it 'auto' (networks with convolutions: {', '.join(CONV_NETWORKS)})")
+  return None
+
+
+def _names_problem(value) -> Optional[str]:
+  if isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value):
+    return None
+  return f'must be a tuple of names from {", ".join(EXTRA_INPUTS)}, got {value!r}'
+
+
+def _extra_inputs_problem(c: NetworkConfig) -> Optional[str]:
+  for name in c.extra_inputs:
+    if name not in EXTRA_INPUTS:
+      return f'{name!r} is not allowed; choose one of {", ".join(EXTRA_INPUTS)}'
+  if len(set(c.extra_inputs)) != len(c.extra_inputs):
+    return f'names an input twice: {c.extra_inputs}'
+  if c.extra_inputs and c.name not in EXTRA_INPUT_NETWORKS:
+    return (f'{c.name!r} reads no extra inputs; they need network.name in '
+            f'{", ".join(EXTRA_INPUT_NETWORKS)}')
+  return None
