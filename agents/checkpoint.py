@@ -30,11 +30,9 @@ checked for orbax's own metadata files only.
 """
 
 import errno
-import hashlib
 import json
 import os
-import shutil
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 from absl import logging
 import jax
@@ -42,140 +40,18 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from infra import multihost
+from agents.checkpoint_files import (DAMAGED_SUBDIR, MANIFEST, MANIFESTS_SINCE, REQUIRED, SUBDIR,
+                                     CheckpointError, damage, directory, find_intact,
+                                     manifests_from_step, mark_manifests, set_aside,
+                                     steps_on_disk, write_manifest)
 from agents.learner import LearnerState
 
-SUBDIR = 'checkpoints'
-DAMAGED_SUBDIR = 'checkpoints.damaged'
-MANIFEST = 'verified.json'
-# In checkpoints/: {"from_step": N}, every checkpoint at env step >= N has a manifest.
-MANIFESTS_SINCE = 'manifests.json'
-# orbax's metadata, present in every finished checkpoint of ours (older ones
-# without a manifest are checked for it alone).
-REQUIRED = ('default/_METADATA',)
+# The files' side (agents/checkpoint_files.py) is part of this module's API.
+__all__ = ['Checkpointer', 'CheckpointError', 'DAMAGED_SUBDIR', 'KEEP_LAST', 'MANIFEST',
+           'MANIFESTS_SINCE', 'REQUIRED', 'SUBDIR', 'damage', 'directory', 'find_intact',
+           'manifests_from_step', 'set_aside', 'steps_on_disk', 'write_manifest']
+
 KEEP_LAST = 2  # checkpoints kept when keep_intermediate is False
-
-
-class CheckpointError(RuntimeError):
-  """A checkpoint cannot be written or restored; the message is one line."""
-
-
-def directory(workdir: str) -> str:
-  """The absolute path of `<workdir>/checkpoints`."""
-  return os.path.abspath(os.path.join(workdir, SUBDIR))
-
-
-def _files(step_dir: str) -> List[str]:
-  out = []
-  for root, _, names in os.walk(step_dir):
-    for name in names:
-      rel = os.path.relpath(os.path.join(root, name), step_dir)
-      if rel != MANIFEST:
-        out.append(rel)
-  return sorted(out)
-
-
-def _digest(path: str) -> str:
-  h = hashlib.sha256()
-  with open(path, 'rb') as f:
-    for chunk in iter(lambda: f.read(1 << 20), b''):
-      h.update(chunk)
-  return h.hexdigest()
-
-
-def write_manifest(step_dir: str) -> None:
-  """Reads every file of a written checkpoint back into its manifest.
-
-  Writes `<step_dir>/verified.json`: {'files': {relative path: [size in
-  bytes, SHA-256 hex digest]}} for every file but the manifest itself,
-  through a temporary file that is fsynced and renamed into place.
-
-  Args:
-    step_dir: the checkpoint's folder, `checkpoints/<env_steps>`.
-  """
-  files = {rel: [os.path.getsize(os.path.join(step_dir, rel)), _digest(os.path.join(step_dir, rel))]
-           for rel in _files(step_dir)}
-  tmp = os.path.join(step_dir, MANIFEST + '.tmp')
-  with open(tmp, 'w') as f:
-    json.dump({'files': files}, f, indent=1, sort_keys=True)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, os.path.join(step_dir, MANIFEST))
-
-
-def damage(step_dir: str) -> Optional[str]:
-  """What is wrong with a checkpoint's files, if anything. Reads only.
-
-  With a manifest, every file it lists must exist with its size and
-  SHA-256. Without one, a checkpoint at or after the folder's
-  MANIFESTS_SINCE step is damaged (cut off before it was verified); an
-  older one, written before manifests existed, needs only orbax's metadata
-  (REQUIRED).
-
-  Args:
-    step_dir: the checkpoint's folder, `checkpoints/<env_steps>`.
-
-  Returns:
-    None if the files are as written, else one line: a file missing, of
-    another size or content, an unreadable manifest, no manifest where one
-    is due, or orbax's metadata missing.
-  """
-  manifest_path = os.path.join(step_dir, MANIFEST)
-  if not os.path.isfile(manifest_path):
-    since = manifests_from_step(os.path.dirname(os.path.abspath(step_dir)))
-    name = os.path.basename(os.path.normpath(step_dir))
-    if since is not None and name.isdigit() and int(name) >= since:
-      return f'no {MANIFEST}: cut off before it was verified'
-    missing = [rel for rel in REQUIRED if not os.path.isfile(os.path.join(step_dir, rel))]
-    return f'{missing[0]} is missing' if missing else None
-  try:
-    with open(manifest_path) as f:
-      files = json.load(f)['files']
-  except (OSError, ValueError, KeyError) as e:
-    return f'its manifest {MANIFEST} is unreadable ({e})'
-  for rel, (size, digest) in sorted(files.items()):
-    path = os.path.join(step_dir, rel)
-    if not os.path.isfile(path):
-      return f'{rel} is missing'
-    if os.path.getsize(path) != size:
-      return f'{rel} has {os.path.getsize(path):,} bytes, {size:,} when written'
-    if _digest(path) != digest:
-      return f'{rel} differs from what was written'
-  return None
-
-
-def manifests_from_step(checkpoint_dir: str) -> Optional[int]:
-  """The env step from which every checkpoint in a folder has a manifest.
-
-  Args:
-    checkpoint_dir: the `checkpoints` folder.
-
-  Returns:
-    The step of its MANIFESTS_SINCE file; None when there is none (a folder
-    written before manifests existed); 0 when it is unreadable (every
-    checkpoint is then held to a manifest).
-  """
-  try:
-    with open(os.path.join(checkpoint_dir, MANIFESTS_SINCE)) as f:
-      return int(json.load(f)['from_step'])
-  except FileNotFoundError:
-    return None
-  except (OSError, ValueError, KeyError, TypeError):
-    return 0  # unreadable: hold every checkpoint to a manifest
-
-
-def _mark_manifests(checkpoint_dir: str) -> None:
-  """Writes MANIFESTS_SINCE once: checkpoints from after the newest one now
-  on disk will have manifests."""
-  path = os.path.join(checkpoint_dir, MANIFESTS_SINCE)
-  if os.path.exists(path):
-    return
-  steps = [int(n) for n in os.listdir(checkpoint_dir) if n.isdigit()]
-  tmp = path + '.tmp'
-  with open(tmp, 'w') as f:
-    json.dump({'from_step': max(steps) + 1 if steps else 0}, f)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
 
 
 def _no_space(e: BaseException) -> Optional[str]:
@@ -192,64 +68,6 @@ def _no_space(e: BaseException) -> Optional[str]:
         return words.lower()
     e = e.__cause__ or e.__context__
   return None
-
-
-def set_aside(workdir: str, step: int) -> str:
-  """Moves a checkpoint out of orbax's sight, keeping it.
-
-  Args:
-    workdir: the run folder.
-    step: the checkpoint's env step.
-
-  Returns:
-    Where it went: `checkpoints.damaged/<step>`, or `<step>.<n>` (n = 2, 3,
-    ...) when that name is taken.
-  """
-  dest_dir = os.path.join(os.path.abspath(workdir), DAMAGED_SUBDIR)
-  os.makedirs(dest_dir, exist_ok=True)
-  dest, n = os.path.join(dest_dir, str(step)), 1
-  while os.path.exists(dest):
-    n += 1
-    dest = os.path.join(dest_dir, f'{step}.{n}')
-  shutil.move(os.path.join(directory(workdir), str(step)), dest)
-  return dest
-
-
-def steps_on_disk(workdir: str) -> List[int]:
-  """Env steps of the checkpoint folders, ascending. Reads only.
-
-  Args:
-    workdir: the run folder.
-
-  Returns:
-    The steps of `checkpoints/<step>` folders; [] without a checkpoints
-    folder. orbax's unfinished temporary folders are not numbers and are
-    skipped.
-  """
-  root = directory(workdir)
-  if not os.path.isdir(root):
-    return []
-  return sorted(int(n) for n in os.listdir(root)
-                if n.isdigit() and os.path.isdir(os.path.join(root, n)))
-
-
-def find_intact(workdir: str) -> Tuple[Optional[int], List[Tuple[int, str]]]:
-  """The newest intact checkpoint, checking newest first (`damage`). Reads only.
-
-  Args:
-    workdir: the run folder.
-
-  Returns:
-    (the newest intact checkpoint's step or None, [(step, what is wrong)]
-    for the damaged ones newer than it, newest first).
-  """
-  damaged = []
-  for step in reversed(steps_on_disk(workdir)):
-    problem = damage(os.path.join(directory(workdir), str(step)))
-    if problem is None:
-      return step, damaged
-    damaged.append((step, problem))
-  return None, damaged
 
 
 def _saved_fields(state: LearnerState) -> Dict[str, Any]:
@@ -319,7 +137,7 @@ class Checkpointer:
             enable_async_checkpointing=False))
     if primary and not read_only:
       try:
-        _mark_manifests(self.directory)
+        mark_manifests(self.directory)
       except OSError as e:
         raise CheckpointError(f'cannot write {os.path.join(self.directory, MANIFESTS_SINCE)}: '
                               f'{e.strerror or e}') from None

@@ -17,10 +17,12 @@ checkpoint.py), run.lock, wandb's and TensorBoard's files
   `read_metrics(workdir)` (metrics.jsonl rows, or an archived .gz).
 
 The guarantees, one by one:
-- `check_usable(workdir)`: the folder is (or can be made) a writable folder.
-- `RunLock`: `<workdir>/run.lock`, held (flock) by the one process that
-  writes the folder; a second trainer on the folder stops naming the
-  holder's host and pid; a lock left by a dead process is taken over.
+- `check_usable(workdir)` (rundir/folder_guard.py): the folder is (or can
+  be made) a writable folder, its path short enough for what a run writes.
+- `RunLock` (rundir/folder_guard.py): `<workdir>/run.lock`, held (flock) by
+  the one process that writes the folder; a second trainer on the folder
+  stops naming the holder's host and pid; a lock left by a dead process is
+  taken over.
 - `check_resume(workdir, config)`: the saved config.json against the new
   config; a network, task or shape change stops the run before anything is
   written.
@@ -31,206 +33,24 @@ Every failure here is a `RunFolderError`: one line, exit status 2.
 """
 
 import datetime
-import fcntl
 import gzip
 import json
 import os
-import socket
-import time
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from agents import checkpoint
 from configs import resume
 from infra import multihost
+from rundir import folder_guard
 
-LOCK_FILE = 'run.lock'
+# The guards (rundir/folder_guard.py) are part of the folder's API.
+LOCK_FILE, RunFolderError, RunLock = (folder_guard.LOCK_FILE, folder_guard.RunFolderError,
+                                      folder_guard.RunLock)
+check_path_length, check_usable = folder_guard.check_path_length, folder_guard.check_usable
+describe_stale = folder_guard.describe_stale
+
 CONFIG_FILE = 'config.json'
 METRICS_FILE = 'metrics.jsonl'
-
-
-class RunFolderError(RuntimeError):
-  """The run folder cannot be used as asked; the message is one line."""
-
-
-# Room for the longest path a run writes inside its folder: orbax's temporary
-# checkpoint folders and data files (checkpoints/<step>.orbax-checkpoint-tmp-
-# <time>/default/ocdbt.process_0/d/<32 hex>), set-aside copies, TensorBoard's
-# event files: about 150 bytes; twice that to be safe.
-INNER_PATH_ROOM = 300
-
-
-def check_path_length(workdir: str) -> None:
-  """Checks that the filesystem takes the paths a run writes in a folder.
-
-  The limits are those of the nearest existing folder on the path (255 and
-  4096 where the filesystem does not say). Writes nothing.
-
-  Args:
-    workdir: the run folder (it need not exist).
-
-  Raises:
-    RunFolderError: when a name in the path is longer than the filesystem's
-      NAME_MAX, or the whole path too long to leave INNER_PATH_ROOM bytes
-      under PATH_MAX; the message says to choose a shorter --config.workdir.
-  """
-  path = os.path.abspath(workdir)
-  probe = path
-  while not os.path.exists(probe):
-    probe = os.path.dirname(probe)
-  try:
-    name_max, path_max = os.pathconf(probe, 'PC_NAME_MAX'), os.pathconf(probe, 'PC_PATH_MAX')
-  except (OSError, ValueError):
-    name_max, path_max = 255, 4096
-  for part in path.split(os.sep):
-    if len(os.fsencode(part)) > name_max:
-      raise RunFolderError(f'workdir {workdir[:60]}...: the name {part[:40]}... is '
-                           f'{len(os.fsencode(part)):,} bytes; this filesystem allows {name_max}. '
-                           'Choose a shorter --config.workdir')
-  if len(os.fsencode(path)) + INNER_PATH_ROOM > path_max:
-    raise RunFolderError(f'workdir {path[:60]}... is {len(os.fsencode(path)):,} bytes long; '
-                         f'with the {INNER_PATH_ROOM} a run needs for the files inside it, that passes this '
-                         f"filesystem's limit of {path_max:,}. Choose a shorter --config.workdir")
-
-
-def check_usable(workdir: str) -> None:
-  """Makes sure a run folder exists and can be written, creating it if needed.
-
-  Args:
-    workdir: the run folder.
-
-  Raises:
-    RunFolderError: when it is a file, cannot be created or written, or its
-      path is too long for the files a run writes in it
-      (check_path_length).
-  """
-  check_path_length(workdir)
-  if os.path.exists(workdir) and not os.path.isdir(workdir):
-    raise RunFolderError(f'workdir {workdir} is a file, not a folder; choose another '
-                         '--config.workdir')
-  try:
-    os.makedirs(workdir, exist_ok=True)
-  except OSError as e:
-    raise RunFolderError(f'cannot create workdir {workdir}: {e.strerror or e}') from None
-  if not os.access(workdir, os.W_OK | os.X_OK):
-    raise RunFolderError(f'workdir {workdir} is not writable')
-
-
-def _alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:
-    return True
-  return True
-
-
-class RunLock:
-  """The one-writer lock of a run folder.
-
-  An flock on `<workdir>/run.lock`, which also holds the holder's host, pid
-  and start time. The kernel drops an flock when its process dies (also by
-  kill -9), so a lock file whose flock nobody holds is stale and is taken
-  over. Where flock is not supported (some network filesystems), the
-  recorded pid is checked instead on the same host.
-
-  The lock file holds one JSON line {'host', 'pid', 'started' ('%Y-%m-%d
-  %H:%M:%S')}. After `acquire`, `stale_holder` is the holder record of a
-  stale lock that was taken over, else None.
-
-  Args:
-    workdir: the run folder.
-  """
-
-  def __init__(self, workdir: str):
-    self.path = os.path.join(workdir, LOCK_FILE)
-    self._fd: Optional[int] = None
-    self.stale_holder: Optional[dict] = None
-
-  def acquire(self) -> 'RunLock':
-    """Takes the lock without waiting and writes this process into the lock file.
-
-    Returns:
-      self.
-
-    Raises:
-      RunFolderError: when another live trainer holds it ('<workdir> is in
-        use by another trainer (host ..., pid ..., since ...)'), the lock
-        file cannot be created, or it keeps being replaced (10 tries).
-    """
-    for _ in range(10):
-      fd = self._try_acquire()
-      try:  # the file locked must still be the one at the path: a holder
-        if os.fstat(fd).st_ino == os.stat(self.path).st_ino:  # releasing unlinks it
-          break
-      except FileNotFoundError:
-        pass
-      os.close(fd)
-    else:
-      raise RunFolderError(f'cannot take the lock {self.path}: it keeps being replaced')
-    self._fd = fd
-    return self
-
-  def _try_acquire(self) -> int:
-    try:
-      fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-      raise RunFolderError(f'cannot create the lock {self.path}: {e.strerror or e}') from None
-    try:
-      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      holder = _read_holder(fd)
-      os.close(fd)
-      raise self._in_use(holder) from None
-    except OSError:  # no flock here: trust the recorded pid on this host
-      holder = _read_holder(fd)
-      if holder and holder.get('host') == socket.gethostname() and _alive(holder.get('pid', -1)) \
-          and holder.get('pid') != os.getpid():
-        os.close(fd)
-        raise self._in_use(holder) from None
-    previous = _read_holder(fd)
-    if previous:
-      self.stale_holder = previous
-    me = {'host': socket.gethostname(), 'pid': os.getpid(),
-          'started': time.strftime('%Y-%m-%d %H:%M:%S')}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, (json.dumps(me) + '\n').encode(), 0)
-    os.fsync(fd)
-    return fd
-
-  def _in_use(self, holder: Optional[dict]) -> RunFolderError:
-    return RunFolderError(f'{os.path.dirname(self.path)} is in use by another trainer '
-                          f'({_who(holder)}); stop it or choose another --config.workdir')
-
-  def release(self) -> None:
-    """Removes the lock file and drops the flock; safe to call twice."""
-    if self._fd is None:
-      return
-    try:
-      os.unlink(self.path)
-    except FileNotFoundError:
-      pass
-    os.close(self._fd)
-    self._fd = None
-
-
-def _read_holder(fd: int) -> Optional[dict]:
-  try:
-    text = os.pread(fd, 4096, 0).decode(errors='replace').strip()
-    return json.loads(text) if text else None
-  except (OSError, ValueError):
-    return None
-
-
-def _who(holder: Optional[dict]) -> str:
-  if not holder:
-    return 'holder unknown'
-  return f'host {holder.get("host")}, pid {holder.get("pid")}, since {holder.get("started")}'
-
-
-def describe_stale(holder: dict) -> str:
-  """A note for a stale lock taken over, naming its holder (RunLock.stale_holder)."""
-  return f'took over the lock left by a stopped trainer ({_who(holder)})'
 
 
 def resolve_workdir(config) -> str:
