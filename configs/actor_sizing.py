@@ -84,7 +84,19 @@ class ActorSizing:
   lag_bound: int           # lag_bound(num_actors, queue_size, blocks_per_batch)
 
   def describe(self, envs_per_actor: int, num_tasks: int) -> str:
-    """One start-up line: what the actors are and where each count came from."""
+    """One start-up line: what the actors are and where each count came from.
+
+    Args:
+      envs_per_actor: envs per actor thread (all tasks together).
+      num_tasks: the run's number of tasks.
+
+    Returns:
+      'actors: <n> actor threads x <m> envs; <k> EnvPool threads per pool
+      (...); <w> NLE worker processes per actor; policy lag at most about <l>
+      updates [<origin>]', the EnvPool and NLE parts only where the actors
+      step such envs; the origin names the cores the rule sized for and the
+      fields it chose, or says the config set them all.
+    """
     envpool_pools, lag = self.envpool_pools, self.lag_bound
     per_task = envs_per_actor // max(num_tasks, 1)
     parts = [f'{self.num_actors} actor thread{"s" * (self.num_actors != 1)} x '
@@ -103,7 +115,12 @@ class ActorSizing:
 
 
 def available_cores() -> int:
-  """The cores this process may run on (its CPU affinity where the OS says)."""
+  """The cores this process may run on.
+
+  Returns:
+    The number of CPUs in the process's affinity mask where the OS gives
+    one, else os.cpu_count(); at least 1.
+  """
   try:
     return max(1, len(os.sched_getaffinity(0)))
   except (AttributeError, OSError):
@@ -113,11 +130,33 @@ def available_cores() -> int:
 def size(cores: int, envs_per_actor: int, envpool_pools: int, nle_tasks: bool,
          num_actors: int = 0, envpool_threads: int = 0, nle_workers: int = 0,
          queue_size: int = 1, blocks_per_batch: int = 1) -> ActorSizing:
-  """The sizing for `cores`: each of num_actors / envpool_threads /
-  nle_workers given as 0 is chosen by the rule, any other value is kept.
-  `envpool_pools`: EnvPool pools per actor (its EnvPool tasks); `nle_tasks`:
-  whether the actors step NLE envs; `queue_size` and `blocks_per_batch`
-  bound the actor threads the rule chooses (MAX_POLICY_LAG)."""
+  """The actor sizing for `cores` by the rule of the module docstring.
+
+  Each of num_actors, envpool_threads and nle_workers given as 0 is chosen by
+  the rule; any other value is kept. A chosen num_actors is lowered until
+  `lag_bound` is at most MAX_POLICY_LAG (but not below 1); a given one is
+  kept whatever its bound. Pure: the same arguments give the same sizing.
+
+  Args:
+    cores: the cores to size for.
+    envs_per_actor: envs per actor thread (all tasks together).
+    envpool_pools: EnvPool pools per actor (its EnvPool tasks); 0 = none.
+    nle_tasks: whether the actors step NLE envs.
+    num_actors: actor threads; 0 = chosen by the rule.
+    envpool_threads: EnvPool threads per pool; 0 = chosen by the rule.
+    nle_workers: NLE worker processes per actor; 0 = chosen by the rule.
+    queue_size: unroll blocks the actors may have waiting for the learner.
+    blocks_per_batch: actor blocks per learner batch (of this process).
+
+  Returns:
+    The ActorSizing: envpool_threads 0 where there are no EnvPool pools,
+    nle_workers 0 where there are no NLE tasks, `chosen` naming the fields
+    the rule chose, and the sizing's `lag_bound`.
+
+  Raises:
+    ValueError: when cores or envs_per_actor is below 1, or envpool_pools
+      below 0.
+  """
   if cores < 1 or envs_per_actor < 1 or envpool_pools < 0:
     raise ValueError(f'cores ({cores}) and envs_per_actor ({envs_per_actor}) must be >= 1, '
                      f'envpool_pools ({envpool_pools}) >= 0')
@@ -150,9 +189,21 @@ def size(cores: int, envs_per_actor: int, envpool_pools: int, nle_tasks: bool,
 
 
 def resolve(config, families: Sequence[str], blocks_per_batch: int) -> ActorSizing:
-  """The sizing of a config whose tasks' actor kinds (registry.actor_kind:
-  'envpool', 'nle', 'synthetic') are `families`, in task order, and whose
-  learner batch takes `blocks_per_batch` actor blocks (of this process)."""
+  """The actor sizing of a config (`size` with its `actors` group).
+
+  Args:
+    config: a run config; its `actors` group is read (cores 0 = the cores
+      this process may use, `available_cores`).
+    families: each task's actor kind (registry.actor_kind: 'envpool', 'nle'
+      or 'synthetic'), in task order; each 'envpool' task is a pool per actor.
+    blocks_per_batch: actor blocks per learner batch (of this process).
+
+  Returns:
+    The ActorSizing, as `size` gives it.
+
+  Raises:
+    ValueError: as `size`, for cores or envs_per_actor below 1.
+  """
   a = config.actors
   cores = a.cores or available_cores()   # old run folders read 0 (analysis/run_loading)
   return size(cores, a.envs_per_actor, envpool_pools=sum(f == 'envpool' for f in families),
@@ -162,10 +213,22 @@ def resolve(config, families: Sequence[str], blocks_per_batch: int) -> ActorSizi
 
 
 def lag_bound(num_actors: int, queue_size: int, blocks_per_batch: int) -> int:
-  """The most learner updates between the params a block was acted with and
-  the update that takes it, with actors stepping at one speed: a block
-  started when the queue was full waits behind the queue and the other
-  actors' blocks in progress, `(queue_size + num_actors - 1) / blocks_per_batch`
-  batches, plus the update in progress. Finite for every plan; measured lags
-  are in the run's metrics (policy_lag, policy_lag_max)."""
+  """A bound on the policy lag: learner updates between acting and learning.
+
+  With actors stepping at one speed, a block started when the queue was full
+  waits behind the queue and the other actors' blocks in progress,
+  `(queue_size + num_actors - 1) / blocks_per_batch` batches, plus the update
+  in progress. Measured lags are in the run's metrics (policy_lag,
+  policy_lag_max).
+
+  Args:
+    num_actors: actor threads.
+    queue_size: unroll blocks the actors may have waiting for the learner.
+    blocks_per_batch: actor blocks per learner batch (at least 1).
+
+  Returns:
+    The most learner updates between the params a block was acted with and
+    the update that takes it: ceil((queue_size + num_actors - 1) /
+    blocks_per_batch) + 1.
+  """
   return math.ceil((queue_size + num_actors - 1) / blocks_per_batch) + 1

@@ -17,13 +17,42 @@ NETWORKS = ('shallow', 'resnet', 'attention')
 
 
 def atari_group() -> ml_collections.ConfigDict:
-  """The `atari` group of envs/atari.AtariConfig's defaults."""
+  """The `atari` group of envs/atari.AtariConfig's defaults.
+
+  Returns:
+    A new ConfigDict of every AtariConfig field at its default.
+  """
   return settings.config_dict(atari.AtariConfig)
 
 
 def atari_config(name: str, games, variant: dict, *, popart: bool,
                  reward_mode: str) -> ml_collections.ConfigDict:
-  """A full IMPALA Atari config for `games` (task ids follow their order)."""
+  """A full IMPALA Atari config for `games`.
+
+  One task per game, named for it, with task ids in the order given; the
+  `atari` group at its defaults; network, LSTM, recipe, step budget and
+  smoke from `variant`. One game: 16 envs per actor and a batch of 32;
+  several: up to 16 envs per actor, an even number (at least 2) of each
+  game, and a batch of about 32 unrolls in whole actor blocks. The budget
+  is IMPALA's 50M agent steps per game, 3M per game with the recipes vtrace,
+  a2c, ppo and impala_adam, or `variant['steps']` per game where that is
+  set.
+
+  Args:
+    name: the config's name (config_name).
+    games: Atari game names (envs/atari.ATARI_GAMES), in task order.
+    variant: the parsed variants (`variant_defaults`): 'net', 'lstm',
+      'recipe', 'steps' and 'smoke'.
+    popart: whether PopArt is on (popart.enabled).
+    reward_mode: the config's reward_mode ('clip', 'none' or 'h').
+
+  Returns:
+    The config (ml_collections.ConfigDict).
+
+  Raises:
+    ValueError: for no games, an unknown or repeated game, a net not in
+      NETWORKS, an unknown recipe, or negative steps.
+  """
   games = atari.check_games(games)
   if variant['net'] not in NETWORKS:
     raise ValueError(f'unknown Atari network {variant["net"]!r}; choose one of {", ".join(NETWORKS)}')
@@ -67,7 +96,16 @@ def atari_config(name: str, games, variant: dict, *, popart: bool,
 
 
 def variant_defaults(**extra) -> dict:
-  """The Atari variants: net, lstm, smoke, recipe, and steps (agent steps
-  per game; 0 keeps the recipe's budget)."""
+  """The Atari variants and their defaults, for common.parse_variant.
+
+  Args:
+    **extra: an experiment's own variants and their defaults (e.g.
+      games=SEED_GAMES); they are added to, or replace, the shared ones.
+
+  Returns:
+    Variant name -> default: net 'shallow', lstm False, smoke False, recipe
+    'vtrace', steps 0 (agent steps per game; 0 keeps the recipe's budget),
+    then `extra`.
+  """
   return {'net': 'shallow', 'lstm': False, 'smoke': False, 'recipe': 'vtrace', 'steps': 0,
           **extra}

@@ -25,6 +25,28 @@ REWARDS = ('clip', 'none')
 
 
 def get_config(arg=None):
+  """One IMPALA agent on several Atari games, without PopArt, rewards clipped by default.
+
+  One task per game (the full action set for several), one shared policy
+  and one value output (configs/atari_common.atari_config).
+
+  Args:
+    arg: the variant text after the file name's ':' (common.parse_variant),
+      None for the defaults. Keys: games (Atari games joined by '+'; the six
+      SEED_GAMES), rewards ('clip' or 'none'; 'clip'), steps (agent steps
+      per game; 0 keeps the recipe's budget), net ('shallow', 'resnet' or
+      'attention'; 'shallow'), lstm (an LSTM core for the CNNs; off),
+      recipe (common.RECIPES; 'vtrace') and smoke (common.apply_smoke; off).
+
+  Returns:
+    The config (ml_collections.ConfigDict), named 'atari_multitask', or
+    'atari_multitask_unclipped' with rewards=none.
+
+  Raises:
+    ValueError: for an unknown variant key or a bad value, an unknown
+      rewards mode, or what atari_common.atari_config refuses (games, net,
+      recipe, steps).
+  """
   variant = common.parse_variant(
       arg, atari_common.variant_defaults(games=atari_common.SEED_GAMES, rewards='clip'))
   if variant['rewards'] not in REWARDS:

@@ -19,6 +19,27 @@ from configs import atari_common, common
 
 
 def get_config(arg=None):
+  """Multi-task PopArt IMPALA on several Atari games, rewards not clipped.
+
+  One task per game (the full action set for several), one shared policy,
+  and one value output and one pair of PopArt statistics per game (Hessel
+  et al. 2019; configs/atari_common.atari_config).
+
+  Args:
+    arg: the variant text after the file name's ':' (common.parse_variant),
+      None for the defaults. Keys: games (Atari games joined by '+'; the six
+      SEED_GAMES), steps (agent steps per game; 0 keeps the recipe's
+      budget), net ('shallow', 'resnet' or 'attention'; 'shallow'), lstm (an
+      LSTM core for the CNNs; off), recipe (common.RECIPES; 'vtrace') and
+      smoke (common.apply_smoke; off).
+
+  Returns:
+    The config (ml_collections.ConfigDict), named 'atari_popart'.
+
+  Raises:
+    ValueError: for an unknown variant key or a bad value, or what
+      atari_common.atari_config refuses (games, net, recipe, steps).
+  """
   variant = common.parse_variant(
       arg, atari_common.variant_defaults(games=atari_common.SEED_GAMES))
   return atari_common.atari_config('atari_popart', variant['games'], variant,

@@ -18,6 +18,26 @@ from configs import atari_common, common
 
 
 def get_config(arg=None):
+  """IMPALA on one Atari game, rewards clipped to [-1, 1].
+
+  One task, named for the game, with the minimal action set unless
+  atari.action_set says otherwise (configs/atari_common.atari_config).
+
+  Args:
+    arg: the variant text after the file name's ':' (common.parse_variant),
+      None for the defaults. Keys: game (one of envs.atari.ATARI_GAMES;
+      'Pong'), steps (agent steps; 0 keeps the recipe's budget), net
+      ('shallow', 'resnet' or 'attention'; 'shallow'), lstm (an LSTM core
+      for the CNNs; off), recipe (common.RECIPES; 'vtrace') and smoke
+      (common.apply_smoke; off).
+
+  Returns:
+    The config (ml_collections.ConfigDict), named 'atari_single_<game>'.
+
+  Raises:
+    ValueError: for an unknown variant key or a bad value, or what
+      atari_common.atari_config refuses (game, net, recipe, steps).
+  """
   variant = common.parse_variant(arg, atari_common.variant_defaults(game='Pong'))
   game = variant['game']
   return atari_common.atari_config(f'atari_single_{game}', (game,), variant,

@@ -13,6 +13,21 @@ from configs import common
 
 
 def get_config(arg=None):
+  """One PopArt agent on two CartPole-v1 tasks whose rewards differ in scale.
+
+  The tasks' rewards are multiplied by reward_scales (1 and 1000) and not
+  clipped; PopArt normalises each task's values so both learn.
+
+  Args:
+    arg: the variant text after the file name's ':' (common.parse_variant),
+      None for the defaults. Keys: smoke (common.apply_smoke; off).
+
+  Returns:
+    The config (ml_collections.ConfigDict), named 'cartpole_popart'.
+
+  Raises:
+    ValueError: for an unknown variant key or a bad value.
+  """
   variant = common.parse_variant(arg, {'smoke': False})
   c = common.base_config()
   c.config_name = 'cartpole_popart'

@@ -29,6 +29,25 @@ from envs import catch
 
 
 def get_config(arg=None):
+  """IMPALA on Catch from pixels, read by the Nature CNN as Atari frames are.
+
+  One task, 300k agent steps, rewards clipped as for Atari.
+
+  Args:
+    arg: the variant text after the file name's ':' (common.parse_variant),
+      None for the defaults. Keys: recipe (common.RECIPES; 'a2c'), size (the
+      frame's height and width in pixels; 84; start-up refuses below 36),
+      pong (Catch with Pong's difficulties, envs/catch.pong_like; off) and
+      smoke (common.apply_smoke; off).
+
+  Returns:
+    The config (ml_collections.ConfigDict), named 'catch_<recipe>', or
+    'catch_pong_<recipe>' with pong.
+
+  Raises:
+    ValueError: for an unknown variant key or a bad value, or an unknown
+      recipe.
+  """
   variant = common.parse_variant(arg, {'recipe': 'a2c', 'size': 84, 'smoke': False,
                                        'pong': False})
   c = common.base_config()

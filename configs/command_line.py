@@ -21,7 +21,20 @@ _USER_ERRORS = (flags.Error, AttributeError, KeyError, ValueError, TypeError, OS
 
 
 def exit_with_config_error(e: BaseException, argv) -> None:
-  """One line naming the mistake instead of a traceback; exit status 2."""
+  """Reports a config mistake in one line on stderr and exits with status 2.
+
+  The line is 'error: <reason> (in: <the --config arguments>)': for an
+  override of a field the config lacks (AttributeError, KeyError), 'unknown
+  config field <field>'; otherwise the error's last non-empty line (where
+  config_flags puts get_config's own message), or its type's name.
+
+  Args:
+    e: the error the flag parser or the config loader raised.
+    argv: the command line; its `--config...` arguments are quoted.
+
+  Raises:
+    SystemExit: always, with status 2; the function does not return.
+  """
   if isinstance(e, (AttributeError, KeyError)):  # override of a field the config lacks
     text = str(e).strip('\'"').replace("\\'", "'").replace('\\n', ' ')
     reason = f'unknown config field {text}'
@@ -35,7 +48,18 @@ def exit_with_config_error(e: BaseException, argv) -> None:
 
 
 def parse_flags(argv):
-  """absl's flag parser (app.run's flags_parser) with config mistakes in one line."""
+  """absl's flag parser, for app.run's flags_parser, with config mistakes in one line.
+
+  Args:
+    argv: the command line.
+
+  Returns:
+    The arguments absl's flags leave unparsed (argv[0] first).
+
+  Raises:
+    SystemExit: status 2 (`exit_with_config_error`) when a flag, the config
+      file or an override is wrong.
+  """
   try:
     return flags.FLAGS(argv)
   except _USER_ERRORS as e:
@@ -43,8 +67,18 @@ def parse_flags(argv):
 
 
 def load_config():
-  """The --config flag's config, loaded, with quiet logs; a mistake in it
-  exits with one line (status 2)."""
+  """The --config flag's config, loaded, with quiet logs.
+
+  Sets absl's verbosity to WARNING and silences the warning on lowered
+  precision before the file is loaded.
+
+  Returns:
+    The config (a locked ml_collections.ConfigDict).
+
+  Raises:
+    SystemExit: status 2 (`exit_with_config_error`) when the file does not
+      load or an override does not apply.
+  """
   logging.set_verbosity(logging.WARNING)
   warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
   try:

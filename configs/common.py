@@ -27,8 +27,18 @@ LOSS_REDUCTIONS = ('sum', 'mean')
 
 
 def task(name: str, env_id: str, **env_kwargs) -> dict:
-  """One task: a unique `name` (used in metric keys), its env id (EnvPool or
-  NLE) and the kwargs its env is made with. Task ids follow list order."""
+  """One task of a config's `tasks`; task ids follow the tasks' order there.
+
+  Args:
+    name: the task's name, unique in the run (used in metric keys).
+    env_id: its env id, one a registered env family knows (EnvPool, NLE,
+      Catch; envs/registry.py).
+    **env_kwargs: the kwargs its env is made with, on top of any the env
+      family adds (e.g. IMPALA's Atari protocol).
+
+  Returns:
+    {'name': name, 'env_id': env_id, 'env_kwargs': a dict of env_kwargs}.
+  """
   return {'name': name, 'env_id': env_id, 'env_kwargs': dict(env_kwargs)}
 
 
@@ -84,9 +94,13 @@ class RunConfig:
 
 
 def groups() -> Tuple[Tuple[str, type], ...]:
-  """Every config group base_config holds and its settings class, in order:
-  the learner's choice, each registered learner's own group
-  (rl/algorithms.py), then the components'."""
+  """Every config group base_config holds, with its settings class.
+
+  Returns:
+    (group name, settings class) pairs, in order: 'loss' (the learner's
+    choice), each registered learner's own group (rl/algorithms.py), then
+    optimizer, popart, network, actors, log, wandb, pbt and distributed.
+  """
   learners = tuple((learner.config_group, learner.settings_type)
                    for learner in map(algorithms.get, algorithms.names()))
   return (('loss', algorithms.LossChoice), *learners, ('optimizer', OptimizerConfig),
@@ -96,8 +110,13 @@ def groups() -> Tuple[Tuple[str, type], ...]:
 
 
 def base_config() -> ml_collections.ConfigDict:
-  """Every field's default (RunConfig's at the top, then `groups()`): what
-  experiment files start from and override."""
+  """Every field's default: what experiment files start from and override.
+
+  Returns:
+    A new ml_collections.ConfigDict: RunConfig's fields at the top, then one
+    group per entry of `groups()`, each field at its default. It has no
+    `atari` group (the Atari configs add it).
+  """
   c = settings.config_dict(RunConfig)
   for name, cls in groups():
     c[name] = settings.config_dict(cls)
@@ -108,9 +127,19 @@ RECIPES = {}  # name -> recipe(config): the optimisation recipes of the Atari an
 
 
 def recipe(table: dict, name: str):
-  """Registers the decorated function as recipe `name` of `table`. A recipe
-  sets a config's optimisation fields; every config family keeps its
-  recipes in a table of its own and applies them with `apply_recipe`."""
+  """A decorator that registers a function as recipe `name` of `table`.
+
+  A recipe sets a config's optimisation fields in place; every config family
+  keeps its recipes in a table of its own and applies them with
+  `apply_recipe`. A name registered again replaces the earlier recipe.
+
+  Args:
+    table: the family's recipe table (name -> recipe), e.g. RECIPES.
+    name: the recipe's name, as the `recipe` variant gives it.
+
+  Returns:
+    The decorator; it returns the function unchanged.
+  """
   def register(fn):
     table[name] = fn
     return fn
@@ -118,8 +147,20 @@ def recipe(table: dict, name: str):
 
 
 def apply_recipe(c: ml_collections.ConfigDict, name: str, recipes: dict = RECIPES) -> None:
-  """Applies recipe `name` of `recipes` (call after the actors' env counts
-  and the network are set); ValueError naming the choices for an unknown one."""
+  """Applies recipe `name` of `recipes` to a config, in place.
+
+  Call it after the actors' env counts and the network are set: recipes
+  size the batch from the first and read the second.
+
+  Args:
+    c: the config (unlocked).
+    name: the recipe's name.
+    recipes: the recipe table; RECIPES by default (the Atari and control
+      configs').
+
+  Raises:
+    ValueError: for a name not in `recipes`, naming the choices.
+  """
   if name not in recipes:
     raise ValueError(f'unknown recipe {name!r}; choose one of {", ".join(recipes)}')
   recipes[name](c)
@@ -239,12 +280,28 @@ TRUE_WORDS, FALSE_WORDS = ('1', 'true', 'yes', 'on'), ('0', 'false', 'no', 'off'
 
 
 def parse_variant(arg, defaults: dict) -> dict:
-  """Parses 'key=value,flag,list=a+b' against `defaults` (name -> default value).
+  """Parses a config file's variant argument, 'key=value,flag,list=a+b'.
 
-  A bare key sets a bool to True, key=value sets it from TRUE_WORDS / FALSE_WORDS (any
-  other word, or none, is a ValueError); values are converted to the
-  default's type; tuples are joined with '+'. Unknown keys raise ValueError
-  naming the allowed ones.
+  Items are separated by commas (empty items are skipped). A bare key sets a
+  boolean to True; key=value sets a boolean from TRUE_WORDS or FALSE_WORDS
+  (any case); other values are converted to the default's type: a tuple
+  from '+'-joined parts (empty parts dropped), an int, a float, or else the
+  text itself. Keys not given keep their defaults.
+
+  Args:
+    arg: the variant text after the config file's ':' (None or '' for
+      none).
+    defaults: variant name -> default value; the defaults' types give the
+      values' types.
+
+  Returns:
+    A new dict: every key of `defaults` -> its value.
+
+  Raises:
+    ValueError: for an unknown key (naming the allowed ones), a bare key
+      whose default is not a boolean, a boolean's value not in TRUE_WORDS
+      or FALSE_WORDS, or a value that is not a number where the default
+      is one.
   """
   values = dict(defaults)
   if not arg:
@@ -278,8 +335,16 @@ def parse_variant(arg, defaults: dict) -> dict:
 
 
 def apply_smoke(c: ml_collections.ConfigDict) -> None:
-  """Shrinks a run to seconds: two learner steps on tiny batches (call after
-  the tasks are set: every task gets two envs)."""
+  """Shrinks a config, in place, to a run of seconds: two learner steps on tiny batches.
+
+  Call it after the tasks are set: every task gets two envs. One actor
+  thread of those envs with a queue of 2, a batch of one actor block,
+  unrolls of 4 steps, one learner device, one NLE worker, one minibatch for
+  PPO and V-trace, logs at every learner step, and wandb disabled.
+
+  Args:
+    c: the config (unlocked).
+  """
   envs = 2 * max(1, len(c.tasks))
   c.batch_size = envs
   c.unroll_length = 4

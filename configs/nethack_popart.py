@@ -116,6 +116,32 @@ def _tasks(chars, env_id):
 
 
 def get_config(arg=None):
+  """The main job: one PopArt IMPALA agent across NetHack characters on NLE.
+
+  Each character is a task with its own PopArt statistics and value output
+  (one shared value output with popart=false); rewards are not clipped. The
+  batch is one actor block: ENVS_PER_CHAR envs per character, or
+  ENVS_PER_ROLE per role with chars=@.
+
+  Args:
+    arg: the variant text after the file name's ':' (common.parse_variant),
+      None for the defaults. Keys: task (a key of NLE_TASKS; 'Score'), chars
+      (characters 'role-race-alignment-gender' joined by '+', or '@' for
+      one task per role dealt random characters; DEFAULT_CHARS), net (a key
+      of NETWORK_LSTM_SIZES; 'nle_fast'), recipe (RECIPES: 'fast', 'impala'
+      or 'nle'; 'fast'), inputs (network.extra_inputs joined by '+', read by
+      nle_fast and nle_baseline, empty for none; DEFAULT_INPUTS), popart
+      (on) and smoke (common.apply_smoke; off).
+
+  Returns:
+    The config (ml_collections.ConfigDict), named 'nethack_popart'.
+
+  Raises:
+    ValueError: for an unknown variant key or a bad value, an unknown task,
+      net or recipe, a character that is bad or given twice, '@' mixed with
+      fixed characters, no characters, or inputs other than the default for
+      a net that reads none.
+  """
   variant = common.parse_variant(arg, {'task': 'Score', 'chars': DEFAULT_CHARS,
                                        'net': 'nle_fast', 'recipe': 'fast', 'smoke': False,
                                        'inputs': DEFAULT_INPUTS, 'popart': True})

@@ -129,6 +129,7 @@ class PBTConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
+  """The `pbt` group checked against a run, as `check` gives it."""
   population: int
   ranges: Dict[str, Tuple[float, float]]   # adapted hyperparameter -> (low, high)
   fields: Dict[str, str]                   # adapted hyperparameter -> its config field
@@ -144,7 +145,16 @@ class Settings:
 
 
 def loggable_metrics(plan) -> List[str]:
-  """Keys a run with this plan logs that can rank members."""
+  """The metric keys a run logs that can rank members (pbt.metric's choices).
+
+  Args:
+    plan: the run's RunPlan (task_names, task_games).
+
+  Returns:
+    'mean_episode_return', then per task 'episode_return/<task>' and, for an
+    Atari game with human and random references, 'hns/<task>'; then
+    'hns/median' and 'hns/mean' where several tasks all have references.
+  """
   keys = ['mean_episode_return']
   for task, game in zip(plan.task_names, plan.task_games):
     keys.append(f'episode_return/{task}')
@@ -157,6 +167,16 @@ def loggable_metrics(plan) -> List[str]:
 
 
 def score_kind(plan) -> str:
+  """What the 'auto' score of a run is, as the module docstring defines it.
+
+  Args:
+    plan: the run's RunPlan (task_names, task_games).
+
+  Returns:
+    'return' for one task; 'human-normalised' for several tasks that are all
+    Atari games with human and random references; else 'per-task
+    normalised'.
+  """
   if len(plan.task_names) == 1:
     return 'return'
   if all(atari.human_normalised(g, 0.0) is not None for g in plan.task_games):
@@ -165,8 +185,25 @@ def score_kind(plan) -> str:
 
 
 def check(config, plan, population: Optional[int] = None) -> Settings:
-  """The config's PBT settings, checked against the run `plan` (a valid
-  run's); ConfigError naming the field and the allowed values otherwise."""
+  """The config's PBT settings, checked against the run.
+
+  Args:
+    config: the run config; its `pbt` group is read.
+    plan: the RunPlan of the config (configs/validation.validate).
+    population: the number of members; None: pbt.population.
+
+  Returns:
+    The Settings: each adapted hyperparameter's range and config field
+    (rl/optimizers.config_fields), the interval (pbt.interval_env_steps, or
+    a tenth of total_env_steps for 0) and the score's kind (`score_kind`).
+
+  Raises:
+    ConfigError: naming the field and what it allows: an unknown `pbt`
+      field, a value its check refuses (an adapted hyperparameter without a
+      range included), a population below 2, an interval not below
+      total_env_steps or shorter than one learner update, a metric the run
+      does not log, or a quantile of no member.
+  """
   p = settings_lib.read(PBTConfig, config.pbt, 'pbt')
   population = p.population if population is None else population
   why = _population_problem(population)
@@ -199,10 +236,22 @@ def check(config, plan, population: Optional[int] = None) -> Settings:
 
 
 def starts(settings: Settings, seed: int) -> List[Dict[str, float]]:
-  """Each member's starting hyperparameters. 'spread': member i of n gets,
-  for every hyperparameter, one of n values log-evenly spaced from low to
-  high (shuffled per hyperparameter, so that members differ in all of
-  them at once); 'random': log-uniform draws."""
+  """Each member's starting hyperparameters.
+
+  'spread': for every hyperparameter, the n members get the n values
+  log-evenly spaced from low to high, shuffled per hyperparameter (so that
+  members differ in all of them at once; with one hyperparameter member i
+  gets the i-th value). 'random': log-uniform draws in each range. The same
+  seed gives the same starts.
+
+  Args:
+    settings: the checked PBT settings (population, ranges, start).
+    seed: the numpy seed of the shuffles and draws.
+
+  Returns:
+    One dict per member, in member order: adapted hyperparameter -> its
+    starting value (a float inside its range).
+  """
   rng = np.random.default_rng(seed)
   n = settings.population
   columns = {}
@@ -216,7 +265,16 @@ def starts(settings: Settings, seed: int) -> List[Dict[str, float]]:
 
 
 def clip(values: Dict[str, float], settings: Settings) -> Dict[str, float]:
-  """Perturbed values kept inside their ranges."""
+  """Perturbed values kept inside their ranges.
+
+  Args:
+    values: hyperparameter -> value.
+    settings: the checked PBT settings (ranges).
+
+  Returns:
+    A new dict: each value of an adapted hyperparameter clipped to its
+    [low, high] as a float; other entries unchanged.
+  """
   out = dict(values)
   for name, (low, high) in settings.ranges.items():
     if name in out:
@@ -225,7 +283,17 @@ def clip(values: Dict[str, float], settings: Settings) -> Dict[str, float]:
 
 
 def apply(config, values: Dict[str, float], settings: Settings) -> None:
-  """Sets the adapted hyperparameters' config fields (config unlocked)."""
+  """Sets the adapted hyperparameters' config fields, in place.
+
+  Args:
+    config: the member's config (unlocked).
+    values: adapted hyperparameter -> value; each is set as a float in its
+      config field (e.g. 'eps' in the optimiser's epsilon field).
+    settings: the checked PBT settings (fields).
+
+  Raises:
+    KeyError: for a hyperparameter in `values` that is not adapted.
+  """
   for name, value in values.items():
     section, _, field = settings.fields[name].rpartition('.')
     (config[section] if section else config)[field] = float(value)
@@ -233,13 +301,23 @@ def apply(config, values: Dict[str, float], settings: Settings) -> None:
 
 def score(windows: Sequence[Dict], plan, settings: Settings,
           reward_scales: Sequence[float]) -> Optional[float]:
-  """A member's score from the log rows of the interval it just trained
-  (oldest first), or None when no episode ended in it.
+  """A member's score from the log rows of the interval it just trained.
 
-  'auto': per task, the mean return of its last `last_episodes` episodes,
-  read from the rows' per-window means and episode counts (the newest rows
-  first; the oldest row used counts in part), combined as the module's
-  docstring says. Another metric: its newest logged value."""
+  'auto': per task, the mean return of its last `last_episodes` episodes
+  (`last_episodes_mean`), combined as the module's docstring says for the
+  settings' score kind. Another metric: its newest finite logged value.
+
+  Args:
+    windows: the interval's log rows (metrics.jsonl), oldest first.
+    plan: the run's RunPlan (task_names, task_games).
+    settings: the checked PBT settings (metric, score_kind, last_episodes).
+    reward_scales: the config's reward_scales, which divide the tasks' means
+      for 'per-task normalised' (a task without one, or with 0: 1).
+
+  Returns:
+    The score, higher is better; None when a task finished no episode in
+    the interval ('auto') or the metric has no finite value in it.
+  """
   if settings.metric != 'auto':
     for row in reversed(windows):
       value = row.get(settings.metric)
@@ -262,9 +340,22 @@ def score(windows: Sequence[Dict], plan, settings: Settings,
 
 
 def last_episodes_mean(windows: Sequence[Dict], task: str, n: int) -> Optional[float]:
-  """Mean return of `task`'s last `n` episodes from log rows holding, per
-  window, `episode_return/<task>` (the mean) and `episodes/<task>` (how
-  many); None when there is none."""
+  """The mean return of a task's last `n` episodes in some log rows.
+
+  Each row gives a window's mean return and episode count; rows are taken
+  newest first, and the oldest row used counts in part (only the episodes
+  still needed to make `n`), as if its episodes' returns were all its mean.
+
+  Args:
+    windows: log rows, oldest first, holding per window
+      `episode_return/<task>` (the mean) and `episodes/<task>` (how many).
+    task: the task's name.
+    n: how many of the last episodes to average.
+
+  Returns:
+    The episode-weighted mean over at most `n` episodes; None when no row
+    has an episode of the task.
+  """
   total, count = 0.0, 0
   for row in reversed(windows):
     k = int(row.get(f'episodes/{task}', 0))

@@ -36,18 +36,22 @@ class RunPlan:
 
   @property
   def num_tasks(self) -> int:
+    """The run's number of tasks."""
     return len(self.task_names)
 
   @property
   def num_actors(self) -> int:
+    """Actor threads in this process."""
     return self.actors.num_actors
 
   @property
   def envpool_pools(self) -> int:
+    """EnvPool pools per actor (its EnvPool tasks)."""
     return self.actors.envpool_pools
 
   @property
   def policy_lag_bound(self) -> int:
+    """The bound on the policy lag in learner updates (actor_sizing.lag_bound)."""
     return self.actors.lag_bound
 
   def describe_actors(self) -> str:
@@ -60,10 +64,32 @@ def make_plan(config, tasks: List[dict], env_kwargs: List[dict], scales: Sequenc
               role_ids: Optional[Dict], random_tasks: Tuple[int, ...],
               observation_keys: Tuple[str, ...], frames_per_step: int,
               learner_devices_per_process: int, families: Sequence[str]) -> RunPlan:
-  """The plan of a config that passed validation: `env_kwargs` per task
-  (validation.task_env_kwargs), `role_ids` the role -> task id table of the
-  tasks at `random_tasks` (NetHack's random characters), the learner
-  devices of each process, and each task's actor kind (registry.actor_kind)."""
+  """The run plan of a config that passed validation.
+
+  Every actor gets one env group per task, each of the task's share of
+  actors.envs_per_actor; this process's share of a learner batch is
+  batch_size / processes unrolls, in blocks of one actor's envs.
+
+  Args:
+    config: the run config (configs/validation.py has checked it).
+    tasks: the config's tasks, in task order.
+    env_kwargs: each task's env kwargs (validation.task_env_kwargs).
+    scales: each task's reward scale.
+    role_ids: the task id of each role in envs/nethack.ROLES order, for the
+      tasks at `random_tasks` (NetHack's random characters); None for none.
+    random_tasks: the indices of the tasks that play random characters.
+    observation_keys: the observation keys the network reads.
+    frames_per_step: the most frames an env step covers (4 for Atari).
+    learner_devices_per_process: learner devices of each process.
+    families: each task's actor kind (registry.actor_kind), in task order.
+
+  Returns:
+    The RunPlan: its actors sized by actor_sizing.resolve, the learner
+    devices of every process (multihost.learner_devices), the actor device
+    config.actor_device_id of this process, and the learner steps the run
+    takes (total_env_steps / (unroll_length x batch_size), rounded up, at
+    least 1).
+  """
   devices = jax.local_devices()
   processes = jax.process_count()
   num_tasks = len(tasks)

@@ -29,7 +29,13 @@ def _where(cls) -> str:
 
 
 def page() -> str:
-  """The whole reference page, as markdown."""
+  """The whole reference page, as markdown.
+
+  Returns:
+    HEADER, then one section per group (the top-level fields, each of
+    common.groups(), then `atari`): its heading, the settings class's file,
+    name and docstring, and a table of its fields (infra/settings.help_table).
+  """
   parts: List[str] = [HEADER]
   sections = [('', common.RunConfig, 'Top level')]
   sections += [(name, cls, f'`{name}`') for name, cls in common.groups()]

@@ -23,7 +23,16 @@ FREE = ('network.kernels', 'network.dtype')
 
 
 def flatten(tree: Any, prefix: str = '') -> Dict[str, Any]:
-  """{'a.b': value} for every leaf of nested dicts (lists stay leaves)."""
+  """Nested dicts flattened to dotted field names.
+
+  Args:
+    tree: nested dicts (a config as JSON gives it); anything else is a leaf,
+      lists included.
+    prefix: the dotted name of `tree` itself ('' at the root).
+
+  Returns:
+    {'a.b': value} for every leaf; {prefix: tree} when `tree` is a leaf.
+  """
   if not isinstance(tree, dict):
     return {prefix: tree}
   out = {}
@@ -33,6 +42,14 @@ def flatten(tree: Any, prefix: str = '') -> Dict[str, Any]:
 
 
 def is_frozen(field: str) -> bool:
+  """Whether a field must keep its saved value when a run resumes.
+
+  Args:
+    field: a dotted config field ('network.name').
+
+  Returns:
+    True for a field equal to, or under, a prefix in FROZEN and not in FREE.
+  """
   return field not in FREE and any(field == p or field.startswith(p + '.') for p in FROZEN)
 
 
@@ -55,9 +72,21 @@ def _as_dict(config) -> Dict[str, Any]:
 
 
 def compare(saved: Dict[str, Any], config) -> Tuple[List[Tuple], List[Tuple]]:
-  """(frozen, allowed): (field, saved value, new value) for every field that
-  differs between the saved config dict and `config`, split by whether it
-  may change on resume. `workdir` is not compared."""
+  """The fields a resume changes, split by whether they may change.
+
+  `workdir` is not compared. A field the saved config lacks (added to the
+  configs after the run started) is no change; a field the new config lacks
+  is one, with new value None.
+
+  Args:
+    saved: the saved config, as config.json holds it.
+    config: the new config (ml_collections); compared as its JSON gives it
+      (tuples as lists).
+
+  Returns:
+    (frozen, allowed): lists of (dotted field, saved value, new value), in
+    field order; `frozen` holds the fields `is_frozen` names.
+  """
   diffs = _differences(flatten(saved), flatten(_as_dict(config)))
   diffs = [d for d in diffs if d[0] != 'workdir']
   return [d for d in diffs if is_frozen(d[0])], [d for d in diffs if not is_frozen(d[0])]
@@ -69,16 +98,38 @@ def _short(value: Any, limit: int = 120) -> str:
 
 
 def describe(diffs: List[Tuple]) -> str:
-  """'a.b: saved X, now Y; c: ...' on one line."""
+  """Differences on one line, for a log or an error.
+
+  Args:
+    diffs: (dotted field, saved value, new value) triples, as `compare`
+      gives them.
+
+  Returns:
+    'a.b: saved X, now Y; c: ...', each value as JSON (None as '(absent)'),
+    cut to 120 characters.
+  """
   return '; '.join(f'{field}: saved {_short(old)}, now {_short(new)}' for field, old, new in diffs)
 
 
 def schedule_note(allowed, update: int, schedule, env_steps_per_update: int) -> str:
-  """On a resume that changed total_env_steps: the line saying where the
-  learning rate goes ('' otherwise). The rate anneals linearly to 0 over
-  the run's total, so a new total moves it at the same learner update. The
-  run follows the new total (a finished run's old schedule is at 0, and
-  training on needs a rate), and says so: the rate before and after."""
+  """The line that says how a new total_env_steps moves the learning rate.
+
+  The rate anneals linearly to 0 over the run's total, so a new total moves
+  it at the same learner update. The run follows the new total (a finished
+  run's old schedule is at 0, and training on needs a rate); the line gives
+  the rate at the resumed update under the new total and under the saved
+  one (from the saved learning rate, batch size and unroll length).
+
+  Args:
+    allowed: the allowed changes, (field, saved value, new value) each, as
+      `compare` gives them.
+    update: the learner update the run resumes at.
+    schedule: the new learning-rate schedule (learner update -> rate).
+    env_steps_per_update: env steps per learner update in the new config.
+
+  Returns:
+    The line, or '' when total_env_steps did not change.
+  """
   changed = {field: (old, new) for field, old, new in allowed}
   if 'total_env_steps' not in changed:
     return ''

@@ -88,8 +88,18 @@ def loss_config(run: RunConfig, popart: PopArtConfig, optimizer: OptimizerConfig
 
 
 def make_spec(groups: Dict[str, Any], learner_settings: Any, plan: RunPlan) -> RunSpec:
-  """The RunSpec of a config's groups as configs/validation.read_groups
-  reads them, its learner's settings, and its plan."""
+  """The RunSpec of a checked config.
+
+  Args:
+    groups: the config's groups as configs/validation.read_groups reads
+      them ('' for the top-level fields, 'loss', 'optimizer', 'popart',
+      'network', 'actors', 'log', 'wandb', 'distributed', 'atari').
+    learner_settings: the chosen learner's own settings (its group, read).
+    plan: the config's RunPlan.
+
+  Returns:
+    The RunSpec, its LossConfig made by `loss_config`.
+  """
   run, popart, optimizer = groups[''], groups['popart'], groups['optimizer']
   return RunSpec(
       run=run, loss=loss_config(run, popart, optimizer, learner_settings, groups['loss'].name),
@@ -99,6 +109,16 @@ def make_spec(groups: Dict[str, Any], learner_settings: Any, plan: RunPlan) -> R
 
 
 def with_workdir(spec: RunSpec, workdir: str) -> RunSpec:
-  """The spec of a run whose folder was chosen after validation
-  (rundir/run_folder.prepare sets config.workdir)."""
+  """The spec with its run folder set, for a folder chosen after validation.
+
+  rundir/run_folder.prepare chooses the folder and sets config.workdir.
+
+  Args:
+    spec: the RunSpec.
+    workdir: the run folder.
+
+  Returns:
+    A new RunSpec whose run.workdir is `workdir`; everything else is
+    `spec`'s.
+  """
   return dataclasses.replace(spec, run=dataclasses.replace(spec.run, workdir=workdir))

@@ -91,9 +91,24 @@ def _check_tasks(config) -> List[dict]:
 
 
 def task_env_kwargs(config, task: dict, num_tasks: int, training: bool = True) -> dict:
-  """A task's env kwargs (envs/registry.task_env_kwargs), the config's
-  `atari` group checked where the task is an Atari game; `training=False`:
-  for evaluation."""
+  """A task's env kwargs (envs/registry.task_env_kwargs), checked.
+
+  Where the task is an Atari game, the config's `atari` group is read and
+  checked first (its defaults where the config has none).
+
+  Args:
+    config: the run config.
+    task: one of the config's tasks ('name', 'env_id', 'env_kwargs').
+    num_tasks: the run's number of tasks (Atari's action set).
+    training: False for evaluation (envs/registry.task_env_kwargs).
+
+  Returns:
+    A new dict of the task's env kwargs.
+
+  Raises:
+    ConfigError: for a bad `atari` field, or atari.action_set 'minimal' with
+      several tasks.
+  """
   group = None
   if atari.game_of(task['env_id']) is not None:
     group = _atari_settings(config)
@@ -131,8 +146,20 @@ def _atari_settings(config) -> atari.AtariConfig:
 
 
 def check_distributed(config) -> DistributedConfig:
-  """The `distributed` group, checked; needs no device (runs before
-  jax.distributed starts)."""
+  """The `distributed` group, checked.
+
+  It needs no device, so it can run before jax.distributed starts.
+
+  Args:
+    config: the run config.
+
+  Returns:
+    The DistributedConfig the group holds.
+
+  Raises:
+    ConfigError: when the config has no `distributed` group, or for a field
+      in it that is unknown or bad.
+  """
   group = config.get('distributed')
   if group is None:
     raise ConfigError('distributed', 'missing; configs start from configs.common.base_config()')
@@ -246,7 +273,18 @@ def _check_observations(config, tasks, env_kwargs, network) -> Tuple[Tuple[str, 
 
 
 def validate(config) -> RunPlan:
-  """Checks every field a run depends on; returns the derived RunPlan."""
+  """Checks every field a run depends on (`validate_spec`).
+
+  Args:
+    config: a run config (ml_collections).
+
+  Returns:
+    The derived RunPlan (configs/plan.py).
+
+  Raises:
+    ConfigError: naming the first field that is unknown or bad, alone or
+      against another.
+  """
   return validate_spec(config).plan
 
 
@@ -311,8 +349,23 @@ def validate_spec(config) -> RunSpec:
 
 
 def validate_everywhere(config) -> RunSpec:
-  """`validate_spec` on every process; with several, a mistake found by
-  any process (e.g. a device count of its own) stops all of them alike."""
+  """`validate_spec` on every process, which agree on the outcome.
+
+  With several processes, a mistake found by any process (e.g. a device
+  count of its own) stops all of them alike: each gathers every process's
+  outcome (a collective, so every process must call it).
+
+  Args:
+    config: a run config (ml_collections).
+
+  Returns:
+    This process's RunSpec, when no process found a mistake.
+
+  Raises:
+    ConfigError: with one process, its own mistake; with several, the
+      mistake of the lowest-numbered process that found one, its text
+      ending '(found by process <p>)'.
+  """
   try:
     spec, problem = validate_spec(config), None
   except ConfigError as e:
