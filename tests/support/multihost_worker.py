@@ -112,14 +112,14 @@ def _config_error(out):
   import jax
   from configs import validation
   from rundir import lifecycle
-  validate = validation.validate
+  validate_spec = validation.validate_spec
 
   def validate_here(config):
     if jax.process_index() == 1:
       raise validation.ConfigError('network.name', 'not on this host')
-    return validate(config)
+    return validate_spec(config)
 
-  validation.validate = validate_here
+  validation.validate_spec = validate_here
   config = _smoke_config(out)
   try:
     lifecycle.train(config)
