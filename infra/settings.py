@@ -237,13 +237,6 @@ def mapping(value) -> Optional[str]:
   return None if isinstance(value, dict) else f'must be a group of fields, got {value!r}'
 
 
-def every(*checks: Check) -> Check:
-  """All of `checks`, the first refusal reported."""
-  def check(value):
-    return next((why for why in (c(value) for c in checks) if why is not None), None)
-  return check
-
-
 def first(problems: Sequence[Tuple[str, Optional[str]]]) -> Optional[Problem]:
   """The first (field, why) whose why is not None, for a class's
   `problem()`; None when none is."""
