@@ -92,8 +92,8 @@ class PBTConfig:
       _phrase(lambda v: v in STARTS, f'choose one of {", ".join(STARTS)}'))
   interval_env_steps: int = setting(
       0, 'env steps (per member) between exploit/explore steps; 0 = total_env_steps / 10',
-      _phrase(lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
-              'give env steps >= 0 (0 for a tenth of total_env_steps)'))
+      _phrase(lambda v: isinstance(v, int) and not isinstance(v, bool),
+              'give env steps as an integer (0 for a tenth of total_env_steps)'))
   metric: str = setting(
       'auto', "what members are ranked by: 'auto' (configs/pbt.py: mean return of the last "
       "episodes, per task averaged) or a metric the run logs, e.g. 'episode_return/Pong'", text)
