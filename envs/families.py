@@ -1,6 +1,7 @@
 """The built-in environment families (envs/family.py): EnvPool, NLE, and the
 small numpy envs stepped in the actor thread (Catch)."""
 
+import functools
 from typing import Any, Dict, List, Tuple
 
 import envpool
@@ -39,6 +40,27 @@ def _draw_env_0(env):
   return lambda result: env.render([0])[0]
 
 
+
+@functools.lru_cache(maxsize=256)
+def _cached_spec(env_id, kwargs_items):
+  return envpool.make_spec(env_id, **dict(kwargs_items))
+
+
+def _envpool_spec(env_id, env_kwargs):
+  """EnvPool's spec of `env_id` with `env_kwargs`, made once per process for
+  hashable kwargs (making one takes about 0.1 s; validating a six-game config
+  makes six).
+
+  Raises:
+    TypeError: EnvPool rejects `env_kwargs` (never cached).
+  """
+  items = tuple(sorted(env_kwargs.items()))
+  try:
+    hash(items)
+  except TypeError:
+    return envpool.make_spec(env_id, **env_kwargs)
+  return _cached_spec(env_id, items)
+
 class EnvPoolFamily(EnvFamily):
   """Every id EnvPool lists: Atari games ('<Game>-v5', frames) and classic
   control (a state vector). One EnvPool pool per task per actor."""
@@ -70,7 +92,7 @@ class EnvPoolFamily(EnvFamily):
         env takes (its config fields without the batch's).
     """
     try:
-      spec = envpool.make_spec(env_id, **env_kwargs)
+      spec = _envpool_spec(env_id, env_kwargs)
     except TypeError:
       allowed = ', '.join(k for k in envpool.make_spec(env_id).config._fields
                           if k not in _ENVPOOL_BATCH_FIELDS)

@@ -268,14 +268,20 @@ def init_variables(network: AgentNetwork, rng, obs_example, batch: int = 1,
   Raises:
     ValueError: an unknown `init`.
   """
-  obs = jax.tree.map(lambda x: jnp.broadcast_to(x, (1, batch) + x.shape), obs_example)
-  first = jnp.ones((1, batch), bool)
-  variables = network.init(rng, obs, first, network.initial_state(batch))
-  variables = {k: v for k, v in variables.items() if k != HEALTH_COLLECTION}
-  init_key = jax.random.fold_in(rng, 1)
-  return {**variables, 'params': init_lib.apply_init(
-      variables['params'], init, init_key, policy_head='policy_head', value_head=VALUE_HEAD,
-      core='core')}
+  # One compiled program: op by op, a NetHack network's init took 3-4x as
+  # long (17 s against 5 s for nle_fast on 2 cores).
+  @jax.jit
+  def initial(rng, obs_example):
+    obs = jax.tree.map(lambda x: jnp.broadcast_to(x, (1, batch) + x.shape), obs_example)
+    first = jnp.ones((1, batch), bool)
+    variables = network.init(rng, obs, first, network.initial_state(batch))
+    variables = {k: v for k, v in variables.items() if k != HEALTH_COLLECTION}
+    init_key = jax.random.fold_in(rng, 1)
+    return {**variables, 'params': init_lib.apply_init(
+        variables['params'], init, init_key, policy_head='policy_head', value_head=VALUE_HEAD,
+        core='core')}
+
+  return initial(rng, obs_example)
 
 
 def apply_fn(network: AgentNetwork, with_health: bool = False):

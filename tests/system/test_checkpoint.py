@@ -1,13 +1,16 @@
 """Checkpoints hold the whole learner state; a resumed run continues its
-counters, schedule and PopArt statistics from exactly where it stopped."""
+counters, schedule and PopArt statistics from exactly where it stopped; a
+checkpoint trained on one kernel path evaluates and resumes on the other."""
 
+import dataclasses
 import json
 
 import jax
 import numpy as np
 
 from agents.checkpoint import Checkpointer
-from configs import cartpole_popart
+from analysis.run_loading import load_run
+from configs import atari_single, cartpole_popart
 from rundir.lifecycle import train
 
 
@@ -71,3 +74,27 @@ def test_resume_continues_counters_schedule_and_popart(tmp_path):
   resumed = records[len(first):]
   assert resumed and resumed[0]['learner_steps'] == 3
   assert resumed[-1]['env_steps'] == config.total_env_steps
+
+
+def test_a_checkpoint_trained_on_the_cpu_path_evaluates_and_resumes_on_the_xla_path(tmp_path):
+  config = atari_single.get_config('game=Pong,smoke')   # the fused Nature CNN on CPU
+  config.workdir = str(tmp_path / 'run')
+  _, workdir = train(config)
+  run = load_run(workdir)
+  assert run.network.kernels == 'auto'
+  rng = np.random.default_rng(0)
+  obs = {'frames': rng.integers(0, 256, (1, 20, 4, 84, 84), dtype=np.uint8),
+         'prev_action': np.zeros((1, 20), np.int32), 'prev_reward': np.zeros((1, 20), np.float32),
+         'task_id': np.zeros((1, 20), np.int32)}
+  first = np.ones((1, 20), bool)
+  logits = {impl: dataclasses.replace(run.network, kernels=impl).apply(
+      run.variables, obs, first, ())[0] for impl in ('cpu', 'xla')}
+  scale = np.abs(np.asarray(logits['xla'], np.float64)).max()
+  np.testing.assert_allclose(logits['cpu'], logits['xla'], rtol=0, atol=2e-5 * max(scale, 1e-6))
+  # Resumed with the other kernels (a field free to change): it trains on.
+  steps = config.total_env_steps
+  config.network.kernels = 'xla'
+  config.total_env_steps = 2 * steps
+  state, _ = train(config)
+  assert state is not None and load_run(workdir).env_steps >= 2 * steps
+  assert load_run(workdir).config.network.kernels == 'xla'

@@ -1,5 +1,6 @@
-"""launch/train.py with a bad config: exit status 2 and one `error:` line
-naming the field, no traceback (a process per case: seconds each)."""
+"""launch/train.py with a bad config, and the plotting tools on a folder that
+is not a run: exit status 2 and one `error:` line naming the field or the
+file, no traceback (a process per case: seconds each)."""
 
 import os
 import subprocess
@@ -20,6 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
     (['--config=configs/atari_popart.py', '--config.atari.action_set=minimal'], 'atari.action_set'),
     (['--config=configs/atari_single.py', '--config.network.name=attention'], 'network.lstm_size'),
     (['--config=configs/missing.py'], 'No such file'),
+    (['--config=configs/nethack_popart.py:chars=kni-elf-law-mal'], 'a Knight must be human'),
 ])
 def test_cli_reports_one_line_without_traceback(args, expected):
   proc = subprocess.run([sys.executable, 'launch/train.py', *args], cwd=ROOT,
@@ -28,3 +30,26 @@ def test_cli_reports_one_line_without_traceback(args, expected):
   assert 'Traceback' not in proc.stderr
   errors = [l for l in proc.stderr.splitlines() if l.startswith('error:')]
   assert len(errors) == 1 and expected in errors[0], proc.stderr
+
+
+def _tool(script, *args):
+  return subprocess.run([sys.executable, os.path.join(ROOT, 'launch', script), *args],
+                        check=False, capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+def test_a_folder_that_is_not_a_run_is_one_line(tmp_path):
+  # Before: a 20-line traceback above the clear last line.
+  empty = tmp_path / 'empty'
+  empty.mkdir()
+  foreign = tmp_path / 'foreign'
+  foreign.mkdir()
+  (foreign / 'metrics.jsonl').write_text('{"env_steps": 1}\nnot json at all\n')
+  for script in ('plot_runs.py', 'run_table.py'):
+    out = _tool(script, str(empty), f'--output={tmp_path / "x.png"}' if script == 'plot_runs.py'
+               else '--window=10')
+    assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr
+    assert out.stderr.strip() == f'error: {empty} has no metrics.jsonl'
+    out = _tool(script, str(foreign))
+    assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr
+    assert out.stderr.strip() == (f"error: {foreign / 'metrics.jsonl'} line 2 is not a JSON "
+                                  "metrics row: 'not json at all'")

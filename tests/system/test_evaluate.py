@@ -21,6 +21,9 @@ from envs.base import StepResult
 from analysis.run_evaluation import run_evaluation
 from rundir.lifecycle import train
 
+# One pytest-xdist worker: the run is trained once (module fixture).
+pytestmark = pytest.mark.xdist_group('evaluate')
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

@@ -31,12 +31,17 @@ def test_signal_stops_cleanly_keeps_metrics_and_checkpoints(tmp_path, sig):
   workdir = tmp_path / 'run'
   proc = _start(workdir)
   metrics = workdir / 'metrics.jsonl'
-  deadline = time.time() + 120
-  while time.time() < deadline and not (metrics.exists() and metrics.read_text().count('\n') >= 2):
-    time.sleep(0.5)
-  assert metrics.exists(), 'the run wrote no metrics'
-  proc.send_signal(sig)
-  out, err = proc.communicate(timeout=180)  # generous: CI machines may be loaded
+  try:  # a run left training would take the cores from every later test
+    deadline = time.time() + 120
+    while time.time() < deadline and not (metrics.exists()
+                                          and metrics.read_text().count('\n') >= 2):
+      time.sleep(0.5)
+    assert metrics.exists(), 'the run wrote no metrics'
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=180)  # generous: CI machines may be loaded
+  except BaseException:
+    proc.kill()
+    raise
   assert proc.returncode == 0, err
   assert 'interrupted at env step' in err
   assert 'Traceback' not in err

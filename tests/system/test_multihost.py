@@ -8,6 +8,7 @@ batch (PopArt included, with each task seen by one process only); a resumed
 other with a line naming it.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -26,6 +27,10 @@ from infra import multihost
 from faults import nan_reward_call
 import multihost_worker
 from networks import agent as agent_net
+
+# One pytest-xdist worker runs the tests that start several processes on
+# ports (these, and PBT's Ray clusters), one at a time.
+pytestmark = pytest.mark.xdist_group('processes')
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -76,6 +81,18 @@ def _finish(procs, timeout=240):
         q.kill()
       raise AssertionError('a process hung:\n' + p.out_path.read_text()[-3000:])
   return [p.returncode for p in procs], [p.out_path.read_text() for p in procs]
+
+
+@contextlib.contextmanager
+def _killed_on_failure(procs):
+  """Kills the processes when the block fails: a run left training would
+  take the cores from every later test."""
+  try:
+    yield
+  except BaseException:
+    for p in procs:
+      p.kill()
+    raise
 
 
 def _wait_for_metrics(metrics, lines=3, timeout=150):
@@ -170,7 +187,8 @@ def _long_run(tmp_path):
 def test_a_killed_process_stops_the_other_naming_it(tmp_path):
   procs = _long_run(tmp_path)
   metrics = tmp_path / 'run' / 'metrics.jsonl'
-  _wait_for_metrics(metrics)
+  with _killed_on_failure(procs):
+    _wait_for_metrics(metrics)
   procs[1].send_signal(signal.SIGKILL)
   start = time.time()
   rcs, outs = _finish(procs, timeout=120)
@@ -185,7 +203,8 @@ def test_a_killed_coordinator_stops_the_other(tmp_path):
   """Process 0 hosts JAX's coordination service: its death stops the others
   at once (JAX's own abort, naming the leader task), never a hang."""
   procs = _long_run(tmp_path)
-  _wait_for_metrics(tmp_path / 'run' / 'metrics.jsonl')
+  with _killed_on_failure(procs):
+    _wait_for_metrics(tmp_path / 'run' / 'metrics.jsonl')
   procs[0].send_signal(signal.SIGKILL)
   rcs, outs = _finish(procs, timeout=120)
   assert rcs[1] != 0
@@ -195,7 +214,8 @@ def test_a_killed_coordinator_stops_the_other(tmp_path):
 def test_sigterm_to_one_process_stops_both_at_one_update(tmp_path):
   procs = _long_run(tmp_path)
   metrics = tmp_path / 'run' / 'metrics.jsonl'
-  _wait_for_metrics(metrics)
+  with _killed_on_failure(procs):
+    _wait_for_metrics(metrics)
   procs[1].send_signal(signal.SIGTERM)
   rcs, outs = _finish(procs, timeout=120)
   assert rcs == [0, 0], outs

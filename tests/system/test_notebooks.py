@@ -6,6 +6,9 @@ import nbformat
 from nbclient import NotebookClient
 import pytest
 
+# One pytest-xdist worker: the tiny run is made once (module fixture).
+pytestmark = pytest.mark.xdist_group('notebooks')
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

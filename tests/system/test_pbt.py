@@ -121,6 +121,7 @@ def _last_returns(metrics, n=100):
   return pbt_lib.last_episodes_mean(rows, 'CartPole', n)
 
 
+@pytest.mark.xdist_group('processes')  # Ray: one cluster at a time (tests/system/test_multihost.py)
 def test_population_replaces_its_worst_and_beats_the_worst_setting(tmp_path):
   """Four members with learning rates 1e-6, 2e-5, 5e-4 and 1e-2, all four
   at once (0.5 CPU each), 6 intervals of 8k env steps, the bottom half
@@ -182,6 +183,7 @@ def test_population_replaces_its_worst_and_beats_the_worst_setting(tmp_path):
   assert summary['best_score'] > fixed_return + 10, (summary['best_score'], fixed_return)
 
 
+@pytest.mark.xdist_group('processes')  # Ray: one cluster at a time (tests/system/test_multihost.py)
 def test_a_member_that_crashes_is_reported_and_the_others_finish(tmp_path):
   """member_00001's process is killed once it has a checkpoint: the
   population finishes the others and names it (exit status 1)."""
@@ -252,6 +254,7 @@ def test_installed_checkpoint_replaces_newer_ones(tmp_path):
   assert len(os.listdir(member / pbt.REPLACED)) == 2
 
 
+@pytest.mark.xdist_group('processes')  # Ray: one cluster at a time (tests/system/test_multihost.py)
 def test_address_joins_an_existing_ray_cluster(tmp_path, monkeypatch):
   """--address: the population runs on a Ray cluster started apart from
   it (here a one-node cluster from `ray start --head --block`), which

@@ -19,6 +19,9 @@ from analysis.run_loading import load_run
 from analysis.run_evaluation import run_evaluation
 from rundir.lifecycle import train
 
+# One pytest-xdist worker: the run is trained once (module fixture).
+pytestmark = pytest.mark.xdist_group('peer_agent')
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MONK = 'mon-hum-neu-mal'
 

@@ -39,6 +39,9 @@ def _command(workdir, *overrides):
 def _env():
   env = dict(os.environ)
   env.pop('XLA_FLAGS', None)  # one CPU device: faster start
+  # A wandb run earlier in this pytest process leaves its service's address
+  # here; a run given it would use that service instead of starting its own.
+  env.pop('WANDB_SERVICE', None)
   return env
 
 
@@ -318,12 +321,16 @@ def test_an_early_sigint_from_a_background_job_stops_cleanly(tmp_path, when):
   # As a script's `train.py ... &` starts it: SIGINT ignored, inherited.
   proc = subprocess.Popen(['sh', '-c', 'trap "" INT; exec "$0" "$@"', *_command(run)], cwd=ROOT,
                           env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-  if when == 'at start':
-    time.sleep(1.0)  # imports under way
-  else:
-    _wait_for(lambda: (run / 'config.json').exists(), what='the run folder')
-  proc.send_signal(signal.SIGINT)
-  _, err = proc.communicate(timeout=180)
+  try:  # a run left training would take the cores from every later test
+    if when == 'at start':
+      time.sleep(1.0)  # imports under way
+    else:
+      _wait_for(lambda: (run / 'config.json').exists(), what='the run folder')
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=180)
+  except BaseException:
+    proc.kill()
+    raise
   assert proc.returncode == 0, err
   assert 'Traceback' not in err
   last = err.strip().splitlines()[-1]

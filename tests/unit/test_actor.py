@@ -158,7 +158,12 @@ def test_wait_for_learner_acts_with_params_published_after_the_block_was_taken()
                   jax.devices()[0], seed=0, wait_for_learner=wait)
     actor.start()
     first = unrolls.get(timeout=30)        # the learner takes block 0 ...
-    time.sleep(0.3)
+    # Block 0 takes 5 steps of 2 envs, each later block 4 (they share a step).
+    stops_at = 2 * (5 + 4) if wait else 2 * (5 + 4 + 4)
+    deadline = time.time() + 30            # (a loaded machine may be slow to get there)
+    while actor.env_steps < stops_at and time.time() < deadline:
+      time.sleep(0.01)
+    time.sleep(0.3)                        # time to run past it, if it would
     steps_while_training = actor.env_steps
     store.publish({}, 1)                   # ... and publishes version 1 after its update
     second = unrolls.get(timeout=30)
@@ -166,7 +171,6 @@ def test_wait_for_learner_acts_with_params_published_after_the_block_was_taken()
     actor.join(timeout=10)
     assert actor.error is None, actor.error
     assert first.params_version == 0
-    # Block 0 takes 5 steps of 2 envs, each later block 4 (they share a step).
     if wait:
       # Block 1 was collected while the learner trained on block 0 (params 0),
       # then the actor stopped: one update of lag at most.

@@ -44,13 +44,16 @@ def test_bfloat16_torso_float32_outputs_and_parameters(key, kernels):
                                     net.initial_state(4))
       return jnp.sum(logits) + jnp.sum(values), (logits, values)
 
-    (_, (logits, values)), grads = jax.value_and_grad(loss, has_aux=True)(tree['params'])
+    # Jitted, as the learner runs it (op by op it took 30 s for nle_fast).
+    (_, (logits, values)), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(
+        tree['params'])
     assert logits.dtype == values.dtype == jnp.float32
     assert all(g.dtype == jnp.float32 for g in jax.tree.leaves(grads))
     out[dtype] = np.asarray(logits)
     # The torso computes in the dtype; what follows it, in float32.
-    intermediates = net.apply(tree, obs, first, net.initial_state(4), capture_intermediates=True,
-                              mutable=['intermediates'])[1]['intermediates']
+    intermediates = jax.jit(lambda v: net.apply(
+        v, obs, first, net.initial_state(4), capture_intermediates=True,
+        mutable=['intermediates']))(tree)[1]['intermediates']
     torso = next(v for k, v in intermediates.items() if k in ('torso', 'attention_core'))
     # Dense and conv layers' outputs (a layer returning its parameters, for a
     # fused op, returns a tuple and is left out).

@@ -8,17 +8,13 @@ gradients to 1e-3 of the largest magnitude of their leaf (or of 1e-3 of the
 largest leaf, for a leaf whose gradient nearly cancels).
 """
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from analysis.run_loading import load_run
 from configs import atari_single, cartpole, resume
 from configs.validation import ConfigError, validate
-from rundir.lifecycle import train
 from network_examples import NETWORKS, NUM_ACTIONS, network, observations, variables
 from networks import agent as agent_net
 from networks import kernels
@@ -151,26 +147,3 @@ def test_kernels_and_dtype_may_change_on_resume():
   assert not frozen and [d[0] for d in allowed] == ['network.dtype', 'network.kernels']
   config.network.lstm_size = 64   # the rest of network.* stays fixed
   assert [d[0] for d in resume.compare(saved, config)[0]] == ['network.lstm_size']
-
-
-def test_a_checkpoint_trained_on_the_cpu_path_evaluates_and_resumes_on_the_xla_path(tmp_path):
-  config = atari_single.get_config('game=Pong,smoke')   # the fused Nature CNN on CPU
-  config.workdir = str(tmp_path / 'run')
-  _, workdir = train(config)
-  run = load_run(workdir)
-  assert run.network.kernels == 'auto'
-  rng = np.random.default_rng(0)
-  obs = {'frames': rng.integers(0, 256, (1, 20, 4, 84, 84), dtype=np.uint8),
-         'prev_action': np.zeros((1, 20), np.int32), 'prev_reward': np.zeros((1, 20), np.float32),
-         'task_id': np.zeros((1, 20), np.int32)}
-  first = np.ones((1, 20), bool)
-  logits = {impl: dataclasses.replace(run.network, kernels=impl).apply(
-      run.variables, obs, first, ())[0] for impl in ('cpu', 'xla')}
-  _close(logits['cpu'], logits['xla'], 2e-5)
-  # Resumed with the other kernels (a field free to change): it trains on.
-  steps = config.total_env_steps
-  config.network.kernels = 'xla'
-  config.total_env_steps = 2 * steps
-  state, _ = train(config)
-  assert state is not None and load_run(workdir).env_steps >= 2 * steps
-  assert load_run(workdir).config.network.kernels == 'xla'

@@ -1,18 +1,12 @@
 """Tests for envs/nethack.py (characters and NetHack's rules) and the chars
 variants of configs/nethack_popart.py."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from configs import nethack_popart
 from configs.validation import validate
 from envs import nethack
 from envs.nethack import Character, parse_character
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_valid_characters_parse():
@@ -111,17 +105,6 @@ def test_fixed_characters_are_canonical():
 def test_bad_chars_variant_raises(chars, match):
   with pytest.raises(ValueError, match=match):
     nethack_popart.get_config(f'chars={chars}')
-
-
-def test_cli_reports_a_bad_character_in_one_line():
-  proc = subprocess.run(
-      [sys.executable, 'launch/train.py',
-       '--config=configs/nethack_popart.py:chars=kni-elf-law-mal'],
-      cwd=ROOT, capture_output=True, text=True, timeout=120)
-  assert proc.returncode == 2, proc.stderr
-  assert 'Traceback' not in proc.stderr
-  errors = [l for l in proc.stderr.splitlines() if l.startswith('error:')]
-  assert len(errors) == 1 and 'a Knight must be human' in errors[0], proc.stderr
 
 
 def test_random_characters_log_episodes_under_the_role_dealt(tmp_path):

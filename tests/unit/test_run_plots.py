@@ -2,16 +2,11 @@
 crossing of a threshold, and the figure."""
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 
 from analysis import run_metrics
 from analysis import run_plots
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _run():
@@ -120,29 +115,6 @@ def test_uniform_scores_parse_per_task_and_name_a_bad_item():
       assert bad in str(e) and '<task>=<return>' in str(e)
     else:
       raise AssertionError(bad)
-
-
-def _cli(script, *args):
-  return subprocess.run([sys.executable, os.path.join(REPO, 'launch', script), *args],
-                        check=False, capture_output=True, text=True, cwd=REPO, timeout=300)
-
-
-def test_a_folder_that_is_not_a_run_is_one_line(tmp_path):
-  # Before: a 20-line traceback above the clear last line.
-  empty = tmp_path / 'empty'
-  empty.mkdir()
-  foreign = tmp_path / 'foreign'
-  foreign.mkdir()
-  (foreign / 'metrics.jsonl').write_text('{"env_steps": 1}\nnot json at all\n')
-  for script in ('plot_runs.py', 'run_table.py'):
-    out = _cli(script, str(empty), f'--output={tmp_path / "x.png"}' if script == 'plot_runs.py'
-               else '--window=10')
-    assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr
-    assert out.stderr.strip() == f'error: {empty} has no metrics.jsonl'
-    out = _cli(script, str(foreign))
-    assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr
-    assert out.stderr.strip() == (f"error: {foreign / 'metrics.jsonl'} line 2 is not a JSON "
-                                  "metrics row: 'not json at all'")
 
 
 def test_rolling_mean_by_hand():
