@@ -20,6 +20,7 @@ import optax
 from infra.settings import at_least, boolean, one_of, positive, setting, within
 
 OPTIMIZERS = ('rmsprop', 'adam')
+_MAX_HORIZON = 2**31 - 1   # the largest step count optax's int32 counter holds
 # optimizer.clip_by: the clip on the whole gradient (in the chain), or on
 # each term's gradient (the learner's sgd step; V-trace only).
 CLIP_BY = ('global', 'term')
@@ -144,7 +145,9 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
   """
   if name not in OPTIMIZERS:
     raise ValueError(f'unknown optimizer {name!r}; choose one of {", ".join(OPTIMIZERS)}')
-  horizon = max(total_learner_steps, 1)
+  # optax counts steps in int32: a longer horizon (a run of 10**12 env steps,
+  # as the benchmark's train stage sets) is the same as no decay at all.
+  horizon = min(max(total_learner_steps, 1), _MAX_HORIZON)
 
   def schedule(step, base=learning_rate):
     return optax.linear_schedule(base, 0.0, horizon)(step)

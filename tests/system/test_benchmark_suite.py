@@ -1,5 +1,6 @@
 """analysis/benchmark.py --suite=gpu at CI size on this CPU: every config's
-learner stage, both dtypes, one table (a compilation per entry: minutes)."""
+learner stage, both dtypes, one table (a compilation per entry: minutes);
+and the train stage on Pong at smoke size."""
 
 from analysis import benchmark
 
@@ -17,3 +18,14 @@ def test_gpu_suite_runs_at_ci_size_on_a_cpu():
   table = lines[-1].splitlines()
   assert 'cpu device' in table[0] and 'CPU cores' in table[0]
   assert table[2].startswith('| config | dtype |') and len(table) == 4 + len(rows)
+
+
+def test_train_stage_measures_a_run_of_the_benchmarks_length():
+  """--stages=train sets 10**12 env steps (more optimiser steps than optax's
+  int32 counter holds) and measures the whole loop after its warm-up."""
+  from configs import atari_single
+  from configs.validation import validate_spec
+  config = benchmark.quiet(atari_single.get_config('game=Pong,smoke'))
+  sps, timings = benchmark.bench_train(config, validate_spec(config), seconds=2.0, warmup=1.0)
+  assert sps > 0 and config.total_env_steps == 10**12
+  assert any(k.startswith('timing/learner') for k in timings), timings

@@ -186,3 +186,16 @@ def test_plain_optax_chain_still_updates():
   optax chain) keep the LossConfig's entropy cost and the given clip."""
   chain = optax.chain(optax.clip_by_global_norm(40.0), optax.sgd(1e-3))
   assert optimizers.hyperparameter(chain.init({'w': jnp.zeros(1)}), 'entropy_cost') is None
+
+
+@pytest.mark.parametrize('name', optimizers.OPTIMIZERS)
+def test_a_horizon_past_optax_int32_steps_updates_at_the_base_rate(name):
+  """More optimiser steps than optax's int32 counter holds (the benchmark's
+  train stage runs 10**12 env steps: 12.5e9 minibatch steps for Pong) is no
+  decay: the update runs, at the base rate, and the schedule says so."""
+  optimizer, schedule = optimizers.make_optimizer(0.1, 12_500_000_000, 1e9, 0.99, 0.01, 0.0,
+                                                  name=name)
+  params = {'w': jnp.zeros(1)}
+  updates, _ = jax.jit(optimizer.update)({'w': jnp.asarray([2.0])}, optimizer.init(params), params)
+  assert np.isfinite(np.asarray(updates['w'])).all() and float(updates['w'][0]) < 0
+  np.testing.assert_allclose(float(schedule(1000)), 0.1, rtol=1e-6)
