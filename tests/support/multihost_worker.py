@@ -139,6 +139,9 @@ def main(argv):
   multihost.initialize(spec, timeout_seconds=60, connect_timeout_seconds=120)
   if mode == 'update':
     _update(out)
+    # As a finished run leaves: JAX's exit-time shutdown can abort process 0
+    # (status -6, seen once in the suite under pytest-xdist).
+    multihost.finish(0)
   elif mode == 'config_error':
     _config_error(out)
   else:
