@@ -32,7 +32,7 @@ def test_signal_stops_cleanly_keeps_metrics_and_checkpoints(tmp_path, sig):
   proc = _start(workdir)
   metrics = workdir / 'metrics.jsonl'
   try:  # a run left training would take the cores from every later test
-    deadline = time.time() + 120
+    deadline = time.time() + 240
     while time.time() < deadline and not (metrics.exists()
                                           and metrics.read_text().count('\n') >= 2):
       time.sleep(0.5)

@@ -95,7 +95,7 @@ def _killed_on_failure(procs):
     raise
 
 
-def _wait_for_metrics(metrics, lines=3, timeout=150):
+def _wait_for_metrics(metrics, lines=3, timeout=300):   # start-up on a loaded 2-core machine
   deadline = time.time() + timeout
   while time.time() < deadline and not (metrics.exists()
                                         and metrics.read_text().count('\n') >= lines):

@@ -45,7 +45,7 @@ def _env():
   return env
 
 
-def _wait_for(predicate, timeout=120.0, what='the run'):
+def _wait_for(predicate, timeout=240.0, what='the run'):   # start-up on a loaded 2-core machine
   deadline = time.time() + timeout
   while time.time() < deadline:
     if predicate():
