@@ -36,6 +36,7 @@ import datetime
 import gzip
 import json
 import os
+import zlib
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from agents import checkpoint
@@ -248,7 +249,8 @@ def read_metrics(workdir: str) -> List[Dict]:
   A resumed run's rows are all included (analysis/run_metrics.stitch_resumed
   drops the ones a resume replaced). Reads metrics.jsonl, or an archived
   run's metrics.jsonl.gz (docs/data/ keeps the documented runs' that way);
-  blank lines are skipped.
+  blank lines are skipped. A last line without its newline that is not yet
+  a JSON row is the row a live run is writing: it is left out.
 
   Args:
     workdir: a run folder or an archive of one.
@@ -259,7 +261,7 @@ def read_metrics(workdir: str) -> List[Dict]:
   Raises:
     FileNotFoundError: without either file.
     ValueError: naming the file and line number of a line that is not a
-      JSON row.
+      JSON row, or naming a metrics.jsonl.gz that is cut off or damaged.
   """
   path = metrics_path(workdir)
   if os.path.exists(path):
@@ -269,14 +271,23 @@ def read_metrics(workdir: str) -> List[Dict]:
   else:
     raise FileNotFoundError(f'{workdir} has no {METRICS_FILE}')
   rows = []
-  with opener(path, 'rt') as f:
-    for number, line in enumerate(f, 1):
-      if line.strip():
-        try:
-          rows.append(json.loads(line))
-        except ValueError:
-          raise ValueError(f'{path} line {number} is not a JSON metrics row: '
-                           f'{line.strip()[:60]!r}') from None
+  number = 0
+  try:
+    with opener(path, 'rt') as f:
+      for number, line in enumerate(f, 1):
+        if line.strip():
+          try:
+            rows.append(json.loads(line))
+          except ValueError:
+            if not line.endswith('\n') and opener is open:
+              break   # the row being written; the file ends here
+            raise ValueError(f'{path} line {number} is not a JSON metrics row: '
+                             f'{line.strip()[:60]!r}') from None
+  except (EOFError, OSError, zlib.error) as e:   # gzip: cut off, or not gzip at all
+    if opener is open:
+      raise
+    raise ValueError(f'{path} is cut off or damaged after line {number} '
+                     f'({type(e).__name__}: {e})') from None
   return rows
 
 

@@ -1,7 +1,8 @@
 """launch/train.py with a bad config, and the plotting tools on a folder that
-is not a run: exit status 2 and one `error:` line naming the field or the
+is not a run or whose archived metrics are cut off: exit status 2 and one `error:` line naming the field or the
 file, no traceback (a process per case: seconds each)."""
 
+import gzip
 import os
 import subprocess
 import sys
@@ -44,6 +45,10 @@ def test_a_folder_that_is_not_a_run_is_one_line(tmp_path):
   foreign = tmp_path / 'foreign'
   foreign.mkdir()
   (foreign / 'metrics.jsonl').write_text('{"env_steps": 1}\nnot json at all\n')
+  cut = tmp_path / 'cut'   # an archive copied half-way
+  cut.mkdir()
+  data = gzip.compress(''.join(f'{{"env_steps": {i}}}\n' for i in range(5000)).encode())
+  (cut / 'metrics.jsonl.gz').write_bytes(data[:len(data) // 2])
   for script in ('plot_runs.py', 'run_table.py'):
     out = _tool(script, str(empty), f'--output={tmp_path / "x.png"}' if script == 'plot_runs.py'
                else '--window=10')
@@ -53,3 +58,7 @@ def test_a_folder_that_is_not_a_run_is_one_line(tmp_path):
     assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr
     assert out.stderr.strip() == (f"error: {foreign / 'metrics.jsonl'} line 2 is not a JSON "
                                   "metrics row: 'not json at all'")
+    out = _tool(script, str(cut))
+    assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr
+    assert out.stderr.strip().startswith(
+        f"error: {cut / 'metrics.jsonl.gz'} is cut off or damaged after line "), out.stderr

@@ -199,3 +199,36 @@ def test_a_checkpoint_failing_verification_is_set_aside_and_the_last_good_ones_s
   ckpt.save(40, _tiny_state(), jax.random.key(0))
   assert ckpt.steps() == (20, 40)
   ckpt.close()
+
+
+def test_a_live_runs_unfinished_last_row_is_left_out_and_a_bad_row_is_named(tmp_path):
+  """A reader of a live run can meet the row being written: a last line
+  without its newline that is not yet JSON. It is left out; the same line
+  with its newline, or anywhere else, is an error naming the file and line."""
+  metrics = tmp_path / 'metrics.jsonl'
+  metrics.write_text('{"env_steps": 1}\n{"env_steps": 2}\n{"env_steps": 3, "lo')
+  assert run_folder.read_metrics(str(tmp_path)) == [{'env_steps': 1}, {'env_steps': 2}]
+  metrics.write_text('{"env_steps": 1}\n{"env_steps": 2}\n{"env_steps": 3}')   # complete, no newline
+  assert [r['env_steps'] for r in run_folder.read_metrics(str(tmp_path))] == [1, 2, 3]
+  metrics.write_text('{"env_steps": 1}\n{"env_steps": 3, "lo\n')
+  with pytest.raises(ValueError, match=r'metrics.jsonl line 2 is not a JSON metrics row'):
+    run_folder.read_metrics(str(tmp_path))
+  metrics.write_text('{"env_st\n{"env_steps": 2}')
+  with pytest.raises(ValueError, match=r'metrics.jsonl line 1 is not a JSON metrics row'):
+    run_folder.read_metrics(str(tmp_path))
+
+
+def test_a_cut_off_or_foreign_archived_metrics_file_is_a_value_error_naming_it(tmp_path):
+  import gzip
+  rows = ''.join(json.dumps({'env_steps': i, 'loss': 0.5}) + '\n' for i in range(3000))
+  data = gzip.compress(rows.encode())
+  archive = tmp_path / 'metrics.jsonl.gz'
+  archive.write_bytes(data[:len(data) // 2])   # an archive copied half-way
+  with pytest.raises(ValueError, match=r'metrics.jsonl.gz is cut off or damaged after line \d+ '
+                                       r'\(EOFError'):
+    run_folder.read_metrics(str(tmp_path))
+  archive.write_bytes(b'not gzip at all\n')
+  with pytest.raises(ValueError, match=r'metrics.jsonl.gz is cut off or damaged after line 0'):
+    run_folder.read_metrics(str(tmp_path))
+  archive.write_bytes(data)
+  assert len(run_folder.read_metrics(str(tmp_path))) == 3000
