@@ -22,15 +22,19 @@ analysis/update_stats.py has the definitions.
 """
 
 import json
+import sys
 import tempfile
 
 from absl import app
 from absl import flags
 from absl import logging
 from ml_collections import config_flags
+from agents.checkpoint import CheckpointError
 from analysis import run_loading
 from analysis.update_diagnosis import Diagnoser
+from configs.validation import ConfigError
 from rl import impala
+from rundir.run_folder import RunFolderError
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file[:variant].')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Run folder: its config and checkpoint.')
@@ -75,8 +79,12 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)
-  config = _load_config()
-  d = Diagnoser(config, _WORKDIR.value, _STEP.value)
+  try:
+    config = _load_config()
+    d = Diagnoser(config, _WORKDIR.value, _STEP.value)
+  except (FileNotFoundError, ConfigError, CheckpointError, RunFolderError) as e:
+    print(f'error: {e}', file=sys.stderr)   # a missing run or step, a bad config.json: one line
+    sys.exit(2)
   points = []
   try:
     d.start()

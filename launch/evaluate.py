@@ -22,6 +22,7 @@ from absl import logging
 from agents.checkpoint import CheckpointError
 from analysis.run_evaluation import run_evaluation
 from configs.validation import ConfigError
+from rundir.run_folder import RunFolderError
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Run folder written by launch/train.py.')
 _STEP = flags.DEFINE_integer('step', None, 'Env step of the checkpoint; default: the latest.')
@@ -50,7 +51,7 @@ def main(argv):
     run_evaluation(_WORKDIR.value, _STEP.value, _EPISODES.value, _GREEDY.value, _VIDEO.value,
                    _MAX_VIDEO_FRAMES.value, _MAX_STEPS.value, _NUM_ENVS.value, _SEED.value,
                    uniform=_UNIFORM.value, overwrite=_OVERWRITE.value)
-  except (FileNotFoundError, ConfigError, CheckpointError) as e:
+  except (FileNotFoundError, ConfigError, CheckpointError, RunFolderError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
 

@@ -28,6 +28,7 @@ from analysis import saliency as sal
 from analysis.saliency_episode import SaliencyError, explain
 from analysis.run_loading import load_run
 from configs.validation import ConfigError
+from rundir.run_folder import RunFolderError
 from envs import render
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Run folder with checkpoints.')
@@ -54,7 +55,7 @@ def main(argv):
   warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
   try:
     _explain_to_files()
-  except (SaliencyError, FileNotFoundError, ConfigError, CheckpointError) as e:
+  except (SaliencyError, FileNotFoundError, ConfigError, CheckpointError, RunFolderError) as e:
     _exit(str(e))
 
 

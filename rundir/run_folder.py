@@ -50,6 +50,11 @@ LOCK_FILE, RunFolderError, RunLock = (folder_guard.LOCK_FILE, folder_guard.RunFo
 check_path_length, check_usable = folder_guard.check_path_length, folder_guard.check_usable
 describe_stale = folder_guard.describe_stale
 
+
+class ConfigFileError(RunFolderError, ValueError):
+  """A run folder's config.json that cannot be read or is not JSON; a
+  ValueError too, so a reading tool reports it as bad input in one line."""
+
 CONFIG_FILE = 'config.json'
 METRICS_FILE = 'metrics.jsonl'
 
@@ -90,7 +95,7 @@ def read_config(workdir: str) -> Optional[dict]:
     The config as a dict, or None where there is no config.json.
 
   Raises:
-    RunFolderError: when it cannot be read or is not JSON.
+    ConfigFileError: when it cannot be read or is not JSON, naming it.
   """
   path = config_path(workdir)
   if not os.path.isfile(path):
@@ -99,8 +104,7 @@ def read_config(workdir: str) -> Optional[dict]:
     with open(path) as f:
       return json.load(f)
   except (OSError, ValueError) as e:
-    raise RunFolderError(f'cannot read {path} ({e}); the run cannot be checked for resuming. '
-                         'Restore it or choose another --config.workdir') from None
+    raise ConfigFileError(f'cannot read {path} ({e})') from None
 
 
 def check_resume(workdir: str, config) -> List[Tuple]:
@@ -121,7 +125,11 @@ def check_resume(workdir: str, config) -> List[Tuple]:
       config (a network, task or shape change) and its saved value; or when
       config.json cannot be read.
   """
-  saved = read_config(workdir)
+  try:
+    saved = read_config(workdir)
+  except ConfigFileError as e:
+    raise RunFolderError(f'{e}; the run cannot be checked for resuming. Restore it or choose '
+                         'another --config.workdir') from None
   if saved is None:
     return []
   frozen, allowed = resume.compare(saved, config)

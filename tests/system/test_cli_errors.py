@@ -62,3 +62,16 @@ def test_a_folder_that_is_not_a_run_is_one_line(tmp_path):
     assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr
     assert out.stderr.strip().startswith(
         f"error: {cut / 'metrics.jsonl.gz'} is cut off or damaged after line "), out.stderr
+
+
+@pytest.mark.parametrize('tool', ['run_table.py {}', 'evaluate.py --workdir={}',
+                                  'diagnose_update.py --workdir={}', 'saliency.py --workdir={}'])
+def test_a_config_json_that_is_not_json_is_one_line(tmp_path, tool):
+  (tmp_path / 'metrics.jsonl').write_text('{"env_steps": 100}\n')
+  (tmp_path / 'config.json').write_text('not json')
+  out = _tool(*tool.format(tmp_path).split())
+  assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr
+  assert out.stderr.strip().splitlines()[-1] == (
+      f"error: cannot read {tmp_path / 'config.json'} (Expecting value: line 1 column 1 "
+      "(char 0))"), out.stderr
+

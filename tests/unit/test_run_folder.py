@@ -232,3 +232,16 @@ def test_a_cut_off_or_foreign_archived_metrics_file_is_a_value_error_naming_it(t
     run_folder.read_metrics(str(tmp_path))
   archive.write_bytes(data)
   assert len(run_folder.read_metrics(str(tmp_path))) == 3000
+
+
+def test_a_config_json_that_is_not_json_is_named_to_readers_and_to_a_resume(tmp_path):
+  """Readers get a ValueError naming the file (the reading tools print it in
+  one line); a resume is refused with what to do."""
+  (tmp_path / 'config.json').write_text('not json')
+  with pytest.raises(ValueError, match=r'cannot read .*config.json \(Expecting value') as e:
+    run_folder.read_config(str(tmp_path))
+  assert 'workdir' not in str(e.value)
+  with pytest.raises(RunFolderError, match=r'config.json .*the run cannot be checked for '
+                                           r'resuming. Restore it or choose another '
+                                           r'--config.workdir'):
+    run_folder.check_resume(str(tmp_path), cartpole.get_config())
