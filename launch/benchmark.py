@@ -32,6 +32,7 @@ in minutes on a CPU: CI covers it that way (tests/system/test_benchmark_suite.py
 import json
 import os
 import resource
+import sys
 
 from absl import app
 from absl import flags
@@ -39,7 +40,7 @@ from absl import logging
 from ml_collections import config_flags
 
 from analysis import benchmark
-from configs.validation import validate_spec
+from configs.validation import ConfigError, validate_spec
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file[:variant]')
 _STAGES = flags.DEFINE_list('stages', ['raw', 'actors', 'train'],
@@ -51,9 +52,33 @@ _WARMUP = flags.DEFINE_float('warmup', 10.0, 'Seconds before measuring (compilat
 _OUTPUT = flags.DEFINE_string('output', '', 'Optional JSON file for the results.')
 
 
+STAGES = ('raw', 'actors', 'loop', 'learner', 'train')
+
+
+def _exit(reason: str) -> None:
+  """One line and exit status 2."""
+  print(f'error: {reason}', file=sys.stderr)
+  sys.exit(2)
+
+
+def _check_flags() -> None:
+  """The flags' mistakes, found before anything is measured."""
+  if not _SECONDS.value > 0:
+    _exit(f'--seconds must be > 0, got {_SECONDS.value}')
+  if not _WARMUP.value >= 0:
+    _exit(f'--warmup must be >= 0, got {_WARMUP.value}')
+  unknown = [s for s in _STAGES.value if s not in STAGES]
+  if unknown:
+    _exit(f'unknown stage(s) {", ".join(unknown)}; choose from {", ".join(STAGES)}')
+  folder = os.path.dirname(os.path.abspath(_OUTPUT.value)) if _OUTPUT.value else None
+  if folder and not os.path.isdir(folder):
+    _exit(f'--output: no folder {folder} to write {os.path.basename(_OUTPUT.value)} in')
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
+  _check_flags()
   if _SUITE.value:
     if _CONFIG.value is not None:
       raise app.UsageError('give --suite or --config, not both')
@@ -70,7 +95,10 @@ def main(argv):
   if _CONFIG.value is None:
     raise app.UsageError('give --config (or --suite)')
   config = benchmark.quiet(_CONFIG.value)
-  spec = validate_spec(config)
+  try:
+    spec = validate_spec(config)
+  except ConfigError as e:
+    _exit(str(e))
   plan = spec.plan
   print(plan.describe_actors())
   results = {'config': config.config_name, 'num_actors': plan.num_actors,
@@ -83,9 +111,7 @@ def main(argv):
   for stage in _STAGES.value:
     fn = {'raw': benchmark.bench_raw, 'actors': benchmark.bench_actors,
           'loop': benchmark.bench_loop, 'learner': benchmark.bench_learner,
-          'train': benchmark.bench_train}.get(stage)
-    if fn is None:
-      raise app.UsageError(f'unknown stage {stage!r}; choose from raw, actors, loop, learner, train')
+          'train': benchmark.bench_train}[stage]   # _check_flags checked the names
     out = fn(config, spec, _SECONDS.value, _WARMUP.value)
     if stage == 'loop':
       us, out = out

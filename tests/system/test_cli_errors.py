@@ -75,3 +75,16 @@ def test_a_config_json_that_is_not_json_is_one_line(tmp_path, tool):
       f"error: cannot read {tmp_path / 'config.json'} (Expecting value: line 1 column 1 "
       "(char 0))"), out.stderr
 
+
+@pytest.mark.parametrize('flag, line', [
+    ('--seconds=-1', 'error: --seconds must be > 0, got -1.0'),   # was a fatal abort in JAX
+    ('--seconds=0', 'error: --seconds must be > 0, got 0.0'),     # was 0 agent steps/s as a result
+    ('--stages=raw,bogus', 'error: unknown stage(s) bogus; choose from raw, actors, loop, learner, '
+                           'train'),
+    ('--output={}/nope/x.json', 'error: --output: no folder {}/nope to write x.json in'),
+])
+def test_the_benchmarks_bad_flags_are_one_line_before_measuring(tmp_path, flag, line):
+  out = _tool('benchmark.py', '--config=configs/cartpole.py', flag.format(tmp_path))
+  assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr
+  assert out.stderr.strip() == line.format(tmp_path), out.stderr
+
