@@ -14,6 +14,7 @@ import os
 from analysis import evaluation
 from analysis.run_loading import load_run
 from envs import render
+from infra import atomic_write
 
 
 def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
@@ -75,7 +76,7 @@ def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
   os.makedirs(eval_dir, exist_ok=True)
   path = evaluation.result_path(eval_dir, f'{run.env_steps}{"_uniform" if uniform else ""}',
                                 overwrite)
-  with open(path, 'w') as f:
+  with atomic_write.atomic_open(path) as f:   # a full disk leaves no empty file
     json.dump(record, f, indent=2)
   out(evaluation.format_table(record))
   out(f'written: {path}')

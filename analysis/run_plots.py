@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from analysis import run_metrics
+from infra import atomic_write
 
 # Titles of the metric panels; other metrics are titled by their key.
 PANEL_TITLES = {
@@ -257,5 +258,6 @@ def plot(runs, labels: List[str], output: str, window: int, random_score=None,
   if title:
     fig.suptitle(title, fontsize=10)
   fig.tight_layout()
-  fig.savefig(output, dpi=90)
+  with atomic_write.atomic_path(output) as tmp:   # a full disk leaves no empty PNG
+    fig.savefig(tmp, dpi=90)
   return tasks

@@ -57,7 +57,8 @@ def archive(workdir: str, dest: str, overwrite: bool = False) -> List[str]:
     ArchiveError: one line, when `workdir` has no metrics.jsonl or
       config.json, `dest` is, holds or lies in the run folder, `dest` is a
       file or is not empty without `overwrite`, the run folder is locked by a
-      run still training, or the archive cannot be written.
+      run still training, its config.json is not JSON, or the archive cannot
+      be written.
   """
   for name in (METRICS, CONFIG):
     if not os.path.isfile(os.path.join(workdir, name)):
@@ -70,6 +71,10 @@ def archive(workdir: str, dest: str, overwrite: bool = False) -> List[str]:
       raise ArchiveError(f'{dest} is a file, not a folder')
     if os.listdir(dest) and not overwrite:
       raise ArchiveError(f'{dest} exists and is not empty; give --overwrite to replace it')
+  try:
+    run_folder.read_config(workdir)   # an archive must read back as its run did
+  except run_folder.ConfigFileError as e:
+    raise ArchiveError(f'{e}; not archived') from None
   try:
     lock = run_folder.RunLock(workdir).acquire()
   except run_folder.RunFolderError as e:

@@ -66,3 +66,12 @@ def test_overwrite_never_touches_the_run_folder(tmp_path, where):
   with pytest.raises(archive.ArchiveError, match='must lie outside the run folder'):
     archive.archive(str(run), str(tmp_path / where), overwrite=True)
   assert sorted(str(p) for p in run.rglob('*')) == before
+
+
+def test_a_config_json_that_is_not_json_is_not_archived(tmp_path):
+  run = _run(tmp_path)
+  (run / 'config.json').write_text('{"tasks": [')   # cut off
+  dest = tmp_path / 'archive'
+  with pytest.raises(archive.ArchiveError, match=r'cannot read .*config.json .*; not archived'):
+    archive.archive(str(run), str(dest))
+  assert not dest.exists() and not (run / run_folder.LOCK_FILE).exists()
