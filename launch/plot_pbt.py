@@ -8,11 +8,13 @@ beside them. Prints each member's final return and copies.
 """
 
 import os
+import sys
 
 from absl import app
 from absl import flags
 
 from analysis import pbt_curves
+from infra import atomic_write
 from rundir import run_folder
 
 _POPULATION = flags.DEFINE_string('population', None, "launch/pbt.py's --config.workdir.")
@@ -28,19 +30,38 @@ def _task(rows_by_member):
                   for k in r if k.startswith('episodes/')})
   if _TASK.value:
     return _TASK.value
+  if not tasks:
+    _exit(f'no member of {_POPULATION.value} has finished a game yet')
   if len(tasks) != 1:
-    raise app.UsageError(f'the members have tasks {", ".join(tasks)}; name one with --task')
+    _exit(f'the members have tasks {", ".join(tasks)}; name one with --task')
   return tasks[0]
+
+
+def _exit(reason: str) -> None:
+  """One line and exit status 2."""
+  print(f'error: {reason}', file=sys.stderr)
+  sys.exit(2)
+
+
+def _load():
+  """(members' rows, copies, adapted hyperparameters), or one line and exit 2."""
+  try:
+    members, events = pbt_curves.load_population(_POPULATION.value)
+    if not members:
+      _exit(f'no member run folders in {_POPULATION.value}/members')
+    first = os.path.join(_POPULATION.value, 'members', sorted(members)[0])
+    adapted = list((run_folder.read_config(first) or {}).get('pbt', {}).get('adapt', ()))
+  except FileNotFoundError as e:
+    _exit(f'{_POPULATION.value} is not a population folder (no {e.filename})')
+  except (OSError, ValueError) as e:   # unreadable files, a config.json that is not JSON
+    _exit(str(e))
+  return members, events, adapted
 
 
 def main(argv):
   del argv
-  members, events = pbt_curves.load_population(_POPULATION.value)
-  if not members:
-    raise app.UsageError(f'no member run folders in {_POPULATION.value}/members')
+  members, events, adapted = _load()
   task = _task(members)
-  first = os.path.join(_POPULATION.value, 'members', sorted(members)[0])
-  adapted = list(run_folder.read_config(first)['pbt']['adapt'])
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
@@ -76,7 +97,8 @@ def main(argv):
   axes[-1].set_xlabel('agent steps (per member)')
   axes[0].set_title(f'PBT, {len(members)} members, {len(events)} copies')
   fig.tight_layout()
-  fig.savefig(_OUTPUT.value, dpi=110)
+  with atomic_write.atomic_path(_OUTPUT.value) as tmp:   # whole or not at all
+    fig.savefig(tmp, dpi=110)
   print(f'wrote {_OUTPUT.value}')
 
 

@@ -88,3 +88,18 @@ def test_the_benchmarks_bad_flags_are_one_line_before_measuring(tmp_path, flag, 
   assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr
   assert out.stderr.strip() == line.format(tmp_path), out.stderr
 
+
+def test_plot_pbt_on_a_folder_that_is_not_a_population_or_has_no_game_yet_is_one_line(tmp_path):
+  out = _tool('plot_pbt.py', f'--population={tmp_path / "nothing"}', f'--output={tmp_path / "p.png"}')
+  assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr
+  assert out.stderr.strip() == (f'error: {tmp_path / "nothing"} is not a population folder '
+                                f'(no {tmp_path / "nothing" / "members"})')
+  member = tmp_path / 'pop' / 'members' / 'member_00000'
+  member.mkdir(parents=True)
+  (member / 'metrics.jsonl').write_text('{"env_steps": 10, "episode_return/Car')   # cut, live
+  (member / 'config.json').write_text('{"pbt": {"adapt": ["learning_rate"]}}')
+  out = _tool('plot_pbt.py', f'--population={tmp_path / "pop"}', f'--output={tmp_path / "p.png"}')
+  assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr
+  assert out.stderr.strip() == f'error: no member of {tmp_path / "pop"} has finished a game yet'
+  assert not (tmp_path / 'p.png').exists()
+
