@@ -92,6 +92,38 @@ def compare(saved: Dict[str, Any], config) -> Tuple[List[Tuple], List[Tuple]]:
   return [d for d in diffs if is_frozen(d[0])], [d for d in diffs if not is_frozen(d[0])]
 
 
+def _kind(value: Any) -> str:
+  if isinstance(value, bool):
+    return 'true or false'
+  if isinstance(value, (int, float)):
+    return 'a number'
+  if isinstance(value, str):
+    return 'a string'
+  if isinstance(value, list):
+    return 'a list'
+  return type(value).__name__
+
+
+def mistyped(diffs: List[Tuple]) -> List[Tuple]:
+  """The differences whose saved value is of another kind than the new one.
+
+  A hand-edited config.json ('"learning_rate": "fast"') would otherwise
+  reach the code that reads the saved values (`schedule_note`) after the
+  folder was changed.
+
+  Args:
+    diffs: (dotted field, saved value, new value) triples, as `compare`
+      gives them.
+
+  Returns:
+    (field, saved value, the kind expected: 'a number', 'true or false',
+    'a string', 'a list') for each such field; an absent value on either
+    side is no mismatch, nor is an int against a float.
+  """
+  return [(field, old, _kind(new)) for field, old, new in diffs
+          if old is not None and new is not None and _kind(old) != _kind(new)]
+
+
 def _short(value: Any, limit: int = 120) -> str:
   text = json.dumps(value) if value is not None else '(absent)'
   return text if len(text) <= limit else text[:limit - 3] + '...'

@@ -65,11 +65,16 @@ def check_usable(workdir: str) -> None:
     workdir: the run folder.
 
   Raises:
-    RunFolderError: when it is a file, cannot be created or written, or its
+    RunFolderError: when it is a file or a broken symbolic link (dangling,
+      or a loop), cannot be created or written, or its
       path is too long for the files a run writes in it
       (check_path_length).
   """
   check_path_length(workdir)
+  if os.path.islink(workdir) and not os.path.exists(workdir):
+    raise RunFolderError(f'workdir {workdir} is a symbolic link to {os.readlink(workdir)}, which '
+                         'does not exist or loops back on itself; fix the link or choose another '
+                         '--config.workdir')
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise RunFolderError(f'workdir {workdir} is a file, not a folder; choose another '
                          '--config.workdir')

@@ -12,7 +12,8 @@ checkpoint.py), run.lock, wandb's and TensorBoard's files
   checkpoints set aside; with several processes, process 0's verdict
   reaches every process.
 - `adopt(...)`: once the checkpoint restored, metrics past it set aside and
-  the previous config kept.
+  the previous config kept; for a new run, an earlier run's files moved to
+  earlier_run.<n>/ (rundir/earlier_run.py).
 - Readers: `read_config(workdir)` (config.json as a dict),
   `read_metrics(workdir)` (metrics.jsonl rows, or an archived .gz).
 
@@ -42,6 +43,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 from agents import checkpoint
 from configs import resume
 from infra import multihost
+from rundir import earlier_run
 from rundir import folder_guard
 
 # The guards (rundir/folder_guard.py) are part of the folder's API.
@@ -122,7 +124,8 @@ def check_resume(workdir: str, config) -> List[Tuple]:
 
   Raises:
     RunFolderError: naming every frozen field that differs from the saved
-      config (a network, task or shape change) and its saved value; or when
+      config (a network, task or shape change) and its saved value; a saved
+      value of the wrong kind (a string where a number belongs); or when
       config.json cannot be read.
   """
   try:
@@ -133,6 +136,13 @@ def check_resume(workdir: str, config) -> List[Tuple]:
   if saved is None:
     return []
   frozen, allowed = resume.compare(saved, config)
+  wrong = resume.mistyped(frozen + allowed)
+  if wrong:
+    field, value, kind = wrong[0]
+    raise RunFolderError(
+        f'cannot resume {workdir}: its {CONFIG_FILE} has {field} {json.dumps(value)}, where '
+        f'{kind} belongs (edited by hand?). Correct it in {config_path(workdir)}, or choose '
+        'another --config.workdir')
   if frozen:
     raise RunFolderError(
         f'cannot resume {workdir} with a different network, tasks or shapes: '
@@ -220,7 +230,9 @@ def adopt(workdir: str, step: Optional[int], allowed: List[Tuple]) -> List[str]:
 
   A resume writes nothing before the restore. Moves the metrics rows logged
   past `step` to a side file (set_aside_metrics) and, when allowed fields
-  changed, keeps the previous config.json (keep_previous_config).
+  changed, keeps the previous config.json (keep_previous_config). A new run
+  (no checkpoint) in a folder that holds an earlier run's files moves them,
+  config and wandb id included, to earlier_run.<n>/ (rundir/earlier_run.py).
 
   Args:
     workdir: the run folder.
@@ -237,11 +249,14 @@ def adopt(workdir: str, step: Optional[int], allowed: List[Tuple]) -> List[str]:
   """
   notes = []
   try:
-    moved_rows, side = set_aside_metrics(workdir, step or 0)
+    if step is None:
+      moved = earlier_run.set_aside(workdir)
+      return [earlier_run.describe(workdir, moved)] if moved else []
+    moved_rows, side = set_aside_metrics(workdir, step)
     if moved_rows:
-      notes.append(f'{moved_rows} metrics rows logged after env step {step or 0:,} (no '
+      notes.append(f'{moved_rows} metrics rows logged after env step {step:,} (no '
                    f'checkpoint holds them) moved to {side}')
-    if allowed and step is not None:
+    if allowed:
       kept = keep_previous_config(workdir, step)
       notes.append(f'resuming with changed {resume.describe(allowed)} (the config before '
                    f'is kept in {kept})')

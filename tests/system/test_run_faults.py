@@ -7,6 +7,7 @@ kill -9 then resume, a killed wandb-core). The pieces alone: test_run_folder.py.
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -193,6 +194,25 @@ def test_a_changed_network_on_resume_stops_before_anything_is_written(tmp_path):
   assert len(Checkpointer(str(run), read_only=True).steps()) == 1
 
 
+def test_a_hand_edited_config_of_the_wrong_kind_stops_before_anything_is_written(tmp_path):
+  # Before: a ValueError traceback from the learning-rate note, after
+  # config.json had been rewritten.
+  run = tmp_path / 'run'
+  config, _ = _smoke(run, updates=1)
+  train(config)
+  saved = json.loads((run / 'config.json').read_text())
+  saved['learning_rate'] = 'fast'
+  (run / 'config.json').write_text(json.dumps(saved))
+  before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+  config, _ = _smoke(run, updates=2)
+  with pytest.raises(RunFolderError) as e:
+    train(config)
+  assert str(e.value) == (f'cannot resume {run}: its config.json has learning_rate "fast", where '
+                          f'a number belongs (edited by hand?). Correct it in {run}/config.json, '
+                          'or choose another --config.workdir')
+  assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+
+
 def test_allowed_changes_resume_and_keep_the_previous_config(tmp_path, capsys):
   config, per_update = _smoke(tmp_path / 'run', updates=1)
   train(config)
@@ -235,6 +255,36 @@ def test_resuming_a_finished_run_says_so(tmp_path, capsys):
   assert (f'already finished at env step {per_update:,} (total_env_steps {per_update:,}); '
           'nothing to do') in capsys.readouterr().err
   assert (tmp_path / 'run' / 'metrics.jsonl').read_text() == before
+
+
+def test_a_folder_without_checkpoints_keeps_the_earlier_run_apart(tmp_path, capsys):
+  # Before: the new run (another network) started from 0 in the same files:
+  # config.json overwritten, the wandb id and the TensorBoard curve shared.
+  run = tmp_path / 'run'
+  config, per_update = _smoke(run, updates=1)
+  config.wandb.mode = 'offline'
+  train(config)
+  old = {name: (run / name).read_bytes()
+         for name in ('config.json', 'metrics.jsonl', 'wandb_run_id.txt')}
+  old_events = sorted(p.name for p in run.glob('events.out.tfevents.*'))
+  assert old_events
+  shutil.rmtree(run / 'checkpoints')
+  capsys.readouterr()
+  config, _ = _smoke(run, updates=1)
+  config.wandb.mode = 'offline'
+  config.network.lstm_size = 8
+  train(config)
+  err = capsys.readouterr().err
+  aside = run / 'earlier_run.1'
+  assert (f'{run} held an earlier run with no checkpoint to resume from (logged to env step '
+          f'{per_update:,})') in err and f'moved to {aside}' in err
+  assert {name: (aside / name).read_bytes() for name in old} == old
+  assert sorted(p.name for p in aside.glob('events.out.tfevents.*')) == old_events
+  assert json.loads((run / 'config.json').read_text())['network']['lstm_size'] == 8
+  assert (run / 'wandb_run_id.txt').read_text() != old['wandb_run_id.txt'].decode()
+  rows = _records(run / 'metrics.jsonl')
+  assert rows and rows[0]['env_steps'] <= per_update and not (run / 'metrics.after-0.jsonl').exists()
+  assert not set(p.name for p in run.glob('events.out.tfevents.*')) & set(old_events)
 
 
 def test_an_unwritable_metrics_file_saves_a_checkpoint_and_names_the_file(tmp_path):

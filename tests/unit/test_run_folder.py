@@ -72,6 +72,25 @@ def test_an_unusable_workdir_is_one_error(tmp_path):
   assert (tmp_path / 'new' / 'run').is_dir()
 
 
+def test_a_dangling_or_looping_symlink_workdir_is_one_error(tmp_path):
+  # Before: 'cannot create workdir ...: File exists' for both.
+  dangling = tmp_path / 'dangling'
+  dangling.symlink_to(tmp_path / 'gone')
+  with pytest.raises(RunFolderError) as e:
+    run_folder.check_usable(str(dangling))
+  assert str(e.value) == (f'workdir {dangling} is a symbolic link to {tmp_path / "gone"}, which '
+                          'does not exist or loops back on itself; fix the link or choose '
+                          'another --config.workdir')
+  loop = tmp_path / 'loop'
+  loop.symlink_to(loop)
+  with pytest.raises(RunFolderError, match='loops back on itself'):
+    run_folder.check_usable(str(loop))
+  target = tmp_path / 'target'
+  target.mkdir()
+  (tmp_path / 'good').symlink_to(target)
+  run_folder.check_usable(str(tmp_path / 'good'))   # a link to a folder is a folder
+
+
 def test_metrics_past_the_checkpoint_move_to_a_side_file(tmp_path):
   rows = [{'env_steps': s, 'x': i} for i, s in enumerate((10, 20, 30, 40))]
   text = ''.join(json.dumps(r) + '\n' for r in rows) + '{"env_steps": 5'  # cut by kill -9
@@ -245,3 +264,12 @@ def test_a_config_json_that_is_not_json_is_named_to_readers_and_to_a_resume(tmp_
                                            r'resuming. Restore it or choose another '
                                            r'--config.workdir'):
     run_folder.check_resume(str(tmp_path), cartpole.get_config())
+
+
+def test_mistyped_names_saved_values_of_another_kind():
+  diffs = [('learning_rate', 'fast', 0.003), ('seed', 1, 2.0), ('log.tensorboard', 1, True),
+           ('actors.num_actors', None, 2), ('tasks', {'a': 1}, [1]), ('name', 'x', 'y'),
+           ('gone', 3, None)]
+  assert resume.mistyped(diffs) == [('learning_rate', 'fast', 'a number'),
+                                    ('log.tensorboard', 1, 'true or false'),
+                                    ('tasks', {'a': 1}, 'a list')]
