@@ -51,32 +51,46 @@ def member_index(trial_id: str) -> int:
 def install_checkpoint(state_dir: str, workdir: str, step: int, own: bool) -> None:
   """Makes a checkpoint the newest of a member's run folder.
 
-  The run folder's checkpoints at `step` or later move to
-  `<workdir>/checkpoints.replaced/<step>.<YYYYmmdd-HHMMSS-ffffff>`, except
-  one at `step` that is the member's own and intact (kept as it is). The
-  checkpoint is then copied in (through `<step>.copying`, renamed when
-  whole) unless a checkpoint at `step` is still there.
+  The checkpoint is first copied in whole beside the member's own, as
+  `<step>.copying` (not a checkpoint to the run folder); only then do the
+  member's checkpoints at `step` or later move to
+  `<workdir>/checkpoints.replaced/<step>.<YYYYmmdd-HHMMSS-ffffff>`, except one
+  at `step` that is the member's own and intact (kept as it is, and nothing
+  is copied), and the copy is renamed to `<step>`. A copy that fails (a full
+  disk) is removed and leaves the member's checkpoints as they were.
 
   Args:
     state_dir: an orbax step folder with its manifest.
     workdir: the member's run folder.
     step: the env step the checkpoint is installed at.
     own: whether the checkpoint is the member's own (a restore, not a copy).
+
+  Raises:
+    OSError: when the copy cannot be made; the member's folder is as before.
   """
   from agents import checkpoint  # pylint: disable=import-outside-toplevel
   root = checkpoint.directory(workdir)
   os.makedirs(root, exist_ok=True)
-  for existing in checkpoint.steps_on_disk(workdir):
-    keep = own and existing == step and checkpoint.damage(os.path.join(root, str(step))) is None
-    if existing >= step and not keep:
-      dest_dir = os.path.join(os.path.abspath(workdir), REPLACED)
-      os.makedirs(dest_dir, exist_ok=True)
-      dest = os.path.join(dest_dir, f'{existing}.{datetime.datetime.now():%Y%m%d-%H%M%S-%f}')
-      shutil.move(os.path.join(root, str(existing)), dest)
   target = os.path.join(root, str(step))
-  if not os.path.exists(target):
-    shutil.copytree(state_dir, target + '.copying')
-    os.replace(target + '.copying', target)
+  if own and os.path.isdir(target) and checkpoint.damage(target) is None:
+    replace = [s for s in checkpoint.steps_on_disk(workdir) if s > step]
+    staged = None
+  else:
+    replace = [s for s in checkpoint.steps_on_disk(workdir) if s >= step]
+    staged = target + '.copying'
+    shutil.rmtree(staged, ignore_errors=True)   # a copy an earlier failure left
+    try:
+      shutil.copytree(state_dir, staged)
+    except BaseException:
+      shutil.rmtree(staged, ignore_errors=True)
+      raise
+  for existing in replace:
+    dest_dir = os.path.join(os.path.abspath(workdir), REPLACED)
+    os.makedirs(dest_dir, exist_ok=True)
+    dest = os.path.join(dest_dir, f'{existing}.{datetime.datetime.now():%Y%m%d-%H%M%S-%f}')
+    os.replace(os.path.join(root, str(existing)), dest)   # a rename: needs no space
+  if staged is not None:
+    os.replace(staged, target)
 
 
 def _trainable(tune):

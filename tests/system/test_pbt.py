@@ -256,6 +256,41 @@ def test_installed_checkpoint_replaces_newer_ones(tmp_path):
   assert len(os.listdir(member / pbt.REPLACED)) == 2
 
 
+def test_a_copy_that_fails_leaves_the_members_own_checkpoints(tmp_path, monkeypatch):
+  """A full disk half-way through a copy: before, the member's newest
+  checkpoint had already moved to checkpoints.replaced/ and the copy was
+  left as <step>.copying; now the member's folder is as it was."""
+  import errno
+  import shutil
+  from rundir import population as pbt
+  member = tmp_path / 'member'
+  for step in (100, 200):
+    (member / 'checkpoints' / str(step) / 'default').mkdir(parents=True)
+    (member / 'checkpoints' / str(step) / 'default' / '_METADATA').write_text(f'{{"own": {step}}}')
+  donor = tmp_path / 'donor_state'
+  (donor / 'default').mkdir(parents=True)
+  (donor / 'default' / '_METADATA').write_text('{"donor": 1}')
+  real_copytree = shutil.copytree
+
+  def full_disk(src, dst, **kwargs):
+    os.makedirs(os.path.join(dst, 'default'))
+    with open(os.path.join(dst, 'default', 'part'), 'w') as f:
+      f.write('half')
+    raise OSError(errno.ENOSPC, 'No space left on device')
+
+  monkeypatch.setattr(shutil, 'copytree', full_disk)
+  with pytest.raises(OSError, match='No space left'):
+    pbt.install_checkpoint(str(donor), str(member), 200, own=False)
+  assert sorted(os.listdir(member / 'checkpoints')) == ['100', '200']
+  assert (member / 'checkpoints' / '200' / 'default' / '_METADATA').read_text() == '{"own": 200}'
+  assert not (member / pbt.REPLACED).exists()
+  monkeypatch.setattr(shutil, 'copytree', real_copytree)   # the disk has room again
+  pbt.install_checkpoint(str(donor), str(member), 200, own=False)
+  assert sorted(os.listdir(member / 'checkpoints')) == ['100', '200']
+  assert (member / 'checkpoints' / '200' / 'default' / '_METADATA').read_text() == '{"donor": 1}'
+  assert len(os.listdir(member / pbt.REPLACED)) == 1
+
+
 @pytest.mark.xdist_group('processes')  # Ray: one cluster at a time (tests/system/test_multihost.py)
 def test_address_joins_an_existing_ray_cluster(tmp_path, monkeypatch):
   """--address: the population runs on a Ray cluster started apart from
