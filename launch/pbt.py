@@ -38,6 +38,7 @@ from absl import flags
 from configs import command_line
 from configs import validation
 from rundir import population
+from rundir import ray_cluster
 from rundir import run_folder
 
 _POPULATION = flags.DEFINE_integer('population', None, 'Members (default: config.pbt.population)')
@@ -66,7 +67,7 @@ def main(argv):
   config = command_line.load_config()
   try:
     summary, status = population.run_population(config, _POPULATION.value, _ADDRESS.value)
-  except (validation.ConfigError, run_folder.RunFolderError) as e:
+  except (validation.ConfigError, run_folder.RunFolderError, ray_cluster.ClusterError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
   _print_summary(summary, os.path.abspath(config.workdir))

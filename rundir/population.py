@@ -20,6 +20,7 @@ import shutil
 from configs import pbt as pbt_lib
 from configs import validation
 from rundir import lifecycle
+from rundir import ray_cluster
 from rundir import run_folder
 
 MEMBERS = 'members'
@@ -325,7 +326,9 @@ def run_population(config, population=None, address=None):
   Raises:
     configs.validation.ConfigError: on a bad setting, before Ray starts.
     rundir.run_folder.RunFolderError: when the members' paths would be too
-      long for the filesystem.
+      long for the filesystem, or the folder cannot be made.
+    rundir.ray_cluster.ClusterError: a malformed --address, one nothing
+      answers at, or too few CPUs for a member; before the folder is made.
   """
   plan = validation.validate(config)
   settings = pbt_lib.check(config, plan, population)
@@ -338,19 +341,17 @@ def run_population(config, population=None, address=None):
       config.actors.cores = max(1, math.ceil(settings.cpus_per_member))
   population_dir = os.path.abspath(config.workdir)
   run_folder.check_path_length(os.path.join(population_dir, MEMBERS, 'member_00000'))
-  os.makedirs(population_dir, exist_ok=True)
 
   import ray  # pylint: disable=import-outside-toplevel
   from ray import tune  # pylint: disable=import-outside-toplevel
 
-  if address:
-    ray.init(address=address, include_dashboard=False, log_to_driver=True)
-  else:
-    # Ray starts its workers at nice 15; members are this job's main work
-    # (and a run beside them would starve them at start-up).
-    os.environ.setdefault('RAY_worker_niceness', '0')
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=True)
-  at_once = int(ray.cluster_resources().get('CPU', 1) // settings.cpus_per_member)
+  at_once = ray_cluster.connect(ray, address, settings.cpus_per_member)
+  try:
+    os.makedirs(population_dir, exist_ok=True)
+  except OSError as e:
+    ray.shutdown()
+    raise run_folder.RunFolderError(
+        f'cannot create the population folder {population_dir}: {e.strerror or e}') from None
   print(f'population of {settings.population} in {population_dir}: {at_once} member(s) at once '
         f'({settings.cpus_per_member:g} CPU each), exploit/explore every '
         f'{settings.interval:,} env steps, ranked by '

@@ -291,6 +291,29 @@ def test_a_copy_that_fails_leaves_the_members_own_checkpoints(tmp_path, monkeypa
   assert len(os.listdir(member / pbt.REPLACED)) == 1
 
 
+@pytest.mark.xdist_group('processes')  # 'auto' must not find test_address's cluster
+@pytest.mark.parametrize('flags, words', [
+    (['--config.pbt.cpus_per_member=4'], 'pbt.cpus_per_member is 4 but this machine has '),
+    (['--address=127.0.0.1'], "--address must be 'auto' or host:port"),
+    (['--address=127.0.0.1:1'], 'nothing answers at 127.0.0.1:1 within 10 s'),
+])
+def test_a_cluster_that_cannot_run_a_member_is_one_line_and_no_folder(tmp_path, flags, words):
+  """Before: 4 CPUs per member on 2 printed '0 member(s) at once' and
+  waited for ever, as did an address nothing answers at (past 120 s); a
+  port-less address was a traceback; each left an empty population folder."""
+  if flags == ['--config.pbt.cpus_per_member=4'] and (os.cpu_count() or 1) >= 4:
+    flags = [f'--config.pbt.cpus_per_member={2 * os.cpu_count()}']
+    words = f'pbt.cpus_per_member is {2 * os.cpu_count()} but this machine has '
+  out = subprocess.run(
+      [sys.executable, 'launch/pbt.py', '--config=configs/cartpole.py', '--population=2',
+       f'--config.workdir={tmp_path / "pop"}', '--config.wandb.mode=disabled', *flags],
+      cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert out.returncode == 2, out.stderr[-2000:]
+  lines = out.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith('error: ') and words in lines[0], out.stderr
+  assert not (tmp_path / 'pop').exists()
+
+
 @pytest.mark.xdist_group('processes')  # Ray: one cluster at a time (tests/system/test_multihost.py)
 def test_address_joins_an_existing_ray_cluster(tmp_path, monkeypatch):
   """--address: the population runs on a Ray cluster started apart from
