@@ -16,6 +16,7 @@ wait for the update: one process raises KeyboardInterrupt (the run saves
 from where it lands), several exit at once with status 1.
 """
 
+import contextlib
 import signal
 import sys
 import threading
@@ -72,3 +73,26 @@ def restore(previous: Dict[int, Callable]) -> None:
   """
   for sig, handler in previous.items():
     signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def forwarded(from_signal: int, to_signal: int):
+  """During the block, `from_signal` to this process raises `to_signal` in it.
+
+  For a library that stops cleanly on one signal but not on another: Ray
+  Tune ends a run (trials saved, the experiment state written) on SIGUSR1,
+  while SIGTERM would end the driver at once. Off the main thread, where no
+  handler can be set, does nothing.
+
+  Args:
+    from_signal: the signal to forward (signal.SIGTERM).
+    to_signal: the signal raised instead (signal.SIGUSR1).
+  """
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  previous = signal.signal(from_signal, lambda *_: signal.raise_signal(to_signal))
+  try:
+    yield
+  finally:
+    signal.signal(from_signal, previous if previous is not None else signal.SIG_DFL)

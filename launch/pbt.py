@@ -59,6 +59,9 @@ def _print_summary(summary, population_dir):
         f'{os.path.join(population_dir, population.SUMMARY)}', flush=True)
   for name in summary['failed']:
     print(f'error: {name} failed; the other members went on', file=sys.stderr, flush=True)
+  if not summary['finished'] and not summary['failed']:
+    print(f'stopped before total_env_steps; population.json says unfinished. The same command '
+          'resumes it', file=sys.stderr, flush=True)
 
 
 def main(argv):
@@ -67,6 +70,9 @@ def main(argv):
   config = command_line.load_config()
   try:
     summary, status = population.run_population(config, _POPULATION.value, _ADDRESS.value)
+  except population.PopulationFinished as e:
+    print(str(e), file=sys.stderr)
+    sys.exit(0)
   except (validation.ConfigError, run_folder.RunFolderError, ray_cluster.ClusterError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)

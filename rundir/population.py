@@ -16,19 +16,24 @@ import json
 import math
 import os
 import shutil
+import signal
 
 from configs import pbt as pbt_lib
 from configs import validation
+from infra import stop_signals
 from rundir import lifecycle
+from rundir import population_record as record
 from rundir import ray_cluster
 from rundir import run_folder
 
-MEMBERS = 'members'
-EVENTS = 'events.jsonl'
-SUMMARY = 'population.json'
+MEMBERS, EVENTS, SUMMARY = record.MEMBERS, record.EVENTS, record.SUMMARY
 MEMBER_INFO = 'member.json'
 STATE = 'state'
 REPLACED = 'checkpoints.replaced'
+
+
+class PopulationFinished(Exception):
+  """The population is already at total_env_steps; the message says so."""
 
 
 def member_name(trial_id: str) -> str:
@@ -100,7 +105,7 @@ def _trainable(tune):
   class Member(tune.Trainable):
     """One member: a run folder trained interval by interval."""
 
-    def setup(self, tune_config, base=None, settings=None, population_dir=None, ledger=None):
+    def setup(self, tune_config, base=None, settings=None, population_dir=None):
       """Makes the member's config; the run folder opens at the first step.
 
       The config is `base` with its workdir `<population_dir>/members/<name>`,
@@ -114,9 +119,8 @@ def _trainable(tune):
         base: the population's base run config.
         settings: the checked PBT settings (configs.pbt.check).
         population_dir: the population folder.
-        ledger: the copy ledger actor, or None.
       """
-      self.settings, self.ledger = settings, ledger
+      self.settings, self.population_dir, self.ledger = settings, population_dir, None
       self.name = member_name(self.trial_id)
       config = base.copy_and_resolve_references()
       with config.unlocked():
@@ -140,8 +144,13 @@ def _trainable(tune):
       own = info['member'] == self.name
       install_checkpoint(os.path.join(checkpoint_dir, STATE), self.config.workdir,
                          int(info['env_steps']), own)
-      if not own:
+      if not own:   # recorded only now that it is in the member's folder
         self.copied_from = info
+        event = record.installed(self.population_dir, self.name, info, self.values)
+        print(record.describe(event), flush=True)
+        ledger = self._ledger()
+        if ledger is not None:
+          ledger.add.remote(event['donor'], record.donor_row(event))
       else:
         self.last_score = info.get('score', self.last_score)
 
@@ -192,19 +201,32 @@ def _trainable(tune):
       return {'score': score, 'env_steps': steps, 'member': self.name,
               'done': steps >= total, **self.values}
 
-    def _copies_of_mine(self):
-      """Rows for the copies other members made of this one since its last
-      interval; none when the ledger cannot be reached (the population's
-      end writes what is missing from events.jsonl)."""
+    def _ledger(self):
+      """The population's copy ledger (a named Ray actor), or None when it
+      cannot be reached (the population's end writes what is missing)."""
       if self.ledger is None:
+        import ray  # pylint: disable=import-outside-toplevel
+        try:
+          self.ledger = ray.get_actor(record.LEDGER_NAME)
+        except Exception as e:  # noqa: BLE001 -- Ray raises several kinds; the member goes on
+          print(f'{self.name}: warning: the copy ledger is unreachable ({type(e).__name__}); '
+                'copies of this member are written when the population ends', flush=True)
+          self.ledger = False
+      return self.ledger or None
+
+    def _copies_of_mine(self):
+      """Rows for the copies other members installed of this one since its
+      last interval; none when the ledger cannot be reached."""
+      ledger = self._ledger()
+      if ledger is None:
         return []
       import ray  # pylint: disable=import-outside-toplevel
       try:
-        return ray.get(self.ledger.take.remote(self.name), timeout=60)
+        return ray.get(ledger.take.remote(self.name), timeout=60)
       except Exception as e:  # noqa: BLE001 -- Ray raises several kinds; the member goes on
         print(f'{self.name}: warning: the copy ledger is unreachable ({type(e).__name__}); '
               'copies of this member are written when the population ends', flush=True)
-        self.ledger = None
+        self.ledger = False
         return []
 
     def save_checkpoint(self, checkpoint_dir):
@@ -232,33 +254,23 @@ def _trainable(tune):
   return Member
 
 
-def _scheduler(tune, settings, population_dir, ledger):
+def _scheduler(tune, settings, population_dir):
   from ray.tune.schedulers import PopulationBasedTraining  # pylint: disable=import-outside-toplevel
 
   class RecordedPBT(PopulationBasedTraining):
-    """Ray's PBT, with every copy written to events.jsonl and queued for
-    the donor's metrics (it writes them at its next interval)."""
+    """Ray's PBT, with every copy it decides written down as pending
+    (rundir/population_record.py); the recipient records it once installed."""
 
     def _exploit(self, tune_controller, trial, trial_to_clone):
       donor_state = self._trial_state[trial_to_clone]
       super()._exploit(tune_controller, trial, trial_to_clone)
       result = donor_state.last_result or {}
-      event = {'time': datetime.datetime.now().isoformat(timespec='seconds'),
-               'donor': member_name(trial_to_clone.trial_id),
-               'recipient': member_name(trial.trial_id),
-               'env_steps': result.get('env_steps'), 'donor_score': donor_state.last_score,
-               'recipient_score': self._trial_state[trial].last_score,
-               'new_values': {k: trial.config[k] for k in settings.ranges}}
-      with open(os.path.join(population_dir, EVENTS), 'a') as f:
-        f.write(json.dumps(event) + '\n')
-      print(f'pbt: {event["recipient"]} (score {event["recipient_score"]:.4g}) copies '
-            f'{event["donor"]} (score {event["donor_score"]:.4g}) at env step '
-            f'{event["env_steps"]:,}; now ' + ', '.join(
-                f'{k}={v:.3g}' for k, v in event['new_values'].items()), flush=True)
-      try:
-        ledger.add.remote(event['donor'], _donor_row(event))
-      except Exception:  # noqa: BLE001 -- the end writes it from events.jsonl
-        pass
+      record.decide(population_dir, {
+          'time': datetime.datetime.now().isoformat(timespec='seconds'),
+          'donor': member_name(trial_to_clone.trial_id), 'recipient': member_name(trial.trial_id),
+          'env_steps': result.get('env_steps'), 'donor_score': donor_state.last_score,
+          'recipient_score': self._trial_state[trial].last_score,
+          'new_values': {k: trial.config[k] for k in settings.ranges}})
 
   return RecordedPBT(
       time_attr='env_steps', metric='score', mode='max',
@@ -271,13 +283,6 @@ def _scheduler(tune, settings, population_dir, ledger):
       custom_explore_fn=lambda c: {**c, **pbt_lib.clip(
           {k: c[k] for k in settings.ranges}, settings)},
       log_config=True)
-
-
-def _donor_row(event):
-  """The donor's record of a copy; written at the donor's env step then,
-  the copied checkpoint's step is 'pbt/copied_step'."""
-  return {'pbt/copied_to': event['recipient'], 'pbt/copied_step': event['env_steps'],
-          'pbt/recipient_score': event['recipient_score']}
 
 
 def _ledger_class(ray):
@@ -320,13 +325,17 @@ def run_population(config, population=None, address=None):
   Returns:
     (summary, exit status): summary has 'members' (per member, sorted by
     name: member, score, env_steps, values, copied_from, copied_to, error),
-    'copies', 'failed' (the members that errored), 'best_score' and
-    'score_kind'; the exit status is 1 when a member failed, else 0.
+    'copies', 'failed' (the members that errored), 'best_score',
+    'score_kind' and 'finished' (False after an interrupt: the same command
+    resumes it); the exit status is 1 when a member failed, else 0.
 
   Raises:
+    PopulationFinished: when population.json says every member is at
+      total_env_steps; before Ray starts.
     configs.validation.ConfigError: on a bad setting, before Ray starts.
     rundir.run_folder.RunFolderError: when the members' paths would be too
-      long for the filesystem, or the folder cannot be made.
+      long for the filesystem, the folder cannot be made, or another driver
+      holds the population (its run.lock).
     rundir.ray_cluster.ClusterError: a malformed --address, one nothing
       answers at, or too few CPUs for a member; before the folder is made.
   """
@@ -345,20 +354,35 @@ def run_population(config, population=None, address=None):
   import ray  # pylint: disable=import-outside-toplevel
   from ray import tune  # pylint: disable=import-outside-toplevel
 
-  at_once = ray_cluster.connect(ray, address, settings.cpus_per_member)
+  done = record.finished_at(population_dir, config.total_env_steps)
+  if done is not None:
+    raise PopulationFinished(
+        f'{population_dir} already finished: every member at {config.total_env_steps:,} env '
+        f'steps ({SUMMARY}); nothing to do. Raise --config.total_env_steps to train on')
+  # One driver per population: its folder's run.lock, taken before Ray starts
+  # when the folder exists (a second driver is refused at once), else once made.
+  lock = run_folder.RunLock(population_dir).acquire() if os.path.isdir(population_dir) else None
   try:
-    os.makedirs(population_dir, exist_ok=True)
-  except OSError as e:
-    ray.shutdown()
-    raise run_folder.RunFolderError(
-        f'cannot create the population folder {population_dir}: {e.strerror or e}') from None
-  print(f'population of {settings.population} in {population_dir}: {at_once} member(s) at once '
-        f'({settings.cpus_per_member:g} CPU each), exploit/explore every '
-        f'{settings.interval:,} env steps, ranked by '
-        f'{settings.metric if settings.metric != "auto" else settings.score_kind}', flush=True)
+    at_once = ray_cluster.connect(ray, address, settings.cpus_per_member)
+  except BaseException:
+    if lock is not None:
+      lock.release()
+    raise
   try:  # the driver leaves the cluster whatever happens: a driver still connected
     # when a cluster it joined stops is ended by Ray itself (exit status 1)
-    ledger = _ledger_class(ray).remote()
+    if lock is None:
+      try:
+        os.makedirs(population_dir, exist_ok=True)
+      except OSError as e:
+        raise run_folder.RunFolderError(
+            f'cannot create the population folder {population_dir}: {e.strerror or e}') from None
+      lock = run_folder.RunLock(population_dir).acquire()
+    print(f'population of {settings.population} in {population_dir}: {at_once} member(s) at '
+          f'once ({settings.cpus_per_member:g} CPU each), exploit/explore every '
+          f'{settings.interval:,} env steps, ranked by '
+          f'{settings.metric if settings.metric != "auto" else settings.score_kind}', flush=True)
+    # Looked up by name (population_record.py): no handle in what Tune pickles.
+    ledger = _ledger_class(ray).options(name=record.LEDGER_NAME, get_if_exists=True).remote()
     starts = pbt_lib.starts(settings, config.seed)
     chosen = {}
 
@@ -370,15 +394,10 @@ def run_population(config, population=None, address=None):
 
     trainable = tune.with_resources(
         tune.with_parameters(_trainable(tune), base=config, settings=settings,
-                             population_dir=population_dir, ledger=ledger),
+                             population_dir=population_dir),
         {'cpu': settings.cpus_per_member})
     storage = os.path.join(population_dir, 'ray')
     name = 'tune'
-    run_config = tune.RunConfig(
-        name=name, storage_path=storage, verbose=1,
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-        failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
-        stop={'env_steps': config.total_env_steps})
     path = os.path.join(storage, name)
     if tune.Tuner.can_restore(path):
       print(f'resuming the population in {path}', flush=True)
@@ -389,64 +408,23 @@ def run_population(config, population=None, address=None):
           trainable,
           param_space={k: start_value(k) for k in settings.ranges},
           tune_config=tune.TuneConfig(
-              scheduler=_scheduler(tune, settings, population_dir, ledger),
+              scheduler=_scheduler(tune, settings, population_dir),
               num_samples=settings.population, reuse_actors=False),
-          run_config=run_config)
-    results = tuner.fit()
-    _write_missing_donor_rows(population_dir)
-    summary = _summarise(results, population_dir, settings)
+          run_config=tune.RunConfig(
+              name=name, storage_path=storage, verbose=1,
+              checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+              failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
+              stop={'env_steps': config.total_env_steps}))
+    # SIGTERM stops like Ctrl-C: Ray Tune's clean stop (its SIGUSR1).
+    with stop_signals.forwarded(signal.SIGTERM, signal.SIGUSR1):
+      results = tuner.fit()
+    record.write_missing_donor_rows(population_dir)
+    summary = record.summarise(results, population_dir, settings, config.total_env_steps)
+    if summary['finished']:
+      record.clear_pending(population_dir)
+    del ledger
   finally:
     ray.shutdown()
+    if lock is not None:
+      lock.release()
   return summary, (1 if summary['failed'] else 0)
-
-
-def _write_missing_donor_rows(population_dir):
-  """Each copy in events.jsonl that its donor did not record (it finished
-  before its next interval, or the ledger was unreachable): written into
-  the donor's metrics now, at its last env step (its run folder is closed)."""
-  events_path = os.path.join(population_dir, EVENTS)
-  if not os.path.exists(events_path):
-    return
-  for event in run_folder.read_jsonl(events_path):
-    path = run_folder.metrics_path(os.path.join(population_dir, MEMBERS, event['donor']))
-    if not os.path.exists(path):
-      continue
-    rows = run_folder.read_jsonl(path)
-    row = _donor_row(event)
-    if any(r.get('pbt/copied_to') == row['pbt/copied_to'] and
-           r.get('pbt/copied_step') == row['pbt/copied_step'] for r in rows):
-      continue
-    last = max((int(r['env_steps']) for r in rows if 'env_steps' in r), default=0)
-    with open(path, 'a') as f:
-      f.write(json.dumps({**row, 'env_steps': last}) + '\n')
-
-
-def _summarise(results, population_dir, settings):
-  events = []
-  events_path = os.path.join(population_dir, EVENTS)
-  if os.path.exists(events_path):
-    with open(events_path) as f:
-      events = [json.loads(line) for line in f if line.strip()]
-  members, failed = [], []
-  for result in results:
-    metrics = result.metrics or {}
-    trial_id = metrics.get('trial_id') or os.path.basename(result.path).split('_')[-2]
-    name = metrics.get('member') or member_name(str(trial_id))
-    row = {'member': name, 'score': metrics.get('score'), 'env_steps': metrics.get('env_steps'),
-           'values': {k: metrics.get(k, (result.config or {}).get(k)) for k in settings.ranges},
-           'copied_from': [e['donor'] for e in events if e['recipient'] == name],
-           'copied_to': [e['recipient'] for e in events if e['donor'] == name],
-           'error': None}
-    if result.error is not None:
-      first = next((line for line in str(result.error).splitlines() if line.strip()), '')
-      row['error'] = f'{type(result.error).__name__}: {first}'[:500]
-      failed.append(name)
-    members.append(row)
-  members.sort(key=lambda r: r['member'])
-  scores = [r['score'] for r in members if r['score'] is not None and r['error'] is None]
-  summary = {'members': members, 'copies': len(events), 'failed': failed,
-             'best_score': max(scores) if scores else None, 'score_kind': settings.score_kind
-             if settings.metric == 'auto' else settings.metric}
-  with open(os.path.join(population_dir, SUMMARY), 'w') as f:
-    json.dump(summary, f, indent=1)
-  return summary

@@ -256,6 +256,77 @@ def test_installed_checkpoint_replaces_newer_ones(tmp_path):
   assert len(os.listdir(member / pbt.REPLACED)) == 2
 
 
+def _pbt_command(workdir, total):
+  return [sys.executable, 'launch/pbt.py', '--config=configs/cartpole.py', '--population=2',
+          f'--config.workdir={workdir}', '--config.num_learner_devices=1',
+          '--config.wandb.mode=disabled', '--config.log.every_seconds=1.0',
+          "--config.pbt.adapt=('learning_rate',)", '--config.pbt.interval_env_steps=4000',
+          '--config.pbt.cpus_per_member=1', f'--config.total_env_steps={total}']
+
+
+def _checkpoints(member):
+  root = member / 'checkpoints'
+  return sorted(int(n) for n in os.listdir(root) if n.isdigit()) if root.is_dir() else []
+
+
+@pytest.mark.xdist_group('processes')  # Ray: one cluster at a time
+def test_a_population_stopped_by_sigterm_resumes_and_records_only_installed_copies(tmp_path):
+  """SIGTERM to the driver once a member is past its second interval: a
+  clean stop (exit 0, one line of ours, population.json unfinished); a
+  second driver meanwhile is refused in one line; every copy in
+  events.jsonl is installed in its recipient's folder; the same command
+  resumes every member to the end, and once more says it is finished.
+  Before: Ray's SIGTERM dump and exit 1 with no population.json, a resume
+  that failed in Tuner.restore, a finished population likewise."""
+  pop = tmp_path / 'pop'
+  command = _pbt_command(pop, 24_000)
+  driver = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+  try:
+    deadline = time.time() + 480   # Ray and two members start on a loaded machine
+    while not any(len(_checkpoints(m)) >= 2 for m in (pop / 'members').glob('member_*')):
+      assert time.time() < deadline and driver.poll() is None, 'no member reached 8,000 steps'
+      time.sleep(0.5)
+    second = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 2, second.stderr[-2000:]
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f'error: {pop} is in use by another trainer (host '), second.stderr[-2000:]
+    driver.send_signal(signal.SIGTERM)
+    out, err = driver.communicate(timeout=180)
+  finally:
+    if driver.poll() is None:
+      driver.kill()
+  assert driver.returncode == 0, err[-3000:]
+  assert 'SIGTERM received' not in err
+  assert ('stopped before total_env_steps; population.json says unfinished. The same command '
+          'resumes it') in err
+  summary = json.loads((pop / 'population.json').read_text())
+  assert summary['finished'] is False
+  assert not (pop / 'run.lock').exists()
+
+  def installed_copies_are_in_their_recipients():
+    events = _read_jsonl(pop / 'events.jsonl') if (pop / 'events.jsonl').exists() else []
+    for e in events:
+      rows = _read_jsonl(pop / 'members' / e['recipient'] / 'metrics.jsonl')
+      assert any(r.get('pbt/copied_from') == e['donor'] and r['env_steps'] == e['env_steps']
+                 for r in rows), e
+    return events
+
+  installed_copies_are_in_their_recipients()
+  done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert 'resuming the population in' in done.stdout
+  summary = json.loads((pop / 'population.json').read_text())
+  assert summary['finished'] is True and summary['failed'] == []
+  assert [m['env_steps'] for m in summary['members']] == [24_000, 24_000]
+  assert summary['copies'] == len(installed_copies_are_in_their_recipients())
+  again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert again.returncode == 0 and again.stderr.strip().splitlines() == [
+      f'{pop} already finished: every member at 24,000 env steps (population.json); nothing to '
+      'do. Raise --config.total_env_steps to train on'], again.stderr[-2000:]
+
+
 def test_a_copy_that_fails_leaves_the_members_own_checkpoints(tmp_path, monkeypatch):
   """A full disk half-way through a copy: before, the member's newest
   checkpoint had already moved to checkpoints.replaced/ and the copy was

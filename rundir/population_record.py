@@ -1,0 +1,200 @@
+"""What a population records (rundir/population.py runs it): its copies, from
+the scheduler's decision to the recipient's folder, the donors' rows of
+them, and the summary.
+
+A copy is recorded in three steps:
+1. the scheduler decides it and writes `copies.pending/<recipient>.json`
+   (`decide`);
+2. the recipient installs the donor's checkpoint in its run folder and only
+   then appends the copy to `events.jsonl` and queues the donor's row in the
+   ledger (`installed`), so an interrupt between the two records nothing;
+3. the donor writes its row at its next interval (the ledger), or the
+   population's end does (`write_missing_donor_rows`).
+
+The ledger is a named Ray actor, looked up by name: nothing that Ray Tune
+pickles (the trainable's parameters, the scheduler) holds a Ray handle, so
+a population's saved state can be restored by a later driver.
+
+`population.json` (`summarise`) says whether the population finished: every
+member at total_env_steps without a failure.
+"""
+
+import datetime
+import json
+import os
+import shutil
+from typing import List, Optional
+
+from infra import atomic_write
+from rundir import run_folder
+
+MEMBERS = 'members'
+EVENTS = 'events.jsonl'
+SUMMARY = 'population.json'
+PENDING = 'copies.pending'
+LEDGER_NAME = 'pbt_copy_ledger'
+
+
+def donor_row(event: dict) -> dict:
+  """The donor's record of a copy; written at the donor's env step then,
+  the copied checkpoint's step is 'pbt/copied_step'."""
+  return {'pbt/copied_to': event['recipient'], 'pbt/copied_step': event['env_steps'],
+          'pbt/recipient_score': event['recipient_score']}
+
+
+def decide(population_dir: str, event: dict) -> None:
+  """Step 1: the scheduler's decision of a copy, pending until installed.
+
+  Args:
+    population_dir: the population folder.
+    event: time, donor, recipient, env_steps, donor_score,
+      recipient_score, new_values.
+  """
+  folder = os.path.join(population_dir, PENDING)
+  os.makedirs(folder, exist_ok=True)
+  with atomic_write.atomic_open(os.path.join(folder, f'{event["recipient"]}.json')) as f:
+    f.write(json.dumps(event))
+
+
+def installed(population_dir: str, recipient: str, donor_info: dict, values: dict) -> dict:
+  """Step 2: a copy installed in the recipient's folder, appended to events.jsonl.
+
+  The scheduler's pending decision for the recipient supplies the scores
+  and time when it names the same donor and step; otherwise (a decision
+  from before an interrupt, restored by Ray Tune) they come from the
+  donor's checkpoint and the recipient's score is unknown (None).
+
+  Args:
+    population_dir: the population folder.
+    recipient: the member that installed the copy.
+    donor_info: the donor checkpoint's member.json (member, env_steps,
+      score).
+    values: the recipient's hyperparameters now.
+
+  Returns:
+    The event as written.
+  """
+  path = os.path.join(population_dir, PENDING, f'{recipient}.json')
+  pending = {}
+  try:
+    with open(path) as f:
+      pending = json.load(f)
+  except (OSError, ValueError):
+    pass
+  if (pending.get('donor') != donor_info['member']
+      or pending.get('env_steps') != int(donor_info['env_steps'])):
+    pending = {}
+  event = {'time': pending.get('time'), 'donor': donor_info['member'], 'recipient': recipient,
+           'env_steps': int(donor_info['env_steps']),
+           'donor_score': pending.get('donor_score', donor_info.get('score')),
+           'recipient_score': pending.get('recipient_score'), 'new_values': dict(values),
+           'installed': datetime.datetime.now().isoformat(timespec='seconds')}
+  with open(os.path.join(population_dir, EVENTS), 'a') as f:   # one short line: one write
+    f.write(json.dumps(event) + '\n')
+  if pending:
+    try:
+      os.remove(path)
+    except OSError:
+      pass
+  return event
+
+
+def clear_pending(population_dir: str) -> None:
+  """Removes copies.pending/ of a finished population: a decision no member
+  installed (the population ended first) was never a copy."""
+  shutil.rmtree(os.path.join(population_dir, PENDING), ignore_errors=True)
+
+
+def describe(event: dict) -> str:
+  """The progress line of an installed copy."""
+  score = lambda x: 'unknown' if x is None else f'{x:.4g}'
+  return (f'pbt: {event["recipient"]} (score {score(event["recipient_score"])}) copied '
+          f'{event["donor"]} (score {score(event["donor_score"])}) at env step '
+          f'{event["env_steps"]:,}; now ' + ', '.join(
+              f'{k}={v:.3g}' for k, v in event['new_values'].items()))
+
+
+def read_events(population_dir: str) -> List[dict]:
+  """The installed copies of events.jsonl, in order; [] without the file."""
+  path = os.path.join(population_dir, EVENTS)
+  return run_folder.read_jsonl(path) if os.path.exists(path) else []
+
+
+def write_missing_donor_rows(population_dir: str) -> None:
+  """Each copy in events.jsonl that its donor did not record (it finished
+  before its next interval, or the ledger was unreachable): written into
+  the donor's metrics now, at its last env step (its run folder is closed)."""
+  for event in read_events(population_dir):
+    path = run_folder.metrics_path(os.path.join(population_dir, MEMBERS, event['donor']))
+    if not os.path.exists(path):
+      continue
+    rows = run_folder.read_jsonl(path)
+    row = donor_row(event)
+    if any(r.get('pbt/copied_to') == row['pbt/copied_to'] and
+           r.get('pbt/copied_step') == row['pbt/copied_step'] for r in rows):
+      continue
+    last = max((int(r['env_steps']) for r in rows if 'env_steps' in r), default=0)
+    with open(path, 'a') as f:
+      f.write(json.dumps({**row, 'env_steps': last}) + '\n')
+
+
+def summarise(results, population_dir: str, settings, total_env_steps: int) -> dict:
+  """Writes population.json from Ray Tune's results and events.jsonl.
+
+  Args:
+    results: Ray Tune's ResultGrid (or a list of its results).
+    population_dir: the population folder.
+    settings: the checked PBT settings (configs.pbt.check).
+    total_env_steps: the env steps every member trains to.
+
+  Returns:
+    The summary: 'members' (per member, sorted by name: member, score,
+    env_steps, values, copied_from, copied_to, error), 'copies', 'failed',
+    'best_score', 'score_kind' and 'finished' (every member at
+    total_env_steps, none failed); written whole or not at all.
+  """
+  events = read_events(population_dir)
+  members, failed = [], []
+  for result in results:
+    metrics = result.metrics or {}
+    trial_id = metrics.get('trial_id') or os.path.basename(result.path).split('_')[-2]
+    name = metrics.get('member') or ('member_' + str(trial_id).rsplit('_', 1)[-1])
+    row = {'member': name, 'score': metrics.get('score'), 'env_steps': metrics.get('env_steps'),
+           'values': {k: metrics.get(k, (result.config or {}).get(k)) for k in settings.ranges},
+           'copied_from': [e['donor'] for e in events if e['recipient'] == name],
+           'copied_to': [e['recipient'] for e in events if e['donor'] == name],
+           'error': None}
+    if result.error is not None:
+      first = next((line for line in str(result.error).splitlines() if line.strip()), '')
+      row['error'] = f'{type(result.error).__name__}: {first}'[:500]
+      failed.append(name)
+    members.append(row)
+  members.sort(key=lambda r: r['member'])
+  scores = [r['score'] for r in members if r['score'] is not None and r['error'] is None]
+  finished = bool(members) and not failed and all(
+      (r['env_steps'] or 0) >= total_env_steps for r in members)
+  summary = {'members': members, 'copies': len(events), 'failed': failed,
+             'best_score': max(scores) if scores else None, 'score_kind': settings.score_kind
+             if settings.metric == 'auto' else settings.metric, 'finished': finished}
+  with atomic_write.atomic_open(os.path.join(population_dir, SUMMARY)) as f:
+    json.dump(summary, f, indent=1)
+  return summary
+
+
+def finished_at(population_dir: str, total_env_steps: int) -> Optional[dict]:
+  """The summary of a population already finished at total_env_steps, else None.
+
+  Finished: population.json says so (or, written before it said, no member
+  failed) and every member is at total_env_steps or past it. An unreadable
+  population.json is not finished (the population is resumed).
+  """
+  try:
+    with open(os.path.join(population_dir, SUMMARY)) as f:
+      summary = json.load(f)
+    members = summary['members']
+    done = summary.get('finished', not summary.get('failed'))
+    if done and members and all((m.get('env_steps') or 0) >= total_env_steps for m in members):
+      return summary
+  except (OSError, ValueError, KeyError, TypeError):
+    pass
+  return None
