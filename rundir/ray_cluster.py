@@ -12,6 +12,8 @@ import os
 import socket
 from typing import Optional
 
+from infra import orphan_watchdog
+
 # How long a host:port may take to accept a connection before the address
 # is reported as one nothing answers at.
 CONNECT_SECONDS = 10.0
@@ -87,7 +89,8 @@ def connect(ray, address: Optional[str], cpus_per_member: float) -> int:
 
   Without an address Ray starts on this machine with os.cpu_count() CPUs
   (its workers at nice 0 unless RAY_worker_niceness is set), after the
-  CPUs are checked. With one, the address is parsed and, for host:port,
+  CPUs are checked, with infra/orphan_watchdog.py ending its processes
+  once the driver is gone, however it ends. With one, the address is parsed and, for host:port,
   probed first, so nothing waits on an address nobody answers at; after
   joining, the cluster's CPUs are checked (Ray is shut down again when they
   are too few).
@@ -111,6 +114,8 @@ def connect(ray, address: Optional[str], cpus_per_member: float) -> int:
     # (and a run beside them would starve them at start-up).
     os.environ.setdefault('RAY_worker_niceness', '0')
     ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=True)
+    # The Ray processes started here end with the driver, kill -9 included.
+    orphan_watchdog.start(os.getpid())
     return at_once
   where = parse_address(address)
   if where is not None:
