@@ -24,6 +24,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from agents.checkpoint import Checkpointer
+from infra import atomic_write
 
 
 def conv_kernels(params: Dict, prefix: str = '') -> Dict[str, np.ndarray]:
@@ -128,9 +129,11 @@ def load_kernels(workdir: str, points: int) -> Dict[float, Dict[str, np.ndarray]
     the checkpoint's params}.
 
   Raises:
-    ValueError: when the run has no checkpoints.
+    ValueError: when the run has no checkpoints, naming its folder.
   """
   ckpt = Checkpointer(workdir, read_only=True)
+  if not ckpt.steps():
+    raise ValueError(f'{workdir} has no checkpoints')
   steps = pick_steps(ckpt.steps(), points)
   last = max(ckpt.steps())
   return {round(s / last, 4): conv_kernels(ckpt.restore_raw(s)['state']['params'])
@@ -168,7 +171,8 @@ def plot(rows: List[Dict], output: str) -> List[str]:
     ax.legend(fontsize=7)
     fig.tight_layout()
     path = os.path.join(output, f'filters_{layer.replace("/", "_")}.png')
-    fig.savefig(path, dpi=100)
+    with atomic_write.atomic_path(path) as tmp:   # whole or not at all
+      fig.savefig(tmp, dpi=100)
     plt.close(fig)
     paths.append(path)
   return paths

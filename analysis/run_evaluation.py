@@ -65,7 +65,8 @@ def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
         max_video_frames=max_video_frames, max_steps=max_steps, num_envs=num_envs)
     if result.frames:
       path = os.path.join(video_dir, f'{result.name}.gif')
-      render.write_gif(path, result.frames, result.video_fps)
+      with atomic_write.atomic_path(path) as tmp:   # whole or not at all
+        render.write_gif(tmp, result.frames, result.video_fps)
       out(f'video: {path} ({len(result.frames)} frames)')
     result.frames = []  # GIF written: free the memory before the next task
     results.append(result)

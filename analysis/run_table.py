@@ -113,9 +113,18 @@ def uniform_rows(path: str) -> List[List[str]]:
 
   Returns:
     One row per task of the record, HEADER's columns, '-' but the score.
+
+  Raises:
+    ValueError: naming `path`, when it cannot be read, is not JSON or has no
+      'tasks'.
   """
-  with open(path) as f:
-    record = json.load(f)
+  try:
+    with open(path) as f:
+      record = json.load(f)
+  except (OSError, ValueError) as e:
+    raise ValueError(f'cannot read {path} ({getattr(e, "strerror", None) or e})') from None
+  if not isinstance(record, dict) or not isinstance(record.get('tasks'), dict):
+    raise ValueError(f'{path} is not an evaluation record (launch/evaluate.py): no tasks')
   return [['uniform play', task, '-', '-', '-', score(entry), '-', '-']
           for task, entry in record['tasks'].items()]
 

@@ -1,9 +1,10 @@
 """The `--config` flag of the commands that train (launch/train.py,
-launch/pbt.py): an ml_collections config file with its variant and
-`--config.x=...` overrides. A mistake in it (a file that does not load, a
-field the config lacks, a value of the wrong type) exits with one line
-naming it and status 2, not a traceback. Importing this module defines the
-flag: only those commands import it.
+launch/pbt.py) and of the tools that run a config (launch/benchmark.py,
+launch/diagnose_update.py, launch/inspect_frames.py): an ml_collections
+config file with its variant and `--config.x=...` overrides. A mistake in
+it (a file that does not load, a field the config lacks, a value of the
+wrong type) exits with one line naming it and status 2, not a traceback.
+Importing this module defines the flag: only those commands import it.
 """
 
 import sys

@@ -6,6 +6,7 @@ the write fails."""
 
 import contextlib
 import os
+from typing import Optional
 
 
 @contextlib.contextmanager
@@ -36,19 +37,41 @@ def atomic_path(path: str):
 
 
 @contextlib.contextmanager
-def atomic_open(path: str, mode: str = 'w'):
+def atomic_open(path: str, mode: str = 'w', **kwargs):
   """open(path, mode) for writing that appears whole or not at all (see
   `atomic_path`); the data is flushed to disk before the rename.
 
   Args:
     path: the file to write.
     mode: 'w' or 'wb'.
+    **kwargs: open's others (newline='' for csv).
 
   Yields:
     The open file.
   """
   with atomic_path(path) as tmp:
-    with open(tmp, mode) as f:
+    with open(tmp, mode, **kwargs) as f:
       yield f
       f.flush()
       os.fsync(f.fileno())
+
+
+def output_problem(path: str, flag: str = '--output') -> Optional[str]:
+  """Why a tool cannot write its output file at `path`, found before the
+  tool does its work: the folder it goes in does not exist, or `path` is a
+  folder. None when neither.
+
+  Args:
+    path: the file the tool will write.
+    flag: the flag that named it, for the message.
+
+  Returns:
+    One line ('--output: no folder /x to write y.json in', '--output: /x is
+    a folder, not a file'), or None.
+  """
+  folder = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(folder):
+    return f'{flag}: no folder {folder} to write {os.path.basename(path)} in'
+  if os.path.isdir(path):
+    return f'{flag}: {path} is a folder, not a file'
+  return None

@@ -29,7 +29,8 @@ def main(argv):
   try:
     written = archive.archive(argv[1], argv[2], _OVERWRITE.value)
   except archive.ArchiveError as e:
-    sys.exit(f'archive_run: {e}')
+    print(f'error: {e}', file=sys.stderr)   # one line, exit status 2
+    sys.exit(2)
   print(f'{argv[2]}: ' + ', '.join(written))
 
 

@@ -37,12 +37,13 @@ import sys
 from absl import app
 from absl import flags
 from absl import logging
-from ml_collections import config_flags
 
 from analysis import benchmark
+from configs import command_line   # defines --config; its file's mistakes are one line
 from configs.validation import ConfigError, validate_spec
+from infra import atomic_write
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file[:variant]')
+_CONFIG = command_line.CONFIG
 _STAGES = flags.DEFINE_list('stages', ['raw', 'actors', 'train'],
                             'Stages to measure (raw, actors, loop, learner, train).')
 _SUITE = flags.DEFINE_enum('suite', None, ['gpu'], 'Measure a suite of configs instead of --config.')
@@ -70,9 +71,20 @@ def _check_flags() -> None:
   unknown = [s for s in _STAGES.value if s not in STAGES]
   if unknown:
     _exit(f'unknown stage(s) {", ".join(unknown)}; choose from {", ".join(STAGES)}')
-  folder = os.path.dirname(os.path.abspath(_OUTPUT.value)) if _OUTPUT.value else None
-  if folder and not os.path.isdir(folder):
-    _exit(f'--output: no folder {folder} to write {os.path.basename(_OUTPUT.value)} in')
+  problem = _OUTPUT.value and atomic_write.output_problem(_OUTPUT.value)
+  if problem:   # a missing folder, or a folder given as the file
+    _exit(problem)
+
+
+def _write_output(results) -> None:
+  """--output's JSON, whole or not at all; a full disk is one line."""
+  if not _OUTPUT.value:
+    return
+  try:
+    with atomic_write.atomic_open(_OUTPUT.value) as f:
+      json.dump(results, f, indent=1)
+  except OSError as e:
+    _exit(f'cannot write {_OUTPUT.value}: {e.strerror or e}')
 
 
 def main(argv):
@@ -88,13 +100,11 @@ def main(argv):
       if not set(stages) <= {'learner', 'train'}:
         raise app.UsageError(f'--suite measures the stages learner and train, not {stages}')
     rows = benchmark.run_suite(_SMALL.value, _SECONDS.value, _WARMUP.value, stages)
-    if _OUTPUT.value:
-      with open(_OUTPUT.value, 'w') as f:
-        json.dump({'device': benchmark.device_line(), 'small': _SMALL.value, 'rows': rows}, f, indent=1)
+    _write_output({'device': benchmark.device_line(), 'small': _SMALL.value, 'rows': rows})
     return
   if _CONFIG.value is None:
     raise app.UsageError('give --config (or --suite)')
-  config = benchmark.quiet(_CONFIG.value)
+  config = benchmark.quiet(command_line.load_config())
   try:
     spec = validate_spec(config)
   except ConfigError as e:
@@ -129,10 +139,8 @@ def main(argv):
   results['peak_rss_mib'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
   results['peak_rss_children_mib'] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
   print(json.dumps(results, indent=1))
-  if _OUTPUT.value:
-    with open(_OUTPUT.value, 'w') as f:
-      json.dump(results, f, indent=1)
+  _write_output(results)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=command_line.parse_flags)

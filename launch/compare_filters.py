@@ -24,39 +24,55 @@ per layer (filters_<layer>.png) into --output (analysis/filters.py computes them
 import csv
 import json
 import os
+import sys
 
 from absl import app
 from absl import flags
 from absl import logging
 
+from agents.checkpoint import CheckpointError
 from analysis import filters
+from infra import atomic_write
 
 _RUNS = flags.DEFINE_list('runs', None, 'Two or more run folders (workdirs) to compare.')
 _POINTS = flags.DEFINE_integer('points', 5, 'Evenly spaced moments of training to compare.')
 _OUTPUT = flags.DEFINE_string('output', 'filter_comparison', 'Folder for data and plots.')
 
 
+def _exit(reason: str) -> None:
+  """One line and exit status 2."""
+  print(f'error: {reason}', file=sys.stderr)
+  sys.exit(2)
+
+
 def main(argv):
   del argv
-  logging.set_verbosity(logging.WARNING)  # orbax logs every restore at INFO
+  logging.set_verbosity(logging.ERROR)  # orbax: every restore (INFO), read-only folders (WARNING)
   if len(_RUNS.value) < 2:
     raise app.UsageError('--runs needs two or more run folders')
   for run in _RUNS.value:
     if not os.path.isdir(run):
-      raise app.UsageError(f'no such run folder: {run}')
+      _exit(f'no such run folder: {run}')
   names = [os.path.basename(os.path.normpath(r)) for r in _RUNS.value]
-  runs = {n: filters.load_kernels(r, _POINTS.value) for n, r in zip(names, _RUNS.value)}
+  try:
+    runs = {n: filters.load_kernels(r, _POINTS.value) for n, r in zip(names, _RUNS.value)}
+  except (ValueError, OSError, CheckpointError) as e:   # no checkpoints, a damaged one
+    _exit(str(e))
   rows = filters.compare(runs)
   if not rows:
-    raise app.UsageError('the runs share no conv layer of the same shape')
-  os.makedirs(_OUTPUT.value, exist_ok=True)
-  with open(os.path.join(_OUTPUT.value, 'filters.json'), 'w') as f:
-    json.dump({'runs': dict(zip(names, _RUNS.value)), 'rows': rows}, f, indent=1)
-  with open(os.path.join(_OUTPUT.value, 'filters.csv'), 'w', newline='') as f:
-    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-  plots = filters.plot(rows, _OUTPUT.value)
+    _exit('the runs share no conv layer of the same shape')
+  try:   # each file whole or not at all; a full disk is one line
+    os.makedirs(_OUTPUT.value, exist_ok=True)
+    with atomic_write.atomic_open(os.path.join(_OUTPUT.value, 'filters.json')) as f:
+      json.dump({'runs': dict(zip(names, _RUNS.value)), 'rows': rows}, f, indent=1)
+    with atomic_write.atomic_open(os.path.join(_OUTPUT.value, 'filters.csv'),
+                                 newline='') as f:
+      writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+      writer.writeheader()
+      writer.writerows(rows)
+    plots = filters.plot(rows, _OUTPUT.value)
+  except OSError as e:
+    _exit(f'cannot write into {_OUTPUT.value}: {e.strerror or e}')
   print(f'{"pair":40s} {"layer":16s} {"frac":>5s} {"index":>7s} {"matched":>7s}')
   for r in rows:
     print(f'{r["run_a"] + " vs " + r["run_b"]:40s} {r["layer"]:16s} {r["fraction"]:5.2f} '

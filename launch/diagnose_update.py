@@ -28,15 +28,16 @@ import tempfile
 from absl import app
 from absl import flags
 from absl import logging
-from ml_collections import config_flags
 from agents.checkpoint import CheckpointError
 from analysis import run_loading
 from analysis.update_diagnosis import Diagnoser
+from configs import command_line   # defines --config; its file's mistakes are one line
 from configs.validation import ConfigError
+from infra import atomic_write
 from rl import impala
 from rundir.run_folder import RunFolderError
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file[:variant].')
+_CONFIG = command_line.CONFIG
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Run folder: its config and checkpoint.')
 _STEP = flags.DEFINE_integer('step', None, 'Checkpoint env step (with --workdir); default latest.')
 _BATCHES = flags.DEFINE_integer('batches', 4, 'Batches averaged at each measured point.')
@@ -53,7 +54,7 @@ def _load_config():
   if _WORKDIR.value:
     config = run_loading.load_config(_WORKDIR.value)
   elif _CONFIG.value is not None:
-    config = _CONFIG.value
+    config = command_line.load_config()
   else:
     raise app.UsageError('give --config or --workdir')
   if config.loss.name != impala.NAME:
@@ -79,6 +80,10 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)
+  problem = _OUTPUT.value and atomic_write.output_problem(_OUTPUT.value)
+  if problem:   # before measuring, not after
+    print(f'error: {problem}', file=sys.stderr)
+    sys.exit(2)
   try:
     config = _load_config()
     d = Diagnoser(config, _WORKDIR.value, _STEP.value)
@@ -102,11 +107,15 @@ def main(argv):
   finally:
     d.close()
   if _OUTPUT.value:
-    with open(_OUTPUT.value, 'w') as f:
-      json.dump({'config': config.config_name, 'workdir': _WORKDIR.value, 'points': points},
-                f, indent=1)
+    try:
+      with atomic_write.atomic_open(_OUTPUT.value) as f:   # whole or not at all
+        json.dump({'config': config.config_name, 'workdir': _WORKDIR.value, 'points': points},
+                  f, indent=1)
+    except OSError as e:   # a full disk: one line
+      print(f'error: cannot write {_OUTPUT.value}: {e.strerror or e}', file=sys.stderr)
+      sys.exit(2)
     print(f'wrote {_OUTPUT.value}')
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=command_line.parse_flags)

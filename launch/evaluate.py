@@ -12,6 +12,7 @@ one GIF per task of its first episode in <workdir>/eval/<env_steps>_video/.
 A missing run, checkpoint or step stops it with one line and exit status 2.
 """
 
+import os
 import sys
 import warnings
 
@@ -53,6 +54,10 @@ def main(argv):
                    uniform=_UNIFORM.value, overwrite=_OVERWRITE.value)
   except (FileNotFoundError, ConfigError, CheckpointError, RunFolderError) as e:
     print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
+  except OSError as e:   # a full disk while writing eval/ (nothing half-written is left)
+    print(f'error: cannot write into {os.path.join(_WORKDIR.value, "eval")}: {e.strerror or e}',
+          file=sys.stderr)
     sys.exit(2)
 
 

@@ -31,6 +31,7 @@ from analysis import evaluation
 from analysis import peer_agent
 from analysis.run_loading import load_run
 from configs.validation import ConfigError
+from infra import atomic_write
 
 _MODEL_TAR = flags.DEFINE_string('model_tar', None, "NLE agent's model.tar.")
 _WORKDIR = flags.DEFINE_string('workdir', None, "One of this project's NLE runs: its task and env "
@@ -61,12 +62,16 @@ def main(argv):
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
   eval_dir = os.path.join(_WORKDIR.value, 'eval')
-  os.makedirs(eval_dir, exist_ok=True)
   steps = record['env_steps']
-  path = evaluation.result_path(eval_dir, f'peer_{"final" if steps is None else steps}',
-                                _OVERWRITE.value)
-  with open(path, 'w') as f:
-    json.dump(record, f, indent=2)
+  try:   # whole or not at all; a full disk is one line
+    os.makedirs(eval_dir, exist_ok=True)
+    path = evaluation.result_path(eval_dir, f'peer_{"final" if steps is None else steps}',
+                                  _OVERWRITE.value)
+    with atomic_write.atomic_open(path) as f:
+      json.dump(record, f, indent=2)
+  except OSError as e:
+    print(f'error: cannot write into {eval_dir}: {e.strerror or e}', file=sys.stderr)
+    sys.exit(2)
   print(evaluation.format_table(record))
   print(f'written: {path}')
 

@@ -12,15 +12,17 @@ fails.
 """
 
 import os
+import sys
 from typing import Dict
 
 from absl import app
 from absl import flags
 import numpy as np
-from ml_collections import config_flags
 
-from configs.validation import validate_spec
+from configs import command_line   # defines --config; its file's mistakes are one line
+from configs.validation import ConfigError, validate_spec
 from envs import atari
+from infra import atomic_write
 from analysis.frame_checks import (Check, Collected, check_behaviour_logits,
                                  check_env_record, check_pong_games, check_protocol,
                                  check_unrolls, collect, reward_summary, stitch, torso_input)
@@ -29,11 +31,10 @@ _CONFIG = _OUTPUT = _STEPS = _LOGIT_UNROLLS = None
 
 
 def _define_flags():
-  """The script's flags, defined only when it runs as a script: tests import
-  this module beside launch/train.py, whose --config would clash."""
+  """The script's own flags, defined only when it runs as a script (--config
+  is configs/command_line's, launch/train.py's)."""
   global _CONFIG, _OUTPUT, _STEPS, _LOGIT_UNROLLS
-  _CONFIG = config_flags.DEFINE_config_file(
-      'config', None, 'Experiment config: path/to/config.py[:variant,key=value]', lock_config=True)
+  _CONFIG = command_line.CONFIG
   _OUTPUT = flags.DEFINE_string('output', 'docs/pong_frames.png', "PNG of the frames; '' = none.")
   _STEPS = flags.DEFINE_integer('steps', 1200, 'Agent steps per env to collect (whole unrolls); '
                                 'a random Pong game lasts ~800-900.')
@@ -72,7 +73,8 @@ def save_strip(path: str, collected: Collected) -> int:
                f'{seq["reward"][t, 0]:+.0f} follows a_t (the score changes in x_t+1)', fontsize=12)
   fig.tight_layout()
   os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-  fig.savefig(path, dpi=80)
+  with atomic_write.atomic_path(path) as tmp:   # whole or not at all
+    fig.savefig(tmp, dpi=80)
   plt.close(fig)
   return t
 
@@ -84,10 +86,19 @@ def print_table(checks: Dict[str, Check]) -> bool:
   return all(c.passed for c in checks.values())
 
 
+def _exit(reason: str) -> None:
+  """One line and exit status 2."""
+  print(f'error: {reason}', file=sys.stderr)
+  sys.exit(2)
+
+
 def main(argv):
   del argv
-  config = _CONFIG.value
-  spec = validate_spec(config)
+  config = command_line.load_config()
+  try:
+    spec = validate_spec(config)
+  except ConfigError as e:
+    _exit(str(e))
   plan = spec.plan
   num_blocks = max(2, -(-_STEPS.value // config.unroll_length))
   print(f'collecting {num_blocks} unrolls (T={config.unroll_length}) from actor 0, '
@@ -104,7 +115,10 @@ def main(argv):
   ok = print_table(checks)
   print(reward_summary(stitch(collected.unrolls)))
   if _OUTPUT.value and 'frames' in collected.unrolls[0].obs:
-    t = save_strip(_OUTPUT.value, collected)
+    try:
+      t = save_strip(_OUTPUT.value, collected)
+    except OSError as e:   # a full disk, a folder that cannot be made: one line
+      _exit(f'cannot write {_OUTPUT.value}: {e.strerror or e}')
     print(f'wrote {_OUTPUT.value}: env 0, steps {t - 3}..{t + 2}, reward at {t}')
   print('ALL CHECKS PASS' if ok else 'SOME CHECKS FAIL')
   return 0 if ok else 1
@@ -113,4 +127,4 @@ def main(argv):
 if __name__ == '__main__':
   _define_flags()
   flags.mark_flag_as_required('config')
-  app.run(main)
+  app.run(main, flags_parser=command_line.parse_flags)

@@ -58,15 +58,28 @@ def _load():
   return members, events, adapted
 
 
+def _baseline_rows():
+  """--baseline's metrics rows (metrics.jsonl or an archive's .gz), or one line and exit 2."""
+  try:
+    return run_folder.read_metrics(_BASELINE.value)
+  except (OSError, ValueError) as e:   # no metrics file, unreadable, cut off, not JSON rows
+    _exit(f'--baseline: {e}')
+
+
 def main(argv):
   del argv
+  problem = atomic_write.output_problem(_OUTPUT.value)
+  if problem:   # before reading and plotting, not after
+    _exit(problem)
   members, events, adapted = _load()
+  baseline = _baseline_rows() if _BASELINE.value else None
   task = _task(members)
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   fig, axes = plt.subplots(1 + len(adapted), 1, figsize=(8, 3.2 + 2.2 * len(adapted)),
-                           sharex=True)
+                           sharex=True, squeeze=False)
+  axes = axes[:, 0]   # one panel too (nothing adapted) is a sequence of one
   colours = plt.rcParams['axes.prop_cycle'].by_key()['color']
   for i, (name, rows) in enumerate(sorted(members.items())):
     colour = colours[i % len(colours)]
@@ -84,8 +97,7 @@ def main(argv):
     print(f'{name}: return {final:.2f} (last {_EPISODES.value} games) at env step '
           f'{steps[-1] if steps else 0:,}; copied {", ".join(made) or "no one"}')
   if _BASELINE.value:
-    rows = run_folder.read_jsonl(run_folder.metrics_path(_BASELINE.value))
-    steps, values = pbt_curves.rolling_return(rows, task, _EPISODES.value)
+    steps, values = pbt_curves.rolling_return(baseline, task, _EPISODES.value)
     axes[0].plot(steps, values, color='black', ls='--', label='fixed hyperparameters')
     if values:
       print(f'baseline {_BASELINE.value}: return {values[-1]:.2f} at env step {steps[-1]:,}')
@@ -97,8 +109,11 @@ def main(argv):
   axes[-1].set_xlabel('agent steps (per member)')
   axes[0].set_title(f'PBT, {len(members)} members, {len(events)} copies')
   fig.tight_layout()
-  with atomic_write.atomic_path(_OUTPUT.value) as tmp:   # whole or not at all
-    fig.savefig(tmp, dpi=110)
+  try:
+    with atomic_write.atomic_path(_OUTPUT.value) as tmp:   # whole or not at all
+      fig.savefig(tmp, dpi=110)
+  except OSError as e:   # a full disk: one line
+    _exit(f'cannot write {_OUTPUT.value}: {e.strerror or e}')
   print(f'wrote {_OUTPUT.value}')
 
 

@@ -35,6 +35,7 @@ from absl import flags
 
 from analysis import run_metrics
 from analysis import run_plots
+from infra import atomic_write
 
 _OUTPUT = flags.DEFINE_string('output', 'curves.png', 'PNG to write.')
 _LABELS = flags.DEFINE_list('labels', [], 'One label per run folder (default: folder names).')
@@ -59,6 +60,10 @@ def main(argv):
   workdirs = argv[1:]
   if not workdirs:
     raise app.UsageError('give one or more run folders')
+  problem = atomic_write.output_problem(_OUTPUT.value)
+  if problem:   # before reading and plotting, not after
+    print(f'error: {problem}', file=sys.stderr)
+    sys.exit(2)
   try:
     runs = run_metrics.load_all_metrics(workdirs)
   except (OSError, ValueError) as e:  # not a run folder, or not its metrics: one line
@@ -76,10 +81,14 @@ def main(argv):
   labels = _LABELS.value or [r.name for r in runs]
   if len(labels) != len(runs):
     raise app.UsageError(f'{len(labels)} labels for {len(runs)} runs')
-  tasks = run_plots.plot(
-      runs, labels, _OUTPUT.value, _WINDOW.value, _RANDOM.value, _THRESHOLD.value, _TITLE.value,
-      run_plots.REFERENCES.get(_REFERENCES.value), tuple(_PANELS.value), uniform,
-      'agent steps per task' if _PER_TASK_STEPS.value else 'agent steps', _SMOOTH.value)
+  try:
+    tasks = run_plots.plot(
+        runs, labels, _OUTPUT.value, _WINDOW.value, _RANDOM.value, _THRESHOLD.value, _TITLE.value,
+        run_plots.REFERENCES.get(_REFERENCES.value), tuple(_PANELS.value), uniform,
+        'agent steps per task' if _PER_TASK_STEPS.value else 'agent steps', _SMOOTH.value)
+  except OSError as e:   # a full disk: one line (run_plots.plot leaves no PNG)
+    print(f'error: cannot write {_OUTPUT.value}: {e.strerror or e}', file=sys.stderr)
+    sys.exit(2)
   thresholds = [float(t) for t in _THRESHOLDS.value]
   if _THRESHOLD.value is not None:
     thresholds.insert(0, _THRESHOLD.value)

@@ -22,6 +22,7 @@ from absl import flags
 import numpy as np
 
 from analysis import peer_curves
+from infra import atomic_write
 
 _RUN = flags.DEFINE_string('run', None, 'Our run folder (metrics.jsonl, config.json).')
 _TASK = flags.DEFINE_string('task', None, "Our run's task to compare (default: its only one).")
@@ -71,8 +72,15 @@ def _plot(curves, labels, axis, width, end, path, title):
   ax.legend(fontsize=8)
   ax.grid(alpha=0.3)
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  with atomic_write.atomic_path(path) as tmp:   # whole or not at all
+    fig.savefig(tmp, dpi=110)
   plt.close(fig)
+
+
+def _exit(reason: str) -> None:
+  """One line and exit status 2."""
+  print(f'error: {reason}', file=sys.stderr)
+  sys.exit(2)
 
 
 def main(argv):
@@ -82,13 +90,15 @@ def main(argv):
       raise app.UsageError(f'--{flag.name} is required')
   if len(_LABELS.value) != 2:
     raise app.UsageError('--labels takes two labels')
+  problem = atomic_write.output_problem(f'{_OUTPUT.value}_steps.png')
+  if problem:   # before reading and plotting, not after
+    _exit(problem)
   try:
     task, ours = _load_ours(_RUN.value, _TASK.value)
     peer = peer_curves.peer_curve(os.path.join(_PEER_DIR.value, 'latest', 'logs.tsv'),
                                   _PEER_STDOUT.value)
   except (OSError, ValueError, KeyError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    _exit(str(e))
   steps = _STEPS.value or int(min(ours.steps.max(), peer.steps.max()))
   ours_label, peer_label = _LABELS.value
   curves, labels = (ours, peer), (ours_label, peer_label)
@@ -97,9 +107,12 @@ def main(argv):
   end_seconds = {label: float(np.interp(steps, c.steps, c.seconds))
                  for c, label in zip(curves, labels)}
   title = f'{task}: training returns, {_BIN_STEPS.value:,}-step bins'
-  _plot(curves, labels, 'steps', _BIN_STEPS.value, end_steps, f'{_OUTPUT.value}_steps.png', title)
-  _plot(curves, labels, 'seconds', _BIN_SECONDS.value, end_seconds, f'{_OUTPUT.value}_time.png',
-        f'{task}: training returns, {_BIN_SECONDS.value:g}-second bins')
+  try:
+    _plot(curves, labels, 'steps', _BIN_STEPS.value, end_steps, f'{_OUTPUT.value}_steps.png', title)
+    _plot(curves, labels, 'seconds', _BIN_SECONDS.value, end_seconds, f'{_OUTPUT.value}_time.png',
+          f'{task}: training returns, {_BIN_SECONDS.value:g}-second bins')
+  except OSError as e:   # a full disk: one line
+    _exit(f'cannot write {_OUTPUT.value}_*.png: {e.strerror or e}')
   print(f"Training return per {_BIN_STEPS.value:,}-step bin, mean +- s.e. (games; for "
         f"{peer_label}: logged rows, each the games that ended in one learner step, about one)")
   print(f'| agent steps | {ours_label} | {peer_label} |')
@@ -120,8 +133,11 @@ def main(argv):
     summary[label] = {'mean': mean, 'se': se, 'games': games, 'seconds_to_steps': reached}
     print(f'{label}: last {_WINDOW.value:,} of {steps:,} agent steps: {_fmt(mean, se)} '
           f'({games} games); {steps:,} steps logged by {reached:,.0f} s')
-  with open(f'{_OUTPUT.value}.json', 'w') as f:
-    json.dump({'task': task, 'steps': steps, 'window': _WINDOW.value, **summary}, f, indent=1)
+  try:
+    with atomic_write.atomic_open(f'{_OUTPUT.value}.json') as f:   # whole or not at all
+      json.dump({'task': task, 'steps': steps, 'window': _WINDOW.value, **summary}, f, indent=1)
+  except OSError as e:
+    _exit(f'cannot write {_OUTPUT.value}.json: {e.strerror or e}')
   print(f'wrote {_OUTPUT.value}_steps.png, {_OUTPUT.value}_time.png, {_OUTPUT.value}.json')
 
 

@@ -41,11 +41,11 @@ def main(argv):
   try:
     rows = [row for w, label in zip(workdirs, labels)
             for row in run_table.run_rows(w, label, _WINDOW.value)]
-  except (OSError, ValueError) as e:  # not a run folder, or not its metrics: one line
+    if _UNIFORM.value:
+      rows += run_table.uniform_rows(_UNIFORM.value)
+  except (OSError, ValueError) as e:  # not a run folder, not its metrics, not an evaluation
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
-  if _UNIFORM.value:
-    rows += run_table.uniform_rows(_UNIFORM.value)
   print(run_table.markdown(rows))
 
 

@@ -30,6 +30,7 @@ from analysis.run_loading import load_run
 from configs.validation import ConfigError
 from rundir.run_folder import RunFolderError
 from envs import render
+from infra import atomic_write
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Run folder with checkpoints.')
 _TASK = flags.DEFINE_string('task', None, 'Task name (as in the config); default the first.')
@@ -77,19 +78,22 @@ def _explain_to_files() -> None:
   if not frames:
     raise SaliencyError(f'the episode ended before step {start}')
   output = _OUTPUT.value or os.path.join(run.workdir, 'saliency', f'{run.env_steps}_{task}')
-  os.makedirs(output, exist_ok=True)
   p_scale = max(f[3]['policy_max'] for f in frames)
   v_scale = max(f[3]['value_max'] for f in frames)
-  images = []
-  for image, pmap, vmap, info in frames:
-    img = sal.overlay(image, pmap, vmap, p_scale, v_scale)
-    Image.fromarray(img).save(os.path.join(output, f'frame_{info["step"]:05d}.png'))
-    images.append(img)
-  with open(os.path.join(output, 'saliency.json'), 'w') as f:
-    json.dump({'task': task, 'env_steps': run.env_steps, 'policy_scale': p_scale,
-               'value_scale': v_scale, 'frames': [f[3] for f in frames]}, f, indent=1)
-  if _GIF.value:
-    render.write_gif(os.path.join(output, 'saliency.gif'), images, fps=15.0)
+  images = [sal.overlay(image, pmap, vmap, p_scale, v_scale) for image, pmap, vmap, _ in frames]
+  try:   # each file whole or not at all; a full disk is one line
+    os.makedirs(output, exist_ok=True)
+    for img, (_, _, _, info) in zip(images, frames):
+      with atomic_write.atomic_path(os.path.join(output, f'frame_{info["step"]:05d}.png')) as tmp:
+        Image.fromarray(img).save(tmp)
+    with atomic_write.atomic_open(os.path.join(output, 'saliency.json')) as f:
+      json.dump({'task': task, 'env_steps': run.env_steps, 'policy_scale': p_scale,
+                 'value_scale': v_scale, 'frames': [f[3] for f in frames]}, f, indent=1)
+    if _GIF.value:
+      with atomic_write.atomic_path(os.path.join(output, 'saliency.gif')) as tmp:
+        render.write_gif(tmp, images, fps=15.0)
+  except OSError as e:
+    raise SaliencyError(f'cannot write into {output}: {e.strerror or e}') from None
   print(f'wrote {len(images)} frames (steps {frames[0][3]["step"]}..{frames[-1][3]["step"]}) '
         f'to {output}')
 

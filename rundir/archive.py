@@ -75,15 +75,20 @@ def archive(workdir: str, dest: str, overwrite: bool = False) -> List[str]:
     run_folder.read_config(workdir)   # an archive must read back as its run did
   except run_folder.ConfigFileError as e:
     raise ArchiveError(f'{e}; not archived') from None
-  try:
-    lock = run_folder.RunLock(workdir).acquire()
-  except run_folder.RunFolderError as e:
-    raise ArchiveError(str(e).split(';')[0] + '; archive it once that run has stopped') from None
-  if lock.stale_holder:
-    print(f'archive_run: {workdir} was stopped without finishing '
-          f'({run_folder.describe_stale(lock.stale_holder)}); archived as it is', file=sys.stderr)
+  lock = run_folder.RunLock(workdir)
   tmp = os.path.normpath(dest) + '.partial'
-  try:
+  try:   # the lock is released whatever happens once it is taken
+    try:
+      lock.acquire()
+    except run_folder.RunFolderError as e:
+      if 'in use' in str(e):
+        raise ArchiveError(str(e).split(';')[0] + '; archive it once that run has stopped') \
+            from None
+      raise ArchiveError(f'{e}; not archived') from None   # a full disk
+    if lock.stale_holder:
+      print(f'archive_run: {workdir} was stopped without finishing '
+            f'({run_folder.describe_stale(lock.stale_holder)}); archived as it is',
+            file=sys.stderr)
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(os.path.join(tmp, EVAL))
     with open(os.path.join(workdir, METRICS), 'rb') as src, \

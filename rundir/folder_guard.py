@@ -4,6 +4,7 @@ uses them before anything is written; every failure is a `RunFolderError`
 (one line, exit status 2).
 """
 
+import contextlib
 import fcntl
 import json
 import os
@@ -127,7 +128,8 @@ class RunLock:
     Raises:
       RunFolderError: when another live trainer holds it ('<workdir> is in
         use by another trainer (host ..., pid ..., since ...)'), the lock
-        file cannot be created, or it keeps being replaced (10 tries).
+        file cannot be created or written (a full disk: it is removed), or
+        it keeps being replaced (10 tries).
     """
     for _ in range(10):
       fd = self._try_acquire()
@@ -164,9 +166,15 @@ class RunLock:
       self.stale_holder = previous
     me = {'host': socket.gethostname(), 'pid': os.getpid(),
           'started': time.strftime('%Y-%m-%d %H:%M:%S')}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, (json.dumps(me) + '\n').encode(), 0)
-    os.fsync(fd)
+    try:
+      os.ftruncate(fd, 0)
+      os.pwrite(fd, (json.dumps(me) + '\n').encode(), 0)
+      os.fsync(fd)
+    except OSError as e:   # a full disk: no empty lock file is left behind
+      with contextlib.suppress(OSError):
+        os.unlink(self.path)
+      os.close(fd)
+      raise RunFolderError(f'cannot write the lock {self.path}: {e.strerror or e}') from None
     return fd
 
   def _in_use(self, holder: Optional[dict]) -> RunFolderError:

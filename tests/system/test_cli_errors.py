@@ -1,8 +1,11 @@
-"""launch/train.py with a bad config, and the plotting tools on a folder that
-is not a run or whose archived metrics are cut off: exit status 2 and one `error:` line naming the field or the
-file, no traceback (a process per case: seconds each)."""
+"""launch/train.py with a bad config, and the tools in launch/ on odd input (a
+folder that is not a run, archived metrics cut off, a config file that does
+not load, an output in a missing folder, a full disk): exit status 2 and one
+`error:` line naming the field or the file, no traceback, no file left
+half-written (a process per case: seconds each)."""
 
 import gzip
+import json
 import os
 import subprocess
 import sys
@@ -82,6 +85,7 @@ def test_a_config_json_that_is_not_json_is_one_line(tmp_path, tool):
     ('--stages=raw,bogus', 'error: unknown stage(s) bogus; choose from raw, actors, loop, learner, '
                            'train'),
     ('--output={}/nope/x.json', 'error: --output: no folder {}/nope to write x.json in'),
+    ('--output={}', 'error: --output: {} is a folder, not a file'),   # was a traceback at the end
 ])
 def test_the_benchmarks_bad_flags_are_one_line_before_measuring(tmp_path, flag, line):
   out = _tool('benchmark.py', '--config=configs/cartpole.py', flag.format(tmp_path))
@@ -103,3 +107,160 @@ def test_plot_pbt_on_a_folder_that_is_not_a_population_or_has_no_game_yet_is_one
   assert out.stderr.strip() == f'error: no member of {tmp_path / "pop"} has finished a game yet'
   assert not (tmp_path / 'p.png').exists()
 
+
+
+# A disk that fills while a figure is saved: the file is cut short, then ENOSPC.
+_FULL_DISK = '''
+import errno, os, runpy, sys
+from matplotlib.figure import Figure
+from PIL import Image
+def _full(real):
+  def save(self, fp, *args, **kwargs):
+    real(self, fp, *args, **kwargs)
+    with open(fp, 'r+b') as f:
+      f.truncate(10)
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+  return save
+Figure.savefig = _full(Figure.savefig)
+Image.Image.save = _full(Image.Image.save)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name='__main__')
+'''
+
+
+def _tool_on_a_full_disk(script, *args):
+  return subprocess.run([sys.executable, '-c', _FULL_DISK, os.path.join(ROOT, 'launch', script),
+                         *args], check=False, capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+def _one_line(out, line):
+  assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr
+  assert out.stderr.strip() == line, out.stderr
+
+
+def _run_with_games(folder, task='CartPole'):
+  folder.mkdir(parents=True)
+  rows = [{'env_steps': 100 * i, 'time': i, f'episodes/{task}': 1,
+           f'episode_return/{task}': float(i)} for i in range(1, 30)]
+  (folder / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
+  return folder
+
+
+def test_archive_run_is_one_line_with_exit_status_2(tmp_path):
+  # Before: 'archive_run: ...' and exit status 1.
+  _one_line(_tool('archive_run.py', str(tmp_path / 'nothing'), str(tmp_path / 'a')),
+            f'error: {tmp_path / "nothing"} has no metrics.jsonl: not a run folder, or the run '
+            'never started')
+
+
+def test_run_table_names_a_uniform_record_that_is_missing_or_not_json(tmp_path):
+  # Before: a FileNotFoundError or JSONDecodeError traceback.
+  run = _run_with_games(tmp_path / 'run')
+  _one_line(_tool('run_table.py', str(run), f'--uniform={tmp_path / "u.json"}', '--window=10'),
+            f'error: cannot read {tmp_path / "u.json"} (No such file or directory)')
+  (tmp_path / 'u.json').write_text('{not json')
+  out = _tool('run_table.py', str(run), f'--uniform={tmp_path / "u.json"}', '--window=10')
+  assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr
+  assert out.stderr.strip().startswith(f'error: cannot read {tmp_path / "u.json"} (Expecting')
+
+
+@pytest.mark.parametrize('script', ['plot_runs.py', 'plot_pbt.py', 'plot_side_by_side.py'])
+def test_a_plots_output_in_a_missing_folder_is_refused_before_reading(tmp_path, script):
+  # Before: a FileNotFoundError traceback once the figure was drawn. The
+  # inputs here do not exist either: the output is checked first.
+  nowhere = tmp_path / 'nowhere'
+  args = {'plot_runs.py': [str(tmp_path / 'run'), f'--output={nowhere / "x.png"}'],
+          'plot_pbt.py': [f'--population={tmp_path}', f'--output={nowhere / "x.png"}'],
+          'plot_side_by_side.py': [f'--run={tmp_path}', f'--peer_dir={tmp_path}',
+                                   f'--peer_stdout={tmp_path / "log"}', f'--output={nowhere / "x"}']}
+  name = 'x_steps.png' if script == 'plot_side_by_side.py' else 'x.png'
+  _one_line(_tool(script, *args[script]), f'error: --output: no folder {nowhere} to write {name} in')
+  assert not nowhere.exists()
+
+
+def test_plot_pbt_names_a_baseline_that_is_not_a_run_or_is_cut_off(tmp_path):
+  # Before: a FileNotFoundError traceback (and an archived .gz baseline was not read).
+  member = _run_with_games(tmp_path / 'pop' / 'members' / 'member_00000')
+  (member / 'config.json').write_text('{"pbt": {"adapt": []}}')
+  args = [f'--population={tmp_path / "pop"}', f'--output={tmp_path / "p.png"}']
+  _one_line(_tool('plot_pbt.py', *args, f'--baseline={tmp_path / "none"}'),
+            f'error: --baseline: {tmp_path / "none"} has no metrics.jsonl')
+  cut = tmp_path / 'cut'
+  cut.mkdir()
+  data = gzip.compress(''.join(f'{{"env_steps": {i}}}\n' for i in range(5000)).encode())
+  (cut / 'metrics.jsonl.gz').write_bytes(data[:len(data) // 2])
+  out = _tool('plot_pbt.py', *args, f'--baseline={cut}')
+  assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr
+  assert out.stderr.strip().startswith(
+      f"error: --baseline: {cut / 'metrics.jsonl.gz'} is cut off or damaged after line "), out.stderr
+  assert not (tmp_path / 'p.png').exists()
+
+
+def test_compare_filters_on_a_missing_run_or_one_without_checkpoints_is_one_line(tmp_path):
+  # Before: absl's usage text with exit status 1; a 'ValueError: run has no
+  # checkpoints' traceback that named no folder.
+  (tmp_path / 'a').mkdir()
+  (tmp_path / 'b').mkdir()
+  _one_line(_tool('compare_filters.py', f'--runs={tmp_path / "a"},{tmp_path / "none"}'),
+            f'error: no such run folder: {tmp_path / "none"}')
+  _one_line(_tool('compare_filters.py', f'--runs={tmp_path / "a"},{tmp_path / "b"}'),
+            f'error: {tmp_path / "a"} has no checkpoints')
+
+
+@pytest.mark.parametrize('script', ['inspect_frames.py', 'diagnose_update.py', 'benchmark.py'])
+@pytest.mark.parametrize('flag, expected', [
+    ('--config=configs/missing.py', 'No such file'),
+    ('--config=configs/cartpole.py:smok', "unknown config variant 'smok'"),
+])
+def test_the_tools_config_file_mistakes_are_one_line(script, flag, expected):
+  # Before: config_flags' traceback (two, chained) with exit status 1.
+  out = _tool(script, flag, '--stages=raw' if script == 'benchmark.py' else '--output=')
+  assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr
+  errors = [l for l in out.stderr.splitlines() if l.startswith('error:')]
+  assert len(errors) == 1 and expected in errors[0], out.stderr
+
+
+def test_inspect_frames_on_a_config_that_does_not_validate_is_one_line():
+  # Before: a SettingsError traceback.
+  _one_line(_tool('inspect_frames.py', '--config=configs/cartpole.py', '--config.batch_size=0',
+                  '--output='),
+            'error: config field batch_size: must be a positive number, got 0')
+
+
+def test_diagnose_update_refuses_an_output_in_a_missing_folder_before_measuring(tmp_path):
+  # Before: it measured, then a FileNotFoundError traceback.
+  _one_line(_tool('diagnose_update.py', '--config=configs/cartpole.py',
+                  f'--output={tmp_path / "nowhere" / "d.json"}'),
+            f'error: --output: no folder {tmp_path / "nowhere"} to write d.json in')
+
+
+def test_plot_side_by_side_on_a_full_disk_is_one_line_and_leaves_no_file(tmp_path):
+  # Before: an OSError traceback and a cut-off sbs_steps.png of 10 bytes.
+  run = _run_with_games(tmp_path / 'run', 'mon-hum-neu-mal')
+  peer = tmp_path / 'peer'
+  (peer / 'latest').mkdir(parents=True)
+  (peer / 'latest' / 'logs.tsv').write_text('# Step\tmean_episode_return\n500\t10.0\n3000\t40.0\n')
+  (peer / 'nle.log').write_text(
+      '[INFO:1 agent:571 2026-11-26 12:20:59,401] Steps 0 @ 0.0 SPS.\n'
+      '[INFO:1 agent:571 2026-11-26 12:21:29,401] Steps 3000 @ 100.0 SPS.\n')
+  out_dir = tmp_path / 'out'
+  out_dir.mkdir()
+  out = _tool_on_a_full_disk('plot_side_by_side.py', f'--run={run}', f'--peer_dir={peer}',
+                             f'--peer_stdout={peer / "nle.log"}', f'--output={out_dir / "sbs"}',
+                             '--bin_steps=1000', '--window=1000')
+  _one_line(out, f'error: cannot write {out_dir / "sbs"}_*.png: No space left on device')
+  assert os.listdir(out_dir) == []
+
+
+@pytest.mark.parametrize('script', ['plot_runs.py', 'plot_pbt.py'])
+def test_a_plot_on_a_full_disk_is_one_line_and_leaves_no_file(tmp_path, script):
+  # Before: an OSError traceback (the PNG was already written whole or not at all).
+  member = _run_with_games(tmp_path / 'pop' / 'members' / 'member_00000')
+  (member / 'config.json').write_text('{"pbt": {"adapt": []}}')
+  out_dir = tmp_path / 'out'
+  out_dir.mkdir()
+  args = ([str(member), '--window=300'] if script == 'plot_runs.py'
+          else [f'--population={tmp_path / "pop"}', '--episodes=3'])
+  out = _tool_on_a_full_disk(script, *args, f'--output={out_dir / "p.png"}')
+  _one_line(out, f'error: cannot write {out_dir / "p.png"}: No space left on device')
+  assert os.listdir(out_dir) == []

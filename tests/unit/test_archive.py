@@ -1,5 +1,6 @@
 """rundir/archive.py: a run's record without its checkpoints, read back as the run."""
 
+import errno
 import json
 import os
 
@@ -75,3 +76,31 @@ def test_a_config_json_that_is_not_json_is_not_archived(tmp_path):
   with pytest.raises(archive.ArchiveError, match=r'cannot read .*config.json .*; not archived'):
     archive.archive(str(run), str(dest))
   assert not dest.exists() and not (run / run_folder.LOCK_FILE).exists()
+
+
+def test_a_full_disk_leaves_no_lock_and_no_partial_archive(tmp_path, monkeypatch):
+  # Before: writing the lock on a full disk raised OSError out of the lock's
+  # acquire, outside archive's try, and left an empty run.lock behind.
+  run = _run(tmp_path)
+  dest = tmp_path / 'archive'
+  real = os.pwrite
+
+  def full_disk(*args):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+  monkeypatch.setattr(os, 'pwrite', full_disk)
+  with pytest.raises(archive.ArchiveError, match=r'cannot write the lock .*run\.lock: No space '
+                     r'left on device; not archived'):
+    archive.archive(str(run), str(dest))
+  assert not (run / run_folder.LOCK_FILE).exists()
+  monkeypatch.setattr(os, 'pwrite', real)
+  copy = archive.shutil.copyfileobj
+
+  def full_disk_copy(*args):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+  monkeypatch.setattr(archive.shutil, 'copyfileobj', full_disk_copy)   # the disk fills later
+  with pytest.raises(archive.ArchiveError, match=f'cannot write the archive {dest}: No space'):
+    archive.archive(str(run), str(dest))
+  assert not (run / run_folder.LOCK_FILE).exists()
+  assert sorted(os.listdir(tmp_path)) == ['run']   # no archive, no .partial
+  monkeypatch.setattr(archive.shutil, 'copyfileobj', copy)
+  assert archive.archive(str(run), str(dest))[-1] == 'metrics.jsonl.gz'

@@ -61,3 +61,11 @@ def test_a_plot_that_fails_while_saving_leaves_no_png(tmp_path, monkeypatch):
   monkeypatch.setattr(Figure, 'savefig', real)
   run_plots.plot(runs, ['run'], str(output), window=1000)
   assert output.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n' and np.isfinite(output.stat().st_size)
+
+
+def test_an_output_in_a_missing_folder_or_that_is_a_folder_is_named_before_the_work(tmp_path):
+  assert atomic_write.output_problem(str(tmp_path / 'x.png')) is None
+  assert atomic_write.output_problem(str(tmp_path / 'no' / 'x.png')) == (
+      f'--output: no folder {tmp_path / "no"} to write x.png in')
+  assert atomic_write.output_problem(str(tmp_path), '--out') == (
+      f'--out: {tmp_path} is a folder, not a file')
