@@ -27,6 +27,9 @@ ASIDE_PREFIX = 'earlier_run.'
 def run_files(workdir: str) -> List[str]:
   """The names in a run folder that an earlier run wrote (RUN_FILES), sorted.
 
+  Only plain files and folders count: a symbolic link or a device under one
+  of those names was put there by hand, and stays.
+
   Args:
     workdir: the run folder.
 
@@ -37,7 +40,14 @@ def run_files(workdir: str) -> List[str]:
     names = os.listdir(workdir)
   except FileNotFoundError:
     return []
-  return sorted(n for n in names if any(fnmatch.fnmatchcase(n, p) for p in RUN_FILES))
+  return sorted(n for n in names if any(fnmatch.fnmatchcase(n, p) for p in RUN_FILES)
+                and _written(os.path.join(workdir, n)))
+
+
+def _written(path: str) -> bool:
+  """A plain file or folder, as a run writes them; not a symbolic link or a
+  device someone placed there (a metrics.jsonl linked to /dev/full)."""
+  return not os.path.islink(path) and (os.path.isfile(path) or os.path.isdir(path))
 
 
 def last_env_step(workdir: str) -> Optional[int]:
@@ -47,8 +57,11 @@ def last_env_step(workdir: str) -> Optional[int]:
   only describes the earlier run in a note.
   """
   last = None
+  path = os.path.join(workdir, 'metrics.jsonl')
+  if not _written(path) or not os.path.isfile(path):   # never read a device (endless)
+    return None
   try:
-    with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    with open(path) as f:
       for line in f:
         try:
           step = json.loads(line).get('env_steps')

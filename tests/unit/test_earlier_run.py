@@ -57,3 +57,17 @@ def test_describe_names_the_files_and_the_last_step(tmp_path):
                   '1,234); its 2 file(s) (config.json, metrics.jsonl) moved to w/earlier_run.1. '
                   'This run starts at env step 0 with a new wandb run id')
   assert '(no metrics rows)' in earlier_run.describe('w', ('w/earlier_run.1', ['config.json'], None))
+
+
+def test_links_and_devices_under_a_run_files_name_stay(tmp_path):
+  # A metrics.jsonl linked to /dev/full (tests/system/test_run_faults.py's
+  # full disk) is no earlier run; reading it would never end.
+  run = tmp_path / 'run'
+  run.mkdir()
+  (run / 'metrics.jsonl').symlink_to('/dev/full')
+  (tmp_path / 'real.json').write_text('{}')
+  (run / 'config.json').symlink_to(tmp_path / 'real.json')
+  assert earlier_run.run_files(str(run)) == []
+  assert earlier_run.last_env_step(str(run)) is None
+  assert earlier_run.set_aside(str(run)) is None
+  assert sorted(p.name for p in run.iterdir()) == ['config.json', 'metrics.jsonl']
