@@ -17,10 +17,13 @@ import os
 from typing import List, Optional, Tuple
 
 # What a run writes into its folder, besides checkpoints/ and run.lock
-# (docs/run_folder.md, "The files"): names or shell patterns.
+# (docs/run_folder.md, "The files"): names or shell patterns. Not what the
+# new run itself writes before its folder is adopted: process_N.log
+# (launch/multihost_local.sh, from the start) and nle/ (NetHack ttyrecs,
+# from the actors' start).
 RUN_FILES = ('config.json', 'config.*.json', 'metrics.jsonl', 'metrics.after-*.jsonl',
              'wandb', 'wandb_run_id.txt', 'wandb_failed.txt', 'events.out.tfevents.*',
-             'tensorboard_failed.txt', 'eval', 'saliency', 'nle', 'process_*.log')
+             'tensorboard_failed.txt', 'eval', 'saliency')
 ASIDE_PREFIX = 'earlier_run.'
 
 

@@ -17,6 +17,8 @@ def _earlier(folder):
   (folder / 'checkpoints').mkdir()
   (folder / 'run.lock').write_text('')
   (folder / 'notes.txt').write_text('mine')
+  (folder / 'process_1.log').write_text('this run')   # written before the folder is adopted
+  (folder / 'nle').mkdir()
 
 
 def test_set_aside_moves_only_what_a_run_writes(tmp_path):
@@ -27,8 +29,8 @@ def test_set_aside_moves_only_what_a_run_writes(tmp_path):
   assert names == ['config.json', 'eval', 'events.out.tfevents.1.host', 'metrics.jsonl',
                    'wandb_run_id.txt']
   assert last == 300   # the largest env step; lines that are not rows skipped
-  assert sorted(p.name for p in run.iterdir()) == ['checkpoints', 'earlier_run.1', 'notes.txt',
-                                                   'run.lock']
+  assert sorted(p.name for p in run.iterdir()) == ['checkpoints', 'earlier_run.1', 'nle',
+                                                   'notes.txt', 'process_1.log', 'run.lock']
   assert json.loads((run / 'earlier_run.1' / 'config.json').read_text()) == {'seed': 1}
   assert (run / 'earlier_run.1' / 'eval' / '300.json').exists()
 
