@@ -36,16 +36,7 @@ class PopulationFinished(Exception):
   """The population is already at total_env_steps; the message says so."""
 
 
-def member_name(trial_id: str) -> str:
-  """A member's folder name from its Ray trial id.
-
-  Args:
-    trial_id: Ray Tune's trial id, '<experiment>_<index>'.
-
-  Returns:
-    'member_' + the part after the last '_' ('a1b2c_00003' -> 'member_00003').
-  """
-  return 'member_' + trial_id.rsplit('_', 1)[-1]
+member_name = record.member_name
 
 
 def member_index(trial_id: str) -> int:
@@ -209,10 +200,13 @@ def _trainable(tune):
         try:
           self.ledger = ray.get_actor(record.LEDGER_NAME)
         except Exception as e:  # noqa: BLE001 -- Ray raises several kinds; the member goes on
-          print(f'{self.name}: warning: the copy ledger is unreachable ({type(e).__name__}); '
-                'copies of this member are written when the population ends', flush=True)
-          self.ledger = False
+          self._ledger_lost(e)
       return self.ledger or None
+
+    def _ledger_lost(self, error):
+      print(f'{self.name}: warning: the copy ledger is unreachable ({type(error).__name__}); '
+            'copies of this member are written when the population ends', flush=True)
+      self.ledger = False
 
     def _copies_of_mine(self):
       """Rows for the copies other members installed of this one since its
@@ -224,9 +218,7 @@ def _trainable(tune):
       try:
         return ray.get(ledger.take.remote(self.name), timeout=60)
       except Exception as e:  # noqa: BLE001 -- Ray raises several kinds; the member goes on
-        print(f'{self.name}: warning: the copy ledger is unreachable ({type(e).__name__}); '
-              'copies of this member are written when the population ends', flush=True)
-        self.ledger = False
+        self._ledger_lost(e)
         return []
 
     def save_checkpoint(self, checkpoint_dir):
@@ -422,7 +414,6 @@ def run_population(config, population=None, address=None):
     summary = record.summarise(results, population_dir, settings, config.total_env_steps)
     if summary['finished']:
       record.clear_pending(population_dir)
-    del ledger
   finally:
     ray.shutdown()
     if lock is not None:

@@ -35,6 +35,18 @@ PENDING = 'copies.pending'
 LEDGER_NAME = 'pbt_copy_ledger'
 
 
+def member_name(trial_id: str) -> str:
+  """A member's folder name from its Ray trial id.
+
+  Args:
+    trial_id: Ray Tune's trial id, '<experiment>_<index>'.
+
+  Returns:
+    'member_' + the part after the last '_' ('a1b2c_00003' -> 'member_00003').
+  """
+  return 'member_' + trial_id.rsplit('_', 1)[-1]
+
+
 def donor_row(event: dict) -> dict:
   """The donor's record of a copy; written at the donor's env step then,
   the copied checkpoint's step is 'pbt/copied_step'."""
@@ -158,7 +170,7 @@ def summarise(results, population_dir: str, settings, total_env_steps: int) -> d
   for result in results:
     metrics = result.metrics or {}
     trial_id = metrics.get('trial_id') or os.path.basename(result.path).split('_')[-2]
-    name = metrics.get('member') or ('member_' + str(trial_id).rsplit('_', 1)[-1])
+    name = metrics.get('member') or member_name(str(trial_id))
     row = {'member': name, 'score': metrics.get('score'), 'env_steps': metrics.get('env_steps'),
            'values': {k: metrics.get(k, (result.config or {}).get(k)) for k in settings.ranges},
            'copied_from': [e['donor'] for e in events if e['recipient'] == name],
