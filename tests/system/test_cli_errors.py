@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+import full_disk
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -264,3 +266,25 @@ def test_a_plot_on_a_full_disk_is_one_line_and_leaves_no_file(tmp_path, script):
   out = _tool_on_a_full_disk(script, *args, f'--output={out_dir / "p.png"}')
   _one_line(out, f'error: cannot write {out_dir / "p.png"}: No space left on device')
   assert os.listdir(out_dir) == []
+
+
+@pytest.mark.parametrize('script, args', [
+    ('benchmark.py', ['--config=configs/cartpole.py', '--stages=raw', '--seconds=0.5',
+                      '--warmup=0']),
+    ('diagnose_update.py', ['--config=configs/cartpole.py', '--train_updates=0',
+                            '--batches=1']),
+    ('inspect_frames.py', ['--config=configs/atari_single.py:game=Pong,smoke', '--steps=200']),
+])
+def test_a_tools_output_on_a_full_disk_is_one_line_and_keeps_the_earlier_file(
+    tmp_path, script, args):
+  # Before issue [25]: an OSError traceback after the measuring, and an empty
+  # or cut-off file where the earlier one was.
+  out_dir = tmp_path / 'out'
+  out_dir.mkdir()
+  path = out_dir / ('frames.png' if script == 'inspect_frames.py' else 'out.json')
+  path.write_text('earlier')
+  out = full_disk.run_tool(script, out_dir, *args, f'--output={path}')
+  assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr[-3000:]
+  errors = [line for line in out.stderr.splitlines() if line.startswith('error:')]
+  assert errors == [f'error: cannot write {path}: No space left on device'], out.stderr[-3000:]
+  assert full_disk.files_under(out_dir) == [path.name] and path.read_text() == 'earlier'

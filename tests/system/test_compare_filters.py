@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from analysis.filters import conv_kernels, filter_distances, pick_steps
+import full_disk
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -63,3 +64,11 @@ def test_command_on_two_runs(tmp_path):
   assert len(rows) == 3 * 3
   assert all(r['matched'] <= r['index'] + 1e-9 for r in rows)
   assert (out / 'filters_torso_conv1.png').exists()
+  # A full disk (issue [25]): one line, exit 2, the earlier results kept whole.
+  before = {name: (out / name).read_bytes() for name in full_disk.files_under(out)}
+  proc = full_disk.run_tool('compare_filters.py', out, f'--runs={",".join(runs)}', '--points=3',
+                            f'--output={out}')
+  assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr
+  assert proc.stderr.strip().splitlines()[-1] == (
+      f'error: cannot write into {out}: No space left on device'), proc.stderr
+  assert {name: (out / name).read_bytes() for name in full_disk.files_under(out)} == before

@@ -20,6 +20,7 @@ from envs import render
 from envs.base import StepResult
 from analysis.run_evaluation import run_evaluation
 from rundir.lifecycle import train
+import full_disk
 
 # One pytest-xdist worker: the run is trained once (module fixture).
 pytestmark = pytest.mark.xdist_group('evaluate')
@@ -274,6 +275,26 @@ def test_cli_writes_the_latest_checkpoints_evaluation(cartpole_run):
   with open(os.path.join(cartpole_run, 'eval', '16.json')) as f:
     record = json.load(f)
   assert record['env_steps'] == 16 and record['tasks']['CartPole']['episodes'] == 3
+
+
+def test_cli_on_a_full_disk_is_one_line_and_keeps_the_earlier_evaluation(cartpole_run, tmp_path):
+  # Before issue [25]: an empty eval/<step>.json that later made run_table fail
+  # without naming the file. Now the record is written whole or not at all,
+  # even over an earlier one (--overwrite): the earlier one stays as it was.
+  run, _ = _copy_run(cartpole_run, tmp_path)
+  eval_dir = os.path.join(run, 'eval')
+  os.makedirs(eval_dir, exist_ok=True)
+  with open(os.path.join(eval_dir, '16.json'), 'w') as f:
+    f.write('{"earlier": true}')
+  before = full_disk.files_under(eval_dir)
+  out = full_disk.run_tool('evaluate.py', eval_dir, f'--workdir={run}', '--episodes=2',
+                           '--overwrite')
+  assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr
+  assert out.stderr.strip().splitlines()[-1] == (
+      f'error: cannot write into {eval_dir}: No space left on device'), out.stderr
+  assert full_disk.files_under(eval_dir) == before
+  with open(os.path.join(eval_dir, '16.json')) as f:
+    assert json.load(f) == {'earlier': True}
 
 
 def test_cli_unknown_step_lists_the_available_ones(cartpole_run):

@@ -18,6 +18,7 @@ from configs import nethack_popart
 from analysis.run_loading import load_run
 from analysis.run_evaluation import run_evaluation
 from rundir.lifecycle import train
+import full_disk
 
 # One pytest-xdist worker: the run is trained once (module fixture).
 pytestmark = pytest.mark.xdist_group('peer_agent')
@@ -194,3 +195,19 @@ def test_cli_evaluates_an_nle_checkpoint_on_our_run(monk_run, tmp_path):
     record = json.load(f)
   assert record['tasks'][MONK]['env_steps'] == 30 and record['env_steps'] is None
   assert record['agent'] == 'nle.agent.agent' and record['peer_flags']['use_lstm'] is True
+
+
+def test_cli_on_a_full_disk_is_one_line_and_leaves_no_file(monk_run, tmp_path):
+  # Issue [25]: the record is written whole or not at all; a full disk is one line.
+  pytest.importorskip('torch')
+  path = tmp_path / 'model.tar'
+  _save_nle_checkpoint(path)
+  eval_dir = os.path.join(monk_run, 'eval')
+  before = full_disk.files_under(eval_dir)
+  out = full_disk.run_tool('evaluate_peer.py', eval_dir, f'--model_tar={path}',
+                           f'--workdir={monk_run}', '--episodes=2', '--num_envs=2',
+                           '--max_steps=30')
+  assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr
+  assert out.stderr.strip().splitlines()[-1] == (
+      f'error: cannot write into {eval_dir}: No space left on device'), out.stderr
+  assert full_disk.files_under(eval_dir) == before

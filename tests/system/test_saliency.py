@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from analysis import saliency as sal
+import full_disk
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -79,6 +80,15 @@ def test_command_on_a_tiny_pong_run(tmp_path):
   info = json.loads((out / 'saliency.json').read_text())
   assert info['task'] == 'Pong' and len(info['frames']) == 2
   assert (out / 'saliency.gif').exists()
+  # A full disk (issue [25]): one line, exit 2, and no PNG, JSON or GIF left
+  # empty or cut short.
+  full = tmp_path / 'full'
+  proc = full_disk.run_tool('saliency.py', full, f'--workdir={config.workdir}', '--task=Pong',
+                            '--frames=2:4', '--stride=12', '--gif', f'--output={full}')
+  assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr
+  assert proc.stderr.strip().splitlines()[-1] == (
+      f'error: cannot write into {full}: No space left on device'), proc.stderr
+  assert full_disk.files_under(full) == []
   bad = subprocess.run([sys.executable, 'launch/saliency.py', f'--workdir={config.workdir}',
                         '--task=Breakout'], cwd=ROOT, capture_output=True, text=True, timeout=300)
   # One line naming the mistake: no usage text, no orbax log lines.
