@@ -33,7 +33,7 @@ class Agent:
     state: the initial learner state, replicated over the mesh.
     update: jitted (state, batch) -> (state, metrics), or None.
     task_gradients: jitted (params, stats, batch) -> each task's gradient
-      norms on the shared torso (rl/impala.task_gradient_norms); None unless
+      norms on the shared torso (rl/task_gradients.task_gradient_norms); None unless
       a multi-task V-trace run asks for them (log.task_gradients_seconds).
   """
   network: agent_net.AgentNetwork
@@ -44,7 +44,7 @@ class Agent:
   state: learner_lib.LearnerState           # initial, replicated over the mesh
   update: Optional[Callable]                # jitted (state, batch) -> (state, metrics)
   # jitted (params, stats, batch) -> each task's gradient norms on the shared
-  # torso (rl/impala.task_gradient_norms); None unless a multi-task V-trace
+  # torso (rl/task_gradients.task_gradient_norms); None unless a multi-task V-trace
   # run asks for them (log.task_gradients_seconds).
   task_gradients: Optional[Callable] = None
 

@@ -19,7 +19,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from networks import centring
 from rl import algorithms
-from rl import impala
+from rl import task_gradients
 from rl import optimizers as optimizers_lib
 from rl import popart
 from rl.actor_critic import LossConfig
@@ -144,14 +144,14 @@ def build_task_gradients(apply_fn: Callable, loss_cfg: LossConfig, value_head: s
     report(params, stats, batch) -> {'task/grad_*': [K]}: each task's
     policy-gradient and value gradient norms on the shared modules of one
     device's params (local_copy), on a few host unrolls
-    (rl/impala.task_gradient_norms).
+    (rl/task_gradients.task_gradient_norms).
   """
   heads = ('policy_head', value_head)
 
   @jax.jit
   def report(params, stats, batch: Unroll):
     shared = tuple(name for name in params if name not in heads)
-    return impala.task_gradient_norms(apply_fn, loss_cfg, params, stats, batch, shared)
+    return task_gradients.task_gradient_norms(apply_fn, loss_cfg, params, stats, batch, shared)
 
   return report
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from agents.action_stats import ActionStats
 from envs import atari
-from rl.impala import TASK_COUNT
+from rl.task_metrics import TASK_COUNT
 
 
 class Summariser:

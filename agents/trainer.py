@@ -338,7 +338,7 @@ class Trainer:
       per_task: unrolls drawn per task.
 
     Returns:
-      {'task/grad_*': [K]} (rl/impala.task_gradient_norms), device arrays.
+      {'task/grad_*': [K]} (rl/task_gradients.task_gradient_norms), device arrays.
     """
     tasks = np.asarray(unroll.task_id)[0]
     rng = np.random.default_rng(int(self.state.step))

@@ -11,14 +11,18 @@ Two failure modes make a policy blind long before its returns say so:
 `dead_shares` turns the torsos' per-unit maxima (their `health` sows,
 networks/torsos.py) into the share of units dead on the batch, per layer;
 `logit_spread` measures how much the policy's log-probabilities vary over
-the batch's states. Both are pure and sharding-aware: with `axis_name` they
-combine every learner device's shard into the global figure.
+the batch's states; `update_kl` how far one update moved the policy. All
+are pure and sharding-aware: with `axis_name` they combine every learner
+device's shard into the global figure.
 """
 
 from typing import Dict, Optional
 
 import jax
 import jax.numpy as jnp
+
+from rl import actor_critic as ac
+from rl.types import Unroll
 
 
 def dead_shares(unit_max: Dict[str, jax.Array], axis_name: Optional[str] = None
@@ -96,3 +100,41 @@ def metrics(unit_max: Optional[Dict[str, jax.Array]], log_pi: jax.Array, mask: j
   out = dead_shares(unit_max or {}, axis_name)
   out['policy/logit_std'] = logit_spread(log_pi, mask, axis_name)
   return out
+
+
+# Unrolls of the first minibatch whose policy `kl_update` compares before and
+# after the update: a fixed few, so it costs a small share of an update.
+KL_UNROLLS = 4
+
+
+def update_kl(apply_fn, params, stats, minibatch: Unroll, log_pi_before, axis_name):
+  """How far one update moved the policy: KL(pi_before || pi_after).
+
+  Averaged over the valid steps (reset steps excluded) of the first
+  KL_UNROLLS unrolls, per device, of the update's first minibatch, globally
+  over `axis_name`; nothing here carries a gradient. PPO's approx_kl for
+  V-trace; the behaviour KL ('kl_behaviour') adds the policy lag.
+
+  Args:
+    apply_fn: the network, as for `loss_fn`.
+    params: the params after the update.
+    stats: the PopArt statistics after the update.
+    minibatch: the update's first minibatch, [T + 1, B', ...].
+    log_pi_before: that minibatch's log-policy [T, B', A] at the update's
+      first step, taken with the params the update started from.
+    axis_name: the devices the batch spans; None for one device.
+
+  Returns:
+    A scalar.
+  """
+  k = min(KL_UNROLLS, minibatch.action.shape[1])
+  part = jax.tree.map(lambda x: x[:, :k], minibatch._replace(core_state=None))
+  core = jax.tree.map(lambda x: x[:k], minibatch.core_state)
+  logits = apply_fn(params, stats, part.obs, part.first, core)[0][:-1]
+  log_pi_after = jax.nn.log_softmax(jax.lax.stop_gradient(logits))
+  before = jax.lax.stop_gradient(log_pi_before[:, :k])
+  # The loss's reset steps are not actions of a policy.
+  mask = 1.0 - part.first[1:].astype(jnp.float32)
+  kl = jnp.sum(jnp.exp(before) * (before - log_pi_after), axis=-1)
+  sums = ac.global_sum((jnp.sum(mask * kl), jnp.sum(mask)), axis_name)
+  return sums[0] / jnp.maximum(sums[1], 1.0)

@@ -12,7 +12,7 @@ A2C's code. Reported loss metrics are per valid step either way.
 """
 
 import dataclasses
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +25,7 @@ from rl import health
 from rl import popart
 from rl import rewards as rewards_lib
 from rl import sgd
+from rl.task_metrics import mean_metrics, task_metrics
 from rl.actor_critic import LossConfig, LossOutput
 from rl.types import Unroll
 
@@ -299,72 +300,6 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
   return loss
 
 
-# Per-task metrics ([K] each) of a multi-task loss, means over each task's
-# valid steps; 'task/count' (its valid steps) weighs them when an update's
-# minibatches are averaged (`mean_metrics`). agents/summaries.py logs
-# 'task/<name>' as '<name>/<task>'.
-TASK_COUNT = 'task/count'
-
-
-def task_metrics(value_error_sq, norm_target, advantage, mask, task, num_tasks: int,
-                 axis_name: Optional[str]) -> dict:
-  """Per-task metrics of a multi-task loss, means over each task's valid steps.
-
-  Sums and counts are global over `axis_name`.
-
-  Args:
-    value_error_sq: mask * (target - value)^2 in normalised units [T, B].
-    norm_target: the normalised value targets [T, B].
-    advantage: the advantages before any normalisation, in sigma units [T, B].
-    mask: 1 for valid steps, 0 otherwise, [T, B].
-    task: int task of each step [T, B].
-    num_tasks: the number of tasks K.
-    axis_name: the devices the batch spans; None for one device.
-
-  Returns:
-    [K] arrays: 'task/value_loss' (0.5 (target - value)^2, normalised units,
-    before the baseline cost), 'task/norm_target_mean' and
-    'task/norm_target_std' (the normalised targets' mean and spread),
-    'task/advantage_rms' (the rms of the advantages before any
-    normalisation) and TASK_COUNT (each task's valid steps).
-  """
-  sums = lambda x: ac.global_sum(ac.task_sums(x, mask, task, num_tasks), axis_name)
-  count = sums(jnp.ones_like(mask))
-  per_step = lambda x: sums(x) / jnp.maximum(count, 1.0)
-  target_mean = per_step(norm_target)
-  target_var = jnp.maximum(per_step(norm_target ** 2) - target_mean ** 2, 0.0)
-  return {'task/value_loss': 0.5 * per_step(value_error_sq),
-          'task/norm_target_mean': target_mean,
-          'task/norm_target_std': jnp.sqrt(target_var),
-          'task/advantage_rms': jnp.sqrt(per_step(advantage ** 2)),
-          TASK_COUNT: count}
-
-
-def mean_metrics(step_metrics: dict) -> dict:
-  """An update's metrics from those of its optimiser steps.
-
-  Per-task metrics ('task/...') are weighted by each task's valid steps in
-  each step, so a minibatch without a task does not pull its mean to 0; the
-  others are plain means.
-
-  Args:
-    step_metrics: metric name -> array with a leading axis of optimiser
-      steps; per-task metrics come with TASK_COUNT.
-
-  Returns:
-    The metrics without the leading axis; TASK_COUNT is summed over steps.
-  """
-  out = {k: jnp.mean(x, axis=0) for k, x in step_metrics.items() if not k.startswith('task/')}
-  if TASK_COUNT in step_metrics:
-    count = step_metrics[TASK_COUNT]
-    total = jnp.maximum(jnp.sum(count, axis=0), 1.0)
-    for k, x in step_metrics.items():
-      if k.startswith('task/') and k != TASK_COUNT:
-        out[k] = jnp.sum(x * count, axis=0) / total
-    out[TASK_COUNT] = jnp.sum(count, axis=0)
-  return out
-
-
 def split_unrolls(batch: Unroll, num: int, key) -> Unroll:
   """A device's shard as shuffled minibatches of whole unrolls.
 
@@ -389,44 +324,6 @@ def split_unrolls(batch: Unroll, num: int, key) -> Unroll:
                 reward=take(batch.reward), discount=take(batch.discount),
                 task_id=take(batch.task_id),
                 core_state=jax.tree.map(lambda x: x[idx], batch.core_state))
-
-
-# Unrolls of the first minibatch whose policy `kl_update` compares before and
-# after the update: a fixed few, so it costs a small share of an update.
-KL_UNROLLS = 4
-
-
-def update_kl(apply_fn, params, stats, minibatch: Unroll, log_pi_before, axis_name):
-  """How far one update moved the policy: KL(pi_before || pi_after).
-
-  Averaged over the valid steps (reset steps excluded) of the first
-  KL_UNROLLS unrolls, per device, of the update's first minibatch, globally
-  over `axis_name`; nothing here carries a gradient. PPO's approx_kl for
-  V-trace; the behaviour KL ('kl_behaviour') adds the policy lag.
-
-  Args:
-    apply_fn: the network, as for `loss_fn`.
-    params: the params after the update.
-    stats: the PopArt statistics after the update.
-    minibatch: the update's first minibatch, [T + 1, B', ...].
-    log_pi_before: that minibatch's log-policy [T, B', A] at the update's
-      first step, taken with the params the update started from.
-    axis_name: the devices the batch spans; None for one device.
-
-  Returns:
-    A scalar.
-  """
-  k = min(KL_UNROLLS, minibatch.action.shape[1])
-  part = jax.tree.map(lambda x: x[:, :k], minibatch._replace(core_state=None))
-  core = jax.tree.map(lambda x: x[:k], minibatch.core_state)
-  logits = apply_fn(params, stats, part.obs, part.first, core)[0][:-1]
-  log_pi_after = jax.nn.log_softmax(jax.lax.stop_gradient(logits))
-  before = jax.lax.stop_gradient(log_pi_before[:, :k])
-  # The loss's reset steps are not actions of a policy.
-  mask = 1.0 - part.first[1:].astype(jnp.float32)
-  kl = jnp.sum(jnp.exp(before) * (before - log_pi_after), axis=-1)
-  sums = ac.global_sum((jnp.sum(mask * kl), jnp.sum(mask)), axis_name)
-  return sums[0] / jnp.maximum(sums[1], 1.0)
 
 
 def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTransformation,
@@ -455,7 +352,7 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
   Returns:
     update(params, opt_state, stats, batch, step) -> (params, opt_state,
     new_stats, metrics). Metrics are means over the update's optimiser steps
-    (`mean_metrics`) plus 'kl_update' (`update_kl`).
+    (`mean_metrics`) plus 'kl_update' (rl/health.update_kl).
   """
   v = settings(cfg)
   sgd_step = sgd.make_sgd_step(
@@ -484,52 +381,10 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
       # Means over the update's epochs x minibatches optimiser steps.
       metrics = mean_metrics(step_metrics)
       first, log_pi = jax.tree.map(lambda x: x[0], (minibatches, log_pis))
-    metrics['kl_update'] = update_kl(apply_fn, params, new_stats, first, log_pi, axis_name)
+    metrics['kl_update'] = health.update_kl(apply_fn, params, new_stats, first, log_pi, axis_name)
     return params, opt_state, new_stats, metrics
 
   return update
-
-
-def task_gradient_norms(apply_fn: Callable, cfg: LossConfig, params, stats: popart.Stats,
-                        batch: Unroll, shared: Sequence[str]) -> dict:
-  """Which task and term pull the shared modules most.
-
-  The gradient on the shared modules of each task's policy-gradient term and
-  of its value term, on `batch` (one device; the loss as training takes it,
-  advantages normalised over this batch as over a minibatch). One forward
-  pass, 2K backward passes.
-
-  Args:
-    apply_fn: the network, as for `loss_fn`.
-    cfg: the loss settings; cfg.num_tasks is K.
-    params: the network's parameters.
-    stats: the PopArt statistics.
-    batch: one device's unrolls.
-    shared: top-level param names of the shared modules (e.g. the torso and
-      the core); names not in the params are skipped.
-
-  Returns:
-    [K] arrays: 'task/grad_policy', 'task/grad_baseline' (gradient norms) and
-    'task/grad_share_policy', 'task/grad_share_baseline' (each norm over the
-    sum of the 2K norms).
-  """
-  k = cfg.num_tasks
-  terms = loss_fn(apply_fn, cfg, None, by_term=True)
-  _, vjp_fn, _ = jax.vjp(lambda p: terms(p, stats, batch), params, has_aux=True)
-  rows = (TERMS.index('policy'), TERMS.index('baseline'))
-  cotangents = jnp.zeros((len(rows) * k, len(TERMS), k))
-  for r, row in enumerate(rows):
-    cotangents = cotangents.at[r * k + jnp.arange(k), row, jnp.arange(k)].set(1.0)
-  (grads,) = jax.vmap(vjp_fn)(cotangents)
-  leaves = jax.tree.leaves({name: grads[name] for name in shared if name in grads})
-  norms = jnp.sqrt(sum(jnp.sum(x.reshape(x.shape[0], -1) ** 2, axis=1) for x in leaves))
-  total = jnp.maximum(jnp.sum(norms), 1e-12)
-  out = {}
-  for r, row in enumerate(rows):
-    part = norms[r * k:(r + 1) * k]
-    out[f'task/grad_{TERMS[row]}'] = part
-    out[f'task/grad_share_{TERMS[row]}'] = part / total
-  return out
 
 
 LEARNER = ac.Learner(

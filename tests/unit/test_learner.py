@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from agents import learner
-from rl import actor_critic, impala, optimizers, popart, ppo
+from rl import actor_critic, health, impala, optimizers, popart, ppo
 from networks import agent as agent_net
 from synthetic_unroll import random_unroll
 
@@ -230,7 +230,7 @@ def test_kl_update_is_the_policy_move_on_the_first_minibatch_by_hand():
   mesh, update, state = _vtrace_update(network, jax.devices()[:1], 1, lr=0.05)
   new, metrics = update(state, learner.shard_batch(batch, mesh))
   apply = agent_net.apply_fn(network)
-  part = _columns(batch, np.arange(impala.KL_UNROLLS))
+  part = _columns(batch, np.arange(health.KL_UNROLLS))
   head = agent_net.VALUE_HEAD
 
   def log_pi(s):

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl import actor_critic, impala, popart
+from rl.task_metrics import mean_metrics
 from rl.types import Unroll
 
 
@@ -247,7 +248,7 @@ def test_an_updates_task_metrics_weigh_each_minibatch_by_the_tasks_steps():
   steps = {'task/value_loss': jnp.asarray([[1.0, 5.0], [3.0, 0.0]]),
            'task/count': jnp.asarray([[1.0, 4.0], [3.0, 0.0]]),
            'loss/total': jnp.asarray([2.0, 4.0])}
-  out = impala.mean_metrics(steps)
+  out = mean_metrics(steps)
   # Task 0: (1 x 1 + 3 x 3) / 4; task 1: only the first step had it.
   np.testing.assert_allclose(out['task/value_loss'], [2.5, 5.0])
   np.testing.assert_allclose(out['task/count'], [4.0, 4.0])

@@ -13,7 +13,7 @@ import pytest
 
 from agents import learner
 from networks import agent as agent_net
-from rl import actor_critic, impala, optimizers, popart, sgd
+from rl import actor_critic, impala, optimizers, popart, sgd, task_gradients
 from synthetic_unroll import random_unroll
 
 T, B, A, TASKS = 5, 8, 3, 2
@@ -97,7 +97,7 @@ def test_task_gradient_norms_match_each_tasks_own_loss():
   apply = agent_net.apply_fn(network)
   stats = variables['popart'][agent_net.VALUE_HEAD]
   cfg = _cfg()
-  report = impala.task_gradient_norms(apply, cfg, variables['params'], stats, batch, ('torso',))
+  report = task_gradients.task_gradient_norms(apply, cfg, variables['params'], stats, batch, ('torso',))
   for k in range(TASKS):
     cols = np.flatnonzero(np.arange(B) % TASKS == k)
     part = jax.tree.map(lambda x: x[:, cols], batch._replace(core_state=None))

@@ -1,0 +1,56 @@
+"""Which task and term pull the shared modules most: each task's
+policy-gradient and value gradient norms on the shared modules, from the
+V-trace loss split by term and task (rl/impala.py). A multi-task
+diagnostic the learner logs now and then (agents/learner.py)."""
+
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from rl import popart
+from rl.actor_critic import LossConfig
+from rl.impala import TERMS, loss_fn
+from rl.types import Unroll
+
+
+def task_gradient_norms(apply_fn: Callable, cfg: LossConfig, params, stats: popart.Stats,
+                        batch: Unroll, shared: Sequence[str]) -> dict:
+  """Which task and term pull the shared modules most.
+
+  The gradient on the shared modules of each task's policy-gradient term and
+  of its value term, on `batch` (one device; the loss as training takes it,
+  advantages normalised over this batch as over a minibatch). One forward
+  pass, 2K backward passes.
+
+  Args:
+    apply_fn: the network, as for `loss_fn`.
+    cfg: the loss settings; cfg.num_tasks is K.
+    params: the network's parameters.
+    stats: the PopArt statistics.
+    batch: one device's unrolls.
+    shared: top-level param names of the shared modules (e.g. the torso and
+      the core); names not in the params are skipped.
+
+  Returns:
+    [K] arrays: 'task/grad_policy', 'task/grad_baseline' (gradient norms) and
+    'task/grad_share_policy', 'task/grad_share_baseline' (each norm over the
+    sum of the 2K norms).
+  """
+  k = cfg.num_tasks
+  terms = loss_fn(apply_fn, cfg, None, by_term=True)
+  _, vjp_fn, _ = jax.vjp(lambda p: terms(p, stats, batch), params, has_aux=True)
+  rows = (TERMS.index('policy'), TERMS.index('baseline'))
+  cotangents = jnp.zeros((len(rows) * k, len(TERMS), k))
+  for r, row in enumerate(rows):
+    cotangents = cotangents.at[r * k + jnp.arange(k), row, jnp.arange(k)].set(1.0)
+  (grads,) = jax.vmap(vjp_fn)(cotangents)
+  leaves = jax.tree.leaves({name: grads[name] for name in shared if name in grads})
+  norms = jnp.sqrt(sum(jnp.sum(x.reshape(x.shape[0], -1) ** 2, axis=1) for x in leaves))
+  total = jnp.maximum(jnp.sum(norms), 1e-12)
+  out = {}
+  for r, row in enumerate(rows):
+    part = norms[r * k:(r + 1) * k]
+    out[f'task/grad_{TERMS[row]}'] = part
+    out[f'task/grad_share_{TERMS[row]}'] = part / total
+  return out

@@ -1,0 +1,74 @@
+"""Per-task metrics of a multi-task loss ([K] each, means over each task's
+valid steps) and an update's metrics from those of its optimiser steps.
+
+TASK_COUNT (each task's valid steps) weighs the per-task means when an
+update's minibatches are averaged (`mean_metrics`); agents/summaries.py logs
+'task/<name>' as '<name>/<task>'.
+"""
+
+from typing import Optional
+
+import jax.numpy as jnp
+
+from rl import actor_critic as ac
+
+TASK_COUNT = 'task/count'
+
+
+def task_metrics(value_error_sq, norm_target, advantage, mask, task, num_tasks: int,
+                 axis_name: Optional[str]) -> dict:
+  """Per-task metrics of a multi-task loss, means over each task's valid steps.
+
+  Sums and counts are global over `axis_name`.
+
+  Args:
+    value_error_sq: mask * (target - value)^2 in normalised units [T, B].
+    norm_target: the normalised value targets [T, B].
+    advantage: the advantages before any normalisation, in sigma units [T, B].
+    mask: 1 for valid steps, 0 otherwise, [T, B].
+    task: int task of each step [T, B].
+    num_tasks: the number of tasks K.
+    axis_name: the devices the batch spans; None for one device.
+
+  Returns:
+    [K] arrays: 'task/value_loss' (0.5 (target - value)^2, normalised units,
+    before the baseline cost), 'task/norm_target_mean' and
+    'task/norm_target_std' (the normalised targets' mean and spread),
+    'task/advantage_rms' (the rms of the advantages before any
+    normalisation) and TASK_COUNT (each task's valid steps).
+  """
+  sums = lambda x: ac.global_sum(ac.task_sums(x, mask, task, num_tasks), axis_name)
+  count = sums(jnp.ones_like(mask))
+  per_step = lambda x: sums(x) / jnp.maximum(count, 1.0)
+  target_mean = per_step(norm_target)
+  target_var = jnp.maximum(per_step(norm_target ** 2) - target_mean ** 2, 0.0)
+  return {'task/value_loss': 0.5 * per_step(value_error_sq),
+          'task/norm_target_mean': target_mean,
+          'task/norm_target_std': jnp.sqrt(target_var),
+          'task/advantage_rms': jnp.sqrt(per_step(advantage ** 2)),
+          TASK_COUNT: count}
+
+
+def mean_metrics(step_metrics: dict) -> dict:
+  """An update's metrics from those of its optimiser steps.
+
+  Per-task metrics ('task/...') are weighted by each task's valid steps in
+  each step, so a minibatch without a task does not pull its mean to 0; the
+  others are plain means.
+
+  Args:
+    step_metrics: metric name -> array with a leading axis of optimiser
+      steps; per-task metrics come with TASK_COUNT.
+
+  Returns:
+    The metrics without the leading axis; TASK_COUNT is summed over steps.
+  """
+  out = {k: jnp.mean(x, axis=0) for k, x in step_metrics.items() if not k.startswith('task/')}
+  if TASK_COUNT in step_metrics:
+    count = step_metrics[TASK_COUNT]
+    total = jnp.maximum(jnp.sum(count, axis=0), 1.0)
+    for k, x in step_metrics.items():
+      if k.startswith('task/') and k != TASK_COUNT:
+        out[k] = jnp.sum(x * count, axis=0) / total
+    out[TASK_COUNT] = jnp.sum(count, axis=0)
+  return out
