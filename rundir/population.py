@@ -46,15 +46,19 @@ def member_index(trial_id: str) -> int:
 
 
 def install_checkpoint(state_dir: str, workdir: str, step: int, own: bool) -> None:
-  """Makes a checkpoint the newest of a member's run folder.
+  """Makes a checkpoint the newest of a member's run folder, or, for the
+  member's own, keeps a newer one.
 
-  The checkpoint is first copied in whole beside the member's own, as
-  `<step>.copying` (not a checkpoint to the run folder); only then do the
-  member's checkpoints at `step` or later move to
-  `<workdir>/checkpoints.replaced/<step>.<YYYYmmdd-HHMMSS-ffffff>`, except one
-  at `step` that is the member's own and intact (kept as it is, and nothing
-  is copied), and the copy is renamed to `<step>`. A copy that fails (a full
-  disk) is removed and leaves the member's checkpoints as they were.
+  A restore of the member's own checkpoint (`own`) changes nothing when the
+  folder holds an intact checkpoint at `step` or later: the member goes on
+  from its newest (Ray Tune restores a trial from its last Ray checkpoint,
+  which can be older than what the member trained and saved since).
+  Otherwise the checkpoint is first copied in whole beside the member's
+  own, as `<step>.copying` (not a checkpoint to the run folder); only then
+  do the member's checkpoints at `step` or later move to
+  `<workdir>/checkpoints.replaced/<step>.<YYYYmmdd-HHMMSS-ffffff>`, and the
+  copy is renamed to `<step>`. A copy that fails (a full disk) is removed
+  and leaves the member's checkpoints as they were.
 
   Args:
     state_dir: an orbax step folder with its manifest.
@@ -69,25 +73,22 @@ def install_checkpoint(state_dir: str, workdir: str, step: int, own: bool) -> No
   root = checkpoint.directory(workdir)
   os.makedirs(root, exist_ok=True)
   target = os.path.join(root, str(step))
-  if own and os.path.isdir(target) and checkpoint.damage(target) is None:
-    replace = [s for s in checkpoint.steps_on_disk(workdir) if s > step]
-    staged = None
-  else:
-    replace = [s for s in checkpoint.steps_on_disk(workdir) if s >= step]
-    staged = target + '.copying'
-    shutil.rmtree(staged, ignore_errors=True)   # a copy an earlier failure left
-    try:
-      shutil.copytree(state_dir, staged)
-    except BaseException:
-      shutil.rmtree(staged, ignore_errors=True)
-      raise
-  for existing in replace:
+  later = [s for s in checkpoint.steps_on_disk(workdir) if s >= step]
+  if own and any(checkpoint.damage(os.path.join(root, str(s))) is None for s in later):
+    return
+  staged = target + '.copying'
+  shutil.rmtree(staged, ignore_errors=True)   # a copy an earlier failure left
+  try:
+    shutil.copytree(state_dir, staged)
+  except BaseException:
+    shutil.rmtree(staged, ignore_errors=True)
+    raise
+  for existing in later:
     dest_dir = os.path.join(os.path.abspath(workdir), REPLACED)
     os.makedirs(dest_dir, exist_ok=True)
     dest = os.path.join(dest_dir, f'{existing}.{datetime.datetime.now():%Y%m%d-%H%M%S-%f}')
     os.replace(os.path.join(root, str(existing)), dest)   # a rename: needs no space
-  if staged is not None:
-    os.replace(staged, target)
+  os.replace(staged, target)
 
 
 def _trainable(tune):
@@ -133,8 +134,14 @@ def _trainable(tune):
       with open(os.path.join(checkpoint_dir, MEMBER_INFO)) as f:
         info = json.load(f)
       own = info['member'] == self.name
+      # After a copy, Ray Tune's last checkpoint of this trial is the donor's
+      # until the member is checkpointed again: a resume restores it, but the
+      # copy is in the member's folder already (and trained on since).
+      installed = not own and record.was_installed(self.population_dir, self.name, info)
       install_checkpoint(os.path.join(checkpoint_dir, STATE), self.config.workdir,
-                         int(info['env_steps']), own)
+                         int(info['env_steps']), own or installed)
+      if installed:
+        return
       if not own:   # recorded only now that it is in the member's folder
         self.copied_from = info
         event = record.installed(self.population_dir, self.name, info, self.values)

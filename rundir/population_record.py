@@ -22,6 +22,7 @@ member at total_env_steps without a failure.
 import datetime
 import json
 import os
+import re
 import shutil
 from typing import List, Optional
 
@@ -111,6 +112,20 @@ def installed(population_dir: str, recipient: str, donor_info: dict, values: dic
   return event
 
 
+def was_installed(population_dir: str, recipient: str, donor_info: dict) -> bool:
+  """Whether events.jsonl records this copy (donor and env step) as installed
+  in `recipient` already.
+
+  Args:
+    population_dir: the population folder.
+    recipient: the member restoring the checkpoint.
+    donor_info: the checkpoint's member.json (member, env_steps).
+  """
+  step = int(donor_info['env_steps'])
+  return any(e['recipient'] == recipient and e['donor'] == donor_info['member']
+             and e['env_steps'] == step for e in read_events(population_dir))
+
+
 def clear_pending(population_dir: str) -> None:
   """Removes copies.pending/ of a finished population: a decision no member
   installed (the population ended first) was never a copy."""
@@ -169,8 +184,9 @@ def summarise(results, population_dir: str, settings, total_env_steps: int) -> d
   members, failed = [], []
   for result in results:
     metrics = result.metrics or {}
-    trial_id = metrics.get('trial_id') or os.path.basename(result.path).split('_')[-2]
-    name = metrics.get('member') or member_name(str(trial_id))
+    name = _result_member(result)
+    if metrics.get('member') != name:   # the donor's last result, set by Ray at a copy
+      metrics = {**metrics, **_own_progress(population_dir, name)}
     row = {'member': name, 'score': metrics.get('score'), 'env_steps': metrics.get('env_steps'),
            'values': {k: metrics.get(k, (result.config or {}).get(k)) for k in settings.ranges},
            'copied_from': [e['donor'] for e in events if e['recipient'] == name],
@@ -191,6 +207,28 @@ def summarise(results, population_dir: str, settings, total_env_steps: int) -> d
   with atomic_write.atomic_open(os.path.join(population_dir, SUMMARY)) as f:
     json.dump(summary, f, indent=1)
   return summary
+
+
+def _result_member(result) -> str:
+  """The member a Ray Tune result is of, from its trial's folder name
+  ('Member_9b6e2_00001_1_<date>' -> 'member_00001'): after a copy, Ray
+  gives a trial the donor's last result, so its metrics can name the donor.
+  Falls back to the metrics' trial id when the folder name is not Ray's."""
+  found = re.match(r'[^_]+_([0-9a-f]+_\d+)_', os.path.basename(os.path.normpath(result.path)))
+  if found:
+    return member_name(found.group(1))
+  return member_name(str((result.metrics or {}).get('trial_id', '')))
+
+
+def _own_progress(population_dir: str, name: str) -> dict:
+  """{'score', 'env_steps'} of a member's last PBT interval, read from its
+  own metrics.jsonl ({} when it has none)."""
+  path = os.path.join(population_dir, MEMBERS, name, 'metrics.jsonl')
+  try:
+    rows = [r for r in run_folder.read_jsonl(path) if 'pbt/score' in r]
+  except OSError:
+    return {}
+  return {'score': rows[-1]['pbt/score'], 'env_steps': rows[-1]['env_steps']} if rows else {}
 
 
 def finished_at(population_dir: str, total_env_steps: int) -> Optional[dict]:

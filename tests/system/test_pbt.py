@@ -254,6 +254,46 @@ def test_installed_checkpoint_replaces_newer_ones(tmp_path):
   assert len(os.listdir(member / pbt.REPLACED)) == 2   # its own 200 and 300
   pbt.install_checkpoint(str(donor), str(member), 200, own=True)  # its own, intact: kept
   assert len(os.listdir(member / pbt.REPLACED)) == 2
+  # A restore of its own older checkpoint (Ray Tune's last, on a resume)
+  # keeps the member's newer one: it goes on from its newest.
+  (member / 'checkpoints' / '300' / 'default').mkdir(parents=True)
+  (member / 'checkpoints' / '300' / 'default' / '_METADATA').write_text('{"own": 300}')
+  pbt.install_checkpoint(str(donor), str(member), 100, own=True)
+  assert sorted(os.listdir(member / 'checkpoints')) == ['100', '200', '300']
+  assert len(os.listdir(member / pbt.REPLACED)) == 2
+
+
+def test_a_copy_recorded_as_installed_is_not_installed_again(tmp_path):
+  """Ray Tune restores a trial from its last Ray checkpoint, which after a
+  copy is the donor's: on a resume the copy must not be installed (and
+  recorded) again over what the member trained since."""
+  from rundir import population_record as record
+  (tmp_path / record.EVENTS).write_text(json.dumps(
+      {'time': None, 'donor': 'member_00000', 'recipient': 'member_00001', 'env_steps': 4160,
+       'donor_score': 1.0, 'recipient_score': None, 'new_values': {}, 'installed': 'x'}) + '\n')
+  info = {'member': 'member_00000', 'env_steps': 4160, 'score': 1.0}
+  assert record.was_installed(str(tmp_path), 'member_00001', info)
+  assert not record.was_installed(str(tmp_path), 'member_00001', {**info, 'env_steps': 8160})
+  assert not record.was_installed(str(tmp_path), 'member_00002', info)
+
+
+def test_the_summary_names_each_member_by_its_trial_not_its_copied_result(tmp_path):
+  """After a copy Ray gives the recipient the donor's last result; the
+  summary names the member by its trial folder and reads its own progress."""
+  from types import SimpleNamespace
+  from rundir import population_record as record
+  c = _config(tmp_path, adapt=('learning_rate',))
+  settings = pbt_lib.check(c, validate(c))
+  own = tmp_path / record.MEMBERS / 'member_00001'
+  own.mkdir(parents=True)
+  (own / 'metrics.jsonl').write_text(json.dumps({'env_steps': 8000, 'pbt/score': 3.0}) + '\n')
+  donor_metrics = {'member': 'member_00000', 'score': 9.0, 'env_steps': 4000,
+                   'trial_id': '9b6e2_00000', 'learning_rate': 1e-4}
+  results = [SimpleNamespace(path=str(tmp_path / f'Member_9b6e2_0000{i}_{i}_2026-11-28_15-58-52'),
+                             metrics=donor_metrics, config={}, error=None) for i in (0, 1)]
+  summary = record.summarise(results, str(tmp_path), settings, 8000)
+  assert [(m['member'], m['score'], m['env_steps']) for m in summary['members']] == [
+      ('member_00000', 9.0, 4000), ('member_00001', 3.0, 8000)]
 
 
 def _pbt_command(workdir, total):
@@ -269,13 +309,53 @@ def _checkpoints(member):
   return sorted(int(n) for n in os.listdir(root) if n.isdigit()) if root.is_dir() else []
 
 
+def _resume_then_kill_9(command, pop):
+  """Resumes the population, lets a member write a checkpoint, then kills the
+  driver with SIGKILL (no code of it runs): within 15 s no process it
+  started is left (infra/orphan_watchdog.py ends Ray's), and its run.lock
+  is stale for the next driver to take over."""
+  from infra import orphan_watchdog
+  members = sorted((pop / 'members').glob('member_*'))
+  before = {m: max(_checkpoints(m), default=0) for m in members}
+  driver = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+  try:
+    deadline = time.time() + 300
+    while not any(max(_checkpoints(m), default=0) > before[m] for m in members):
+      assert time.time() < deadline and driver.poll() is None, 'the resumed members never saved'
+      time.sleep(0.5)
+    started = orphan_watchdog.descendants(driver.pid)
+    assert started, 'the driver started no process'
+  finally:
+    driver.kill()
+    driver.wait(timeout=60)
+  deadline = time.time() + 15
+
+  def left():
+    alive = []
+    for pid, start in started.items():
+      try:
+        with open(f'/proc/{pid}/stat') as f:
+          fields = f.read().rsplit(')', 1)[1].split()
+      except OSError:
+        continue
+      if fields[0] != 'Z' and int(fields[19]) == start:   # not a zombie, not a reused pid
+        alive.append(pid)
+    return alive
+  while left() and time.time() < deadline:
+    time.sleep(0.5)
+  assert not left(), f'processes the killed driver started are still running: {left()}'
+
+
 @pytest.mark.xdist_group('processes')  # Ray: one cluster at a time
 def test_a_population_stopped_by_sigterm_resumes_and_records_only_installed_copies(tmp_path):
   """SIGTERM to the driver once a member is past its second interval: a
   clean stop (exit 0, one line of ours, population.json unfinished); a
   second driver meanwhile is refused in one line; every copy in
   events.jsonl is installed in its recipient's folder; the same command
-  resumes every member to the end, and once more says it is finished.
+  resumes, and after a kill -9 of that driver (its Ray processes gone
+  within 15 s) resumes again every member to the end, and once more says
+  it is finished.
   Before: Ray's SIGTERM dump and exit 1 with no population.json, a resume
   that failed in Tuner.restore, a finished population likewise."""
   pop = tmp_path / 'pop'
@@ -314,13 +394,19 @@ def test_a_population_stopped_by_sigterm_resumes_and_records_only_installed_copi
     return events
 
   installed_copies_are_in_their_recipients()
+  _resume_then_kill_9(command, pop)
   done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]
   assert 'resuming the population in' in done.stdout
   summary = json.loads((pop / 'population.json').read_text())
   assert summary['finished'] is True and summary['failed'] == []
   assert [m['env_steps'] for m in summary['members']] == [24_000, 24_000]
-  assert summary['copies'] == len(installed_copies_are_in_their_recipients())
+  events = installed_copies_are_in_their_recipients()
+  assert summary['copies'] == len(events)
+  # Each copy once: a resume does not install (or record) a copy again.
+  copies = [(e['donor'], e['recipient'], e['env_steps']) for e in events]
+  assert len(set(copies)) == len(copies), events
+  assert [m['member'] for m in summary['members']] == ['member_00000', 'member_00001']
   again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
   assert again.returncode == 0 and again.stderr.strip().splitlines() == [
       f'{pop} already finished: every member at 24,000 env steps (population.json); nothing to '
