@@ -348,6 +348,7 @@ def _resume_then_kill_9(command, pop):
 
 
 @pytest.mark.xdist_group('processes')  # Ray: one cluster at a time
+@pytest.mark.timeout(1800)  # a hang guard: four drivers in turn, slow beside other work
 def test_a_population_stopped_by_sigterm_resumes_and_records_only_installed_copies(tmp_path):
   """SIGTERM to the driver once a member is past its second interval: a
   clean stop (exit 0, one line of ours, population.json unfinished); a
