@@ -329,7 +329,12 @@ def _resume_then_kill_9(command, pop):
   finally:
     driver.kill()
     driver.wait(timeout=60)
-  deadline = time.time() + 15
+  _assert_none_left(started, 'the killed driver')
+
+
+def _assert_none_left(started, whose, seconds=15):
+  """Within `seconds`, none of `started` ({pid: start time}, from
+  orphan_watchdog.descendants) is still running."""
 
   def left():
     alive = []
@@ -342,9 +347,10 @@ def _resume_then_kill_9(command, pop):
       if fields[0] != 'Z' and int(fields[19]) == start:   # not a zombie, not a reused pid
         alive.append(pid)
     return alive
+  deadline = time.time() + seconds
   while left() and time.time() < deadline:
     time.sleep(0.5)
-  assert not left(), f'processes the killed driver started are still running: {left()}'
+  assert not left(), f'processes {whose} started are still running: {left()}'
 
 
 @pytest.mark.xdist_group('processes')  # Ray: one cluster at a time
@@ -359,6 +365,7 @@ def test_a_population_stopped_by_sigterm_resumes_and_records_only_installed_copi
   it is finished.
   Before: Ray's SIGTERM dump and exit 1 with no population.json, a resume
   that failed in Tuner.restore, a finished population likewise."""
+  from infra import orphan_watchdog
   pop = tmp_path / 'pop'
   command = _pbt_command(pop, 24_000)
   driver = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -373,12 +380,14 @@ def test_a_population_stopped_by_sigterm_resumes_and_records_only_installed_copi
     lines = second.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
         f'error: {pop} is in use by another trainer (host '), second.stderr[-2000:]
+    started = orphan_watchdog.descendants(driver.pid)
     driver.send_signal(signal.SIGTERM)
     out, err = driver.communicate(timeout=180)
   finally:
     if driver.poll() is None:
       driver.kill()
   assert driver.returncode == 0, err[-3000:]
+  _assert_none_left(started, 'the driver stopped by SIGTERM')
   assert 'SIGTERM received' not in err
   assert ('stopped before total_env_steps; population.json says unfinished. The same command '
           'resumes it') in err
