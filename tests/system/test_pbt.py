@@ -309,16 +309,17 @@ def _checkpoints(member):
   return sorted(int(n) for n in os.listdir(root) if n.isdigit()) if root.is_dir() else []
 
 
-def _resume_then_kill_9(command, pop):
-  """Resumes the population, lets a member write a checkpoint, then kills the
-  driver with SIGKILL (no code of it runs): within 15 s no process it
-  started is left (infra/orphan_watchdog.py ends Ray's), and its run.lock
-  is stale for the next driver to take over."""
+def _resume_then_stop(command, pop, sig):
+  """Resumes the population, lets a member write a checkpoint, then stops the
+  driver with `sig`: SIGINT (Ctrl-C) is a clean stop (exit 0, population.json
+  unfinished); after SIGKILL no code of the driver runs, and its run.lock is
+  stale for the next driver to take over. Either way, within 15 s no
+  process it started is left (infra/orphan_watchdog.py ends Ray's)."""
   from infra import orphan_watchdog
   members = sorted((pop / 'members').glob('member_*'))
   before = {m: max(_checkpoints(m), default=0) for m in members}
   driver = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.PIPE, text=True)
   try:
     deadline = time.time() + 300
     while not any(max(_checkpoints(m), default=0) > before[m] for m in members):
@@ -326,10 +327,16 @@ def _resume_then_kill_9(command, pop):
       time.sleep(0.5)
     started = orphan_watchdog.descendants(driver.pid)
     assert started, 'the driver started no process'
+    driver.send_signal(sig)
+    _, err = driver.communicate(timeout=180)
   finally:
-    driver.kill()
-    driver.wait(timeout=60)
-  _assert_none_left(started, 'the killed driver')
+    if driver.poll() is None:
+      driver.kill()
+      driver.wait(timeout=60)
+  if sig == signal.SIGINT:
+    assert driver.returncode == 0 and 'Traceback' not in err, err[-3000:]
+    assert json.loads((pop / 'population.json').read_text())['finished'] is False
+  _assert_none_left(started, f'the driver stopped by {signal.Signals(sig).name}')
 
 
 def _assert_none_left(started, whose, seconds=15):
@@ -360,9 +367,10 @@ def test_a_population_stopped_by_sigterm_resumes_and_records_only_installed_copi
   clean stop (exit 0, one line of ours, population.json unfinished); a
   second driver meanwhile is refused in one line; every copy in
   events.jsonl is installed in its recipient's folder; the same command
-  resumes, and after a kill -9 of that driver (its Ray processes gone
-  within 15 s) resumes again every member to the end, and once more says
-  it is finished.
+  resumes, is stopped by SIGINT (Ctrl-C) as cleanly, resumes again and is
+  killed with SIGKILL (after each stop its Ray processes are gone within
+  15 s), then resumes every member to the end with each copy recorded
+  once, and once more says it is finished.
   Before: Ray's SIGTERM dump and exit 1 with no population.json, a resume
   that failed in Tuner.restore, a finished population likewise."""
   from infra import orphan_watchdog
@@ -404,7 +412,9 @@ def test_a_population_stopped_by_sigterm_resumes_and_records_only_installed_copi
     return events
 
   installed_copies_are_in_their_recipients()
-  _resume_then_kill_9(command, pop)
+  _resume_then_stop(command, pop, signal.SIGINT)
+  installed_copies_are_in_their_recipients()
+  _resume_then_stop(command, pop, signal.SIGKILL)
   done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]
   assert 'resuming the population in' in done.stdout
