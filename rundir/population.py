@@ -331,6 +331,9 @@ def run_population(config, population=None, address=None):
   Raises:
     PopulationFinished: when population.json says every member is at
       total_env_steps; before Ray starts.
+    rundir.run_folder.RunFolderError: on a resume with a different
+      total_env_steps or pbt setting (population_settings.json), before Ray
+      starts; when population_settings.json cannot be written.
     configs.validation.ConfigError: on a bad setting, before Ray starts.
     rundir.run_folder.RunFolderError: when the members' paths would be too
       long for the filesystem, the folder cannot be made, or another driver
@@ -353,11 +356,26 @@ def run_population(config, population=None, address=None):
   import ray  # pylint: disable=import-outside-toplevel
   from ray import tune  # pylint: disable=import-outside-toplevel
 
+  storage = os.path.join(population_dir, 'ray')
+  name = 'tune'
+  path = os.path.join(storage, name)
+  resuming = tune.Tuner.can_restore(path)
+  fixed = record.fixed_settings(settings, config.total_env_steps)
+  changed = record.changed_settings(population_dir, fixed) if resuming else []
+  if changed:
+    raise run_folder.RunFolderError(
+        f'cannot resume {population_dir} with different population settings: '
+        + '; '.join(f'{field} {json.dumps(now)} (it started with {json.dumps(saved)})'
+                    for field, saved, now in changed)
+        + f' ({record.SETTINGS}). Ray Tune restores the members, the scheduler and the stop '
+        'rule it started with, so these would be ignored: undo these overrides, or start a new '
+        'population in another --config.workdir')
   done = record.finished_at(population_dir, config.total_env_steps)
   if done is not None:
     raise PopulationFinished(
         f'{population_dir} already finished: every member at {config.total_env_steps:,} env '
-        f'steps ({SUMMARY}); nothing to do. Raise --config.total_env_steps to train on')
+        f'steps ({SUMMARY}); nothing to do. A population keeps its total: to train longer, start '
+        'a new one in another --config.workdir')
   # One driver per population: its folder's run.lock, taken before Ray starts
   # when the folder exists (a second driver is refused at once), else once made.
   lock = run_folder.RunLock(population_dir).acquire() if os.path.isdir(population_dir) else None
@@ -395,14 +413,12 @@ def run_population(config, population=None, address=None):
         tune.with_parameters(_trainable(tune), base=config, settings=settings,
                              population_dir=population_dir),
         {'cpu': settings.cpus_per_member})
-    storage = os.path.join(population_dir, 'ray')
-    name = 'tune'
-    path = os.path.join(storage, name)
-    if tune.Tuner.can_restore(path):
+    if resuming:
       print(f'resuming the population in {path}', flush=True)
       tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True,
                                  resume_errored=False)
     else:
+      record.write_settings(population_dir, fixed)
       tuner = tune.Tuner(
           trainable,
           param_space={k: start_value(k) for k in settings.ranges},

@@ -17,6 +17,11 @@ a population's saved state can be restored by a later driver.
 
 `population.json` (`summarise`) says whether the population finished: every
 member at total_env_steps without a failure.
+
+`population_settings.json` (`fixed_settings`) holds what a resume cannot
+change: Ray Tune restores the members, the scheduler and the stop rule the
+first driver gave it, so a later driver's different total_env_steps or pbt
+setting would be ignored; `changed_settings` names them for the refusal.
 """
 
 import datetime
@@ -33,6 +38,7 @@ MEMBERS = 'members'
 EVENTS = 'events.jsonl'
 SUMMARY = 'population.json'
 PENDING = 'copies.pending'
+SETTINGS = 'population_settings.json'
 LEDGER_NAME = 'pbt_copy_ledger'
 
 
@@ -248,3 +254,63 @@ def finished_at(population_dir: str, total_env_steps: int) -> Optional[dict]:
   except (OSError, ValueError, KeyError, TypeError):
     pass
   return None
+
+
+def fixed_settings(settings, total_env_steps: int) -> dict:
+  """What a population keeps from its first driver, by config field.
+
+  Args:
+    settings: the checked pbt settings (configs/pbt.py Settings).
+    total_env_steps: the run's total per member.
+
+  Returns:
+    {field: value}, JSON-ready: total_env_steps and the pbt group as Ray
+    Tune's trials and scheduler hold it (the interval resolved from 0).
+  """
+  return {
+      'total_env_steps': int(total_env_steps), 'pbt.population': settings.population,
+      'pbt.adapt': sorted(settings.ranges),
+      'pbt.ranges': {k: [float(lo), float(hi)] for k, (lo, hi) in sorted(settings.ranges.items())},
+      'pbt.interval_env_steps': settings.interval, 'pbt.metric': settings.metric,
+      'pbt.last_episodes': settings.last_episodes, 'pbt.quantile': settings.quantile,
+      'pbt.resample_probability': settings.resample_probability,
+      'pbt.perturb_factors': [float(f) for f in settings.perturb_factors],
+      'pbt.cpus_per_member': settings.cpus_per_member, 'pbt.start': settings.start}
+
+
+def write_settings(population_dir: str, fixed: dict) -> None:
+  """Writes `fixed` (fixed_settings) to population_settings.json, whole or
+  not at all.
+
+  Raises:
+    rundir.run_folder.RunFolderError: when it cannot be written (a full
+      disk), naming the file.
+  """
+  path = os.path.join(population_dir, SETTINGS)
+  try:
+    with atomic_write.atomic_open(path) as f:
+      json.dump(fixed, f, indent=1)
+  except OSError as e:
+    raise run_folder.RunFolderError(f'cannot write {path}: {e.strerror or e}') from None
+
+
+def changed_settings(population_dir: str, fixed: dict) -> List[tuple]:
+  """The fields of `fixed` that differ from what the population started
+  with, as (field, started with, now); [] for a population that recorded
+  none (one started before population_settings.json was written).
+
+  Raises:
+    rundir.run_folder.RunFolderError: when population_settings.json cannot
+      be read, naming it.
+  """
+  path = os.path.join(population_dir, SETTINGS)
+  if not os.path.exists(path):
+    return []
+  try:
+    with open(path) as f:
+      saved = json.load(f)
+  except (OSError, ValueError) as e:
+    raise run_folder.RunFolderError(
+        f'cannot read {path} ({e}); the population cannot be checked for resuming. Restore it '
+        'or choose another --config.workdir') from None
+  return [(k, saved[k], v) for k, v in fixed.items() if k in saved and saved[k] != v]

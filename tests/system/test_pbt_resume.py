@@ -89,12 +89,44 @@ def test_the_summary_names_each_member_by_its_trial_not_its_copied_result(tmp_pa
       ('member_00000', 9.0, 4000), ('member_00001', 3.0, 8000)]
 
 
+def test_a_resume_names_each_population_setting_that_changed(tmp_path):
+  """What Ray Tune restores from the first driver (the total, the pbt
+  group) is recorded; a resume's differences are named with both values."""
+  from rundir import population_record as record
+  from rundir.run_folder import RunFolderError
+  c = _config(tmp_path)
+  settings = pbt_lib.check(c, validate(c))
+  fixed = record.fixed_settings(settings, c.total_env_steps)
+  assert record.changed_settings(str(tmp_path), fixed) == []   # none recorded: nothing to check
+  record.write_settings(str(tmp_path), fixed)
+  assert record.changed_settings(str(tmp_path), fixed) == []
+  c.pbt.quantile = 0.5
+  c.pbt.ranges = {**c.pbt.ranges, 'learning_rate': (1e-4, 1e-2)}
+  changed = record.changed_settings(
+      str(tmp_path), record.fixed_settings(pbt_lib.check(c, validate(c), 2), 2 * c.total_env_steps))
+  assert changed == [
+      ('total_env_steps', c.total_env_steps, 2 * c.total_env_steps),
+      ('pbt.population', settings.population, 2),
+      ('pbt.ranges', {'learning_rate': [1e-5, 1e-2]}, {'learning_rate': [1e-4, 1e-2]}),
+      ('pbt.quantile', 0.25, 0.5)]
+  (tmp_path / record.SETTINGS).write_text('{"total')
+  with pytest.raises(RunFolderError, match='population_settings.json .*cannot be checked'):
+    record.changed_settings(str(tmp_path), fixed)
+
+
 def _pbt_command(workdir, total):
   return [sys.executable, 'launch/pbt.py', '--config=configs/cartpole.py', '--population=2',
           f'--config.workdir={workdir}', '--config.num_learner_devices=1',
           '--config.wandb.mode=disabled', '--config.log.every_seconds=1.0',
           "--config.pbt.adapt=('learning_rate',)", '--config.pbt.interval_env_steps=4000',
           '--config.pbt.cpus_per_member=1', f'--config.total_env_steps={total}']
+
+
+# Room for three stops: after a stop is asked, members train on until Ray
+# ends them, two intervals or more on a fast machine (CI's ran a 24,000-step
+# population to its end during the SIGINT stop, and the SIGKILL stage found
+# nothing left to train).
+TOTAL = 48_000
 
 
 def _checkpoints(member):
@@ -111,13 +143,21 @@ def _resume_then_stop(command, pop, sig):
   from infra import orphan_watchdog
   members = sorted((pop / 'members').glob('member_*'))
   before = {m: max(_checkpoints(m), default=0) for m in members}
+  assert all(v < TOTAL for v in before.values()), (
+      f'the members ran to the end during the last stop ({before}): raise TOTAL')
   driver = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
   try:
     deadline = time.time() + 300
     while not any(max(_checkpoints(m), default=0) > before[m] for m in members):
-      assert time.time() < deadline and driver.poll() is None, 'the resumed members never saved'
+      if time.time() > deadline or driver.poll() is not None:
+        err = '' if driver.poll() is None else driver.communicate()[1]
+        raise AssertionError(
+            f'the resumed members never saved: checkpoints before {before}, now '
+            f'{ {m.name: _checkpoints(m) for m in members} }, exit {driver.poll()}\n{err[-3000:]}')
       time.sleep(0.5)
+    print(f'{signal.Signals(sig).name} stage: checkpoints before { {m.name: v for m, v in before.items()} }, '
+          f'at the stop { {m.name: _checkpoints(m) for m in members} }')
     started = orphan_watchdog.descendants(driver.pid)
     assert started, 'the driver started no process'
     driver.send_signal(sig)
@@ -130,6 +170,7 @@ def _resume_then_stop(command, pop, sig):
     assert driver.returncode == 0 and 'Traceback' not in err, err[-3000:]
     assert json.loads((pop / 'population.json').read_text())['finished'] is False
   _assert_none_left(started, f'the driver stopped by {signal.Signals(sig).name}')
+  print(f'after the {signal.Signals(sig).name} stop: { {m.name: _checkpoints(m) for m in members} }')
 
 
 def _assert_none_left(started, whose, seconds=15):
@@ -163,12 +204,13 @@ def test_a_population_stopped_by_sigterm_resumes_and_records_only_installed_copi
   resumes, is stopped by SIGINT (Ctrl-C) as cleanly, resumes again and is
   killed with SIGKILL (after each stop its Ray processes are gone within
   15 s), then resumes every member to the end with each copy recorded
-  once, and once more says it is finished.
+  once, and once more says it is finished; a longer total or another
+  population size is refused in one line.
   Before: Ray's SIGTERM dump and exit 1 with no population.json, a resume
   that failed in Tuner.restore, a finished population likewise."""
   from infra import orphan_watchdog
   pop = tmp_path / 'pop'
-  command = _pbt_command(pop, 24_000)
+  command = _pbt_command(pop, TOTAL)
   driver = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
   try:
@@ -213,7 +255,7 @@ def test_a_population_stopped_by_sigterm_resumes_and_records_only_installed_copi
   assert 'resuming the population in' in done.stdout
   summary = json.loads((pop / 'population.json').read_text())
   assert summary['finished'] is True and summary['failed'] == []
-  assert [m['env_steps'] for m in summary['members']] == [24_000, 24_000]
+  assert [m['env_steps'] for m in summary['members']] == [TOTAL, TOTAL]
   events = installed_copies_are_in_their_recipients()
   assert summary['copies'] == len(events)
   # Each copy once: a resume does not install (or record) a copy again.
@@ -222,8 +264,20 @@ def test_a_population_stopped_by_sigterm_resumes_and_records_only_installed_copi
   assert [m['member'] for m in summary['members']] == ['member_00000', 'member_00001']
   again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
   assert again.returncode == 0 and again.stderr.strip().splitlines() == [
-      f'{pop} already finished: every member at 24,000 env steps (population.json); nothing to '
-      'do. Raise --config.total_env_steps to train on'], again.stderr[-2000:]
+      f'{pop} already finished: every member at {TOTAL:,} env steps (population.json); nothing to '
+      'do. A population keeps its total: to train longer, start a new one in another '
+      '--config.workdir'], again.stderr[-2000:]
+  # A longer total or a third member would be ignored by Ray Tune's restore
+  # (before: the driver ran, trained nothing and said "unfinished").
+  longer = subprocess.run(command[:-1] + [f'--config.total_env_steps={TOTAL + 8000}',
+                                           '--population=3'],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert longer.returncode == 2 and longer.stderr.strip().splitlines() == [
+      f'error: cannot resume {pop} with different population settings: total_env_steps '
+      f'{TOTAL + 8000} (it started with {TOTAL}); pbt.population 3 (it started with 2) '
+      '(population_settings.json). Ray Tune restores the members, the scheduler and the stop rule '
+      'it started with, so these would be ignored: undo these overrides, or start a new '
+      'population in another --config.workdir'], longer.stderr[-2000:]
 
 
 def test_a_copy_that_fails_leaves_the_members_own_checkpoints(tmp_path, monkeypatch):
