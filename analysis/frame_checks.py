@@ -1,23 +1,17 @@
 """The frames and step bookkeeping the learner receives, checked with numbers.
 
-`collect` builds actor 0's envs exactly as training does (validate_spec ->
-agents.actor.make_envs and make_actors, the builder's agent and seeds), runs
-the real `agents.actor.Actor` thread with a freshly initialised network, and
-keeps the UnrollBlocks it puts on the queue (what the learner gets) and every
-env step's flags. The
-`check_*` functions turn that into named PASS/FAIL `Check`s: frame shape,
-stack order, frozen frames, reset stacks, EnvPool's max-pool, unroll overlap,
-discounts and reset steps, rewards, lives, sticky actions, action sets,
-behaviour logits, the torso's input scaling (IMPALA's Atari protocol,
-Espeholt et al. 2018, arXiv 1802.01561; sticky actions, Machado et al.
-2018, arXiv 1709.06009). launch/inspect_frames.py prints
-them for a config; tests/unit/test_frames.py runs them on short real unrolls.
+What analysis/frame_collect.py collects from actor 0 (the unrolls the
+learner gets and every env step's flags), the `check_*` functions turn into
+named PASS/FAIL `Check`s: frame shape, stack order, frozen frames, reset
+stacks, EnvPool's max-pool, unroll overlap, discounts and reset steps,
+rewards, lives, sticky actions, action sets, behaviour logits, the torso's
+input scaling (IMPALA's Atari protocol, Espeholt et al. 2018, arXiv
+1802.01561; sticky actions, Machado et al. 2018, arXiv 1709.06009).
+launch/inspect_frames.py prints them for a config; tests/unit/test_frames.py
+runs them on short real unrolls.
 """
 
-import dataclasses
-import queue
-import threading
-from typing import Dict, List, NamedTuple
+from typing import Dict, NamedTuple
 
 import envpool
 import flax.linen as nn
@@ -25,10 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agents import builder
-from agents import actor as actor_lib
-from agents.actor import ParamsStore
-from agents.timing import StageTimer
+from analysis.frame_collect import Collected, stitch
 from configs import atari_popart
 from configs.validation import validate
 from networks import centring
@@ -40,132 +31,6 @@ class Check(NamedTuple):
   passed: bool
   what: str       # the property checked
   detail: str     # the numbers behind the verdict
-
-
-@dataclasses.dataclass
-class Collected:
-  """What actor 0 produced, and what is needed to re-check it."""
-  unrolls: List           # rl.types.Unroll, consecutive, [T + 1, B, ...]
-  episodes: List          # agents.rollout.Episode, whole games, in the order they ended
-  records: Dict           # env 'terminated', 'truncated', 'game_over', 'reward' per step [S, B]
-  network: object
-  variables: object       # what the actor acted with
-  actor_seed: int
-  env_kwargs: Dict        # task 0's EnvPool kwargs
-  num_actions: int
-
-
-class RecordingEnv:
-  """Passes everything through to `env`; keeps the flags of every step.
-
-  A BatchedEnv. `records` holds, per step, copies of 'terminated',
-  'truncated', 'game_over' (`terminated` where the env reports none) and
-  'reward', each [B].
-
-  Args:
-    env: the batched env to wrap; closing this closes it.
-  """
-
-  def __init__(self, env):
-    self._env = env
-    self.num_envs, self.num_actions = env.num_envs, env.num_actions
-    self.observation_spec = env.observation_spec
-    self.records = {'terminated': [], 'truncated': [], 'game_over': [], 'reward': []}
-
-  def reset(self):
-    """The wrapped env's reset (not recorded)."""
-    return self._env.reset()
-
-  def step(self, actions):
-    """The wrapped env's step; its flags and rewards are appended to `records`."""
-    result = self._env.step(actions)
-    over = result.terminated if result.game_over is None else result.game_over
-    for name, value in (('terminated', result.terminated), ('truncated', result.truncated),
-                        ('game_over', over), ('reward', result.reward)):
-      self.records[name].append(value.copy())
-    return result
-
-  def close(self):
-    """Closes the wrapped env."""
-    self._env.close()
-
-
-def collect(config, spec, num_blocks: int, policy_scale: float = 1.0) -> Collected:
-  """Runs actor 0 as training would, with a fresh network, and keeps what it produces.
-
-  Actor 0's env (actor.make_envs), its seeds (a fresh run's, env step 0) and
-  the builder's freshly initialised network; the actor thread is stopped and
-  the env closed after.
-
-  Args:
-    config: the run config.
-    spec: its RunSpec (configs.validation.validate_spec).
-    num_blocks: the unrolls to collect.
-    policy_scale: multiplies the policy head's weights (tests: logits that
-      differ between frames, so off-by-one errors show).
-
-  Returns:
-    A Collected; records are stacked [S, B], S the env steps taken.
-
-  Raises:
-    RuntimeError: when the actor fails ('actor failed: ...').
-  """
-  plan = spec.plan
-  env = RecordingEnv(actor_lib.make_envs(spec, count=1)[0])
-  agent = builder.build_agent(spec, env.num_actions, env.observation_spec, with_update=False)
-  network, variables = agent.network, agent.variables
-  if policy_scale != 1.0:
-    params = dict(variables['params'])
-    params['policy_head'] = jax.tree.map(lambda w: w * policy_scale, params['policy_head'])
-    variables = {**variables, 'params': params}
-  store = ParamsStore()
-  unrolls, episodes = queue.Queue(maxsize=config.actors.queue_size), queue.SimpleQueue()
-  store.publish(variables, 0)
-  stop = threading.Event()
-  rng = jax.random.key(config.seed)   # a fresh run's: actor 0 at env step 0
-  actor, = actor_lib.make_actors(spec, network, [env], store, unrolls, episodes,
-                                 StageTimer(), stop, rng)
-  actor_seed = builder.actor_seed(rng, 0, 0)
-  actor.start()
-  blocks = []
-  try:
-    while len(blocks) < num_blocks:
-      try:
-        blocks.append(unrolls.get(timeout=1.0))
-      except queue.Empty:
-        if actor.error is not None or not actor.is_alive():
-          raise RuntimeError(f'actor failed: {actor.error!r}') from actor.error
-  finally:
-    stop.set()
-    actor.join(timeout=30)
-    env.close()
-  eps = []
-  while not episodes.empty():
-    eps.append(episodes.get())
-  return Collected(
-      unrolls=[b.unroll for b in blocks], episodes=eps,
-      records={k: np.stack(v) for k, v in env.records.items()},
-      network=network, variables=variables, actor_seed=actor_seed,
-      env_kwargs=dict(plan.actor_env_groups[0][0].env_kwargs), num_actions=env.num_actions)
-
-
-def stitch(unrolls) -> Dict[str, np.ndarray]:
-  """Consecutive unrolls as one sequence per env, each overlap step once.
-
-  Args:
-    unrolls: consecutive rl.types.Unrolls of one actor, [T + 1, B, ...].
-
-  Returns:
-    Each observation key and 'first', 'action', 'behaviour_logits',
-    'reward', 'discount', 'task_id' -> [S, B, ...], S = 1 + T * len(unrolls):
-    index s is the actor's s-th step (its s-th env.step and s-th sample).
-  """
-  def cat(get):
-    return np.concatenate([get(unrolls[0])] + [get(u)[1:] for u in unrolls[1:]])
-  seq = {k: cat(lambda u, k=k: u.obs[k]) for k in unrolls[0].obs}
-  for name in ('first', 'action', 'behaviour_logits', 'reward', 'discount', 'task_id'):
-    seq[name] = cat(lambda u, name=name: getattr(u, name))
-  return seq
 
 
 def _frac(mask) -> str:

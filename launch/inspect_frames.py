@@ -23,9 +23,10 @@ from configs import command_line   # defines --config; its file's mistakes are o
 from configs.validation import ConfigError, validate_spec
 from envs import atari
 from infra import atomic_write
-from analysis.frame_checks import (Check, Collected, check_behaviour_logits,
-                                 check_env_record, check_pong_games, check_protocol,
-                                 check_unrolls, collect, reward_summary, stitch, torso_input)
+from analysis.frame_checks import (Check, check_behaviour_logits, check_env_record,
+                                   check_pong_games, check_protocol, check_unrolls,
+                                   reward_summary, torso_input)
+from analysis.frame_collect import Collected, collect, stitch
 
 _CONFIG = _OUTPUT = _STEPS = _LOGIT_UNROLLS = None
 

@@ -1,6 +1,7 @@
 """The frames and step bookkeeping the learner receives, on real unrolls from
 the real Actor (EnvPool Pong-v5; CartPole-v1 for episode ends, which a
-Pong game reaches only after ~800 steps). The checks are analysis/frame_checks.py's."""
+Pong game reaches only after ~800 steps). The checks are
+analysis/frame_checks.py's, on what analysis/frame_collect.py collects."""
 
 import flax.linen as nn
 import jax
@@ -10,13 +11,14 @@ import pytest
 from configs import atari_single, cartpole
 from configs.validation import validate_spec
 from analysis import frame_checks as inspect
+from analysis import frame_collect
 from networks.torsos import NatureCNNTorso
 
 
 def _collect(config, num_blocks, envs, unroll_length=20, policy_scale=1.0):
   config.actors.envs_per_actor = envs
   config.unroll_length = unroll_length
-  return inspect.collect(config, validate_spec(config), num_blocks, policy_scale=policy_scale)
+  return frame_collect.collect(config, validate_spec(config), num_blocks, policy_scale=policy_scale)
 
 
 @pytest.fixture(scope='module')
@@ -67,7 +69,7 @@ def test_behaviour_logits_are_the_networks_on_the_stored_obs(pong):
 
 def test_actions_are_sampled_from_the_stored_logits_of_their_step(cart):
   _assert_pass(inspect.check_behaviour_logits(cart, max_unrolls=2), 'logits', 'sampling')
-  seq = inspect.stitch(cart.unrolls)
+  seq = frame_collect.stitch(cart.unrolls)
   off = np.asarray(inspect.replay_actions(cart.actor_seed, np.roll(seq['behaviour_logits'], 1, 0)))
   assert np.mean(off == seq['action']) < 0.95  # the check tells logits[t] from logits[t-1]
 
@@ -76,7 +78,7 @@ def test_episode_ends_reset_steps_and_logged_games_on_cartpole(cart):
   checks = {**inspect.check_unrolls(cart.unrolls), **inspect.check_env_record(cart)}
   _assert_pass(checks, 'overlap', 'reset_step', 'prev_keys', 'discount', 'first_after_end',
                'logged_games')
-  seq = inspect.stitch(cart.unrolls)
+  seq = frame_collect.stitch(cart.unrolls)
   assert (seq['discount'] == 0).sum() >= 4, 'too few episode ends to check'
   for b, f, e in inspect.games_in(seq):
     if e + 2 >= len(seq['first']):
