@@ -8,36 +8,29 @@ learner mesh then spans `jax.devices()` of every process, and each process
 feeds its local shard of the global batch.
 
 Host-side values (episode statistics, stop requests) cross processes through
-JAX's collectives (`process_allgather`); liveness goes through the
-coordination service's key-value store: every process beats there, and
-`Watchdog` stops a process with one line naming the peer that died or failed,
-instead of letting it wait forever on a collective.
+JAX's collectives (`process_allgather`); liveness and the orderly exit are
+infra/peer_watch.py's (the watchdog `initialize` starts).
 """
 
 import dataclasses
 import hashlib
 import json
 import os
-import sys
-import threading
-import time
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import jax
 import numpy as np
 
+from infra import peer_watch
 from infra.settings import setting
 
 ENV_VARS = {'coordinator_address': 'JAX_COORDINATOR_ADDRESS',
             'num_processes': 'JAX_NUM_PROCESSES',
             'process_id': 'JAX_PROCESS_ID'}
-_KEY = 'popart_impala'       # key-value store prefix of this project
-BEAT_SECONDS = 1.0           # heartbeat period of every process
 # JAX's own heartbeat check aborts every process (with a stack trace) when a
 # peer stays silent this much longer than the watchdog's timeout, so the
 # watchdog's clear line comes first.
 JAX_HEARTBEAT_MARGIN = 30
-BYE_SECONDS = 60.0           # how long process 0 waits for the others to leave first
 
 
 class DistributedError(ValueError):
@@ -178,7 +171,7 @@ def initialize(spec: ProcessSpec, timeout_seconds: float, connect_timeout_second
       process_id=spec.process_id,
       initialization_timeout=int(max(1, connect_timeout_seconds)),
       heartbeat_timeout_seconds=int(timeout_seconds) + JAX_HEARTBEAT_MARGIN)
-  start_watchdog(timeout_seconds)
+  peer_watch.start_watchdog(timeout_seconds)
 
 
 def check_uniform_devices() -> None:
@@ -290,226 +283,3 @@ def replica_digest(tree) -> str:
       h.update(np.ascontiguousarray(np.asarray(leaf.addressable_shards[k].data)).tobytes())
     digests.add(h.hexdigest())
   return digests.pop() if len(digests) == 1 else 'differ'
-
-
-def _client():
-  from jax._src import distributed  # the coordination service's key-value store
-  client = distributed.global_state.client
-  if client is None:
-    raise RuntimeError('jax.distributed is not initialised')
-  return client
-
-
-_watchdog: Optional['Watchdog'] = None
-
-
-def start_watchdog(timeout_seconds: float) -> None:
-  """Starts this process's watchdog; later calls do nothing.
-
-  Call it right after initialisation, so that a peer lost during start-up is
-  caught too.
-
-  Args:
-    timeout_seconds: how long a peer may stay silent (Watchdog).
-  """
-  global _watchdog
-  if _watchdog is None:
-    _watchdog = Watchdog(timeout_seconds)
-    _watchdog.start()
-
-
-def on_peer_stop(cleanup: Callable[[], None]) -> None:
-  """Registers `cleanup` to run (bounded in time) before the watchdog ends
-  this process; without a watchdog, does nothing."""
-  if _watchdog is not None:
-    _watchdog.cleanups.append(cleanup)
-
-
-def peer_stopping() -> bool:
-  """True once the watchdog is ending this process: errors the main thread
-  sees from then on are consequences, not causes."""
-  return _watchdog is not None and _watchdog.stopping.is_set()
-
-
-def await_verdict(seconds: float) -> None:
-  """Gives the watchdog `seconds` to find a dead peer (it ends the process
-  if it does); returns if it does not, or at once without a watchdog."""
-  if _watchdog is not None:
-    _watchdog.join(timeout=seconds)
-
-
-def announce_failure(message: str) -> None:
-  """Tells the other processes this one is stopping on an error.
-
-  They stop too, naming it. From then on this process's watchdog judges no
-  peer. Errors of an unreachable coordinator are ignored.
-
-  Args:
-    message: what failed; the first 2000 characters are sent.
-  """
-  if _watchdog is not None:
-    _watchdog.standing_down.set()
-  try:
-    _client().key_value_set(f'{_KEY}/failed/{jax.process_index()}', message[:2000],
-                            allow_overwrite=True)
-  except Exception:  # the coordinator may be gone already
-    pass
-
-
-def leave(code: int) -> None:
-  """Ends a process of a multi-process run that stops on an error.
-
-  Leaves without JAX's shutdown barrier (peers may be dead). Process 0 hosts
-  the store that keeps every process alive, so it leaves last: it waits (at
-  most BYE_SECONDS) until the others have said goodbye or been found dead.
-  Does not return.
-
-  Args:
-    code: the exit status.
-  """
-  try:
-    client, me = _client(), jax.process_index()
-    client.key_value_set(f'{_KEY}/bye/{me}', '1', allow_overwrite=True)
-    if me == 0:
-      gone = _watchdog.silent if _watchdog is not None else set()
-      deadline = time.monotonic() + BYE_SECONDS
-      while time.monotonic() < deadline:
-        byes = {_process_of(k) for k, _ in client.key_value_dir_get(f'{_KEY}/bye/')}
-        if set(range(jax.process_count())) <= byes | gone:
-          time.sleep(0.5)  # each leaves right after its goodbye: let it be gone first
-          break
-        time.sleep(0.2)
-  except Exception:
-    pass
-  exit_now(code)
-
-
-def finish(code: int = 0) -> None:
-  """Ends a process of a multi-process run that finished; every process calls it.
-
-  Leaves without JAX's exit-time shutdown, which can abort a process
-  ("FATAL: exception not rethrown"). Process 0 hosts the coordination
-  service, and a process still connected when it goes is aborted by JAX; so
-  the others wait (at most BYE_SECONDS) for process 0's "done", which comes
-  after its cleanup (closing the logger, wandb), then say goodbye and leave
-  at once, and process 0 leaves once it has every goodbye (`leave`). Does
-  not return.
-
-  Args:
-    code: the exit status.
-  """
-  try:
-    client, me = _client(), jax.process_index()
-    if me == 0:
-      client.key_value_set(f'{_KEY}/done/0', '1', allow_overwrite=True)
-    else:
-      deadline = time.monotonic() + BYE_SECONDS
-      while time.monotonic() < deadline:
-        if client.key_value_dir_get(f'{_KEY}/done/'):
-          break
-        time.sleep(0.1)
-  except Exception:  # process 0 gone already: nothing to wait for
-    pass
-  leave(code)
-
-
-def exit_now(code: int) -> None:
-  """Leaves without JAX's shutdown barrier (peers may be dead or gone).
-
-  Flushes stdout and stderr, then os._exit: no atexit handlers, no
-  finally blocks. Does not return.
-
-  Args:
-    code: the exit status.
-  """
-  sys.stdout.flush()
-  sys.stderr.flush()
-  os._exit(code)
-
-
-def _process_of(key: str) -> int:
-  return int(key.rsplit('/', 1)[1])
-
-
-class Watchdog(threading.Thread):
-  """Beats for this process and watches the others'.
-
-  Ends this process (exit status 1) with one line on stderr naming the peer
-  when a peer announces a failure, stays silent for more than
-  `timeout_seconds`, or the coordinator (process 0) stays unreachable that
-  long. Beats come from this thread, so a long compile or a slow step is not
-  silence; a dead or frozen process is. Before exiting it runs the
-  registered cleanups (at most CLEANUP_SECONDS), then `leave`s.
-
-  A daemon thread. `stopping` is set once it is ending the process,
-  `standing_down` (set by announce_failure) stops it judging peers, and
-  `silent` holds the peers found dead.
-
-  Args:
-    timeout_seconds: how long a peer or the coordinator may stay silent.
-    beat_seconds: the heartbeat period.
-  """
-  CLEANUP_SECONDS = 20.0
-
-  def __init__(self, timeout_seconds: float, beat_seconds: float = BEAT_SECONDS):
-    super().__init__(name='multihost-watchdog', daemon=True)
-    self._timeout, self._beat = timeout_seconds, beat_seconds
-    self._me, self._n = jax.process_index(), jax.process_count()
-    self.cleanups: List[Callable[[], None]] = []
-    self.stopping = threading.Event()       # this watchdog is ending the process
-    self.standing_down = threading.Event()  # this process failed itself: judge no peer
-    self.silent: set = set()                # peers found dead (no goodbye to wait for)
-
-  def run(self) -> None:
-    """Beats and watches every `beat_seconds` until it ends the process."""
-    client = _client()
-    beat = 0
-    heard = {p: (None, time.monotonic()) for p in range(self._n) if p != self._me}
-    unreachable_since = None
-    while True:
-      time.sleep(self._beat)
-      try:
-        beat += 1
-        client.key_value_set(f'{_KEY}/beat/{self._me}', str(beat), allow_overwrite=True)
-        failed = {_process_of(k): v for k, v in client.key_value_dir_get(f'{_KEY}/failed/')}
-        beats = {_process_of(k): v for k, v in client.key_value_dir_get(f'{_KEY}/beat/')}
-        gone = {_process_of(k) for k, _ in client.key_value_dir_get(f'{_KEY}/bye/')}
-      except Exception as e:  # the store is process 0's; a loaded one may time out once
-        unreachable_since = unreachable_since or time.monotonic()
-        if time.monotonic() - unreachable_since > self._timeout:
-          first = str(e).splitlines()[0] if str(e) else ''
-          self._stop(f'lost the coordinator (process 0 of {self._n}) for over '
-                     f'{self._timeout:g} s: {type(e).__name__}: {first}')
-        continue
-      unreachable_since = None
-      if self.standing_down.is_set():
-        continue
-      failed.pop(self._me, None)
-      if failed:
-        p, message = min(failed.items())
-        self._stop(f'process {p} of {self._n} failed: {message}')
-      now = time.monotonic()
-      for p, (last, since) in heard.items():
-        if p in gone:  # it finished and left: its silence is no failure
-          continue
-        if beats.get(p) != last:
-          heard[p] = (beats.get(p), now)
-        elif now - since > self._timeout:
-          self.silent.add(p)
-          self._stop(f'process {p} of {self._n} has not been heard from for {now - since:.0f} s '
-                     f'(distributed.timeout_seconds={self._timeout:g}): it died or hangs')
-
-  def _stop(self, reason: str) -> None:
-    self.stopping.set()
-    print(f'error: {reason}; stopping process {self._me}', file=sys.stderr, flush=True)
-    done = threading.Thread(target=self._cleanup, daemon=True)
-    done.start()
-    done.join(timeout=self.CLEANUP_SECONDS)
-    leave(1)
-
-  def _cleanup(self) -> None:
-    for cleanup in self.cleanups:
-      try:
-        cleanup()
-      except Exception:  # a cleanup must not keep the process from exiting
-        pass

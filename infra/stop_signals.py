@@ -33,7 +33,7 @@ def install(stop_requested: threading.Event, multi: bool) -> Dict[int, Callable]
   Args:
     stop_requested: the run's event; the first signal sets it.
     multi: the run has several processes: a second signal exits at once
-      with status 1 (multihost.exit_now) instead of raising
+      with status 1 (peer_watch.exit_now) instead of raising
       KeyboardInterrupt.
 
   Returns:
@@ -52,8 +52,8 @@ def install(stop_requested: threading.Event, multi: bool) -> Dict[int, Callable]
       raise KeyboardInterrupt(f'second signal {signum}')
     print(f'error: second signal {signum}: exiting without a final checkpoint',
           file=sys.stderr, flush=True)
-    from infra import multihost  # pylint: disable=import-outside-toplevel
-    multihost.exit_now(1)
+    from infra import peer_watch  # pylint: disable=import-outside-toplevel
+    peer_watch.exit_now(1)
 
   return {sig: signal.signal(sig, handler) for sig in SIGNALS}
 

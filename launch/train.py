@@ -33,7 +33,7 @@ from absl import flags  # noqa: E402
 
 from agents import checkpoint  # noqa: E402
 from configs import command_line, validation  # noqa: E402
-from infra import multihost  # noqa: E402
+from infra import multihost, peer_watch  # noqa: E402
 from rundir import lifecycle, run_folder  # noqa: E402
 
 _VALIDATE_ONLY = flags.DEFINE_bool(
@@ -68,7 +68,7 @@ def _start_processes(config) -> None:
     print(f'error: could not start the distributed runtime (from {spec.source}: coordinator '
           f'{spec.coordinator_address}, process {spec.process_id} of {spec.num_processes}): '
           f'{type(e).__name__}: {first}', file=sys.stderr)
-    multihost.exit_now(1)
+    peer_watch.exit_now(1)
   try:
     multihost.check_uniform_devices()
   except multihost.DistributedError as e:  # every process finds the same, and leaves
@@ -94,11 +94,11 @@ def main(argv):
     # (a KeyboardInterrupt traceback from an atexit callback).
     stop_signals.ignore()
     if multihost.is_multiprocess():
-      multihost.finish(0)  # not JAX's exit-time shutdown: it aborted process 1 now and then
+      peer_watch.finish(0)  # not JAX's exit-time shutdown: it aborted process 1 now and then
   except (validation.ConfigError, run_folder.RunFolderError, checkpoint.CheckpointError) as e:
     print(f'error: {e}', file=sys.stderr)
     if multihost.is_multiprocess():
-      multihost.leave(2)  # peers may be stopping: no shutdown barrier with them
+      peer_watch.leave(2)  # peers may be stopping: no shutdown barrier with them
     sys.exit(2)
   except Exception as e:  # noqa: BLE001 -- every failure ends in one line (and tells peers)
     lifecycle.exit_on_failure(e)

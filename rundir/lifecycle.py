@@ -17,6 +17,7 @@ from agents.trainer import ActorFailed, NonFiniteError, Trainer
 from configs import resume, validation
 from configs import spec as spec_lib
 from infra import multihost
+from infra import peer_watch
 from infra import stop_signals
 from rundir import run_folder
 from rundir.run_logger import MetricsWriteError, RunLogger
@@ -279,7 +280,7 @@ def train(config, stop_requested: Optional[threading.Event] = None):
     _say(f'run folder: {run.workdir}')
     for note in run.notes:
       _say(note)
-    multihost.on_peer_stop(lambda: (run.trainer and run.trainer.close(),
+    peer_watch.on_peer_stop(lambda: (run.trainer and run.trainer.close(),
                                     run.logger and run.logger.close()))
     for note in run.start():
       _say(note)
@@ -336,7 +337,7 @@ def exit_on_failure(e: BaseException) -> None:
   Args:
     e: the error `train` raised.
   """
-  if multihost.peer_stopping():
+  if peer_watch.peer_stopping():
     while True:  # the watchdog prints the cause and exits
       time.sleep(1.0)
   one_line = (NonFiniteError, RunStopped)  # they say all there is to say
@@ -349,8 +350,8 @@ def exit_on_failure(e: BaseException) -> None:
     if isinstance(e, NonFiniteError):
       # Every process stops on it: they leave together, process 0 last, and
       # not through JAX's exit-time shutdown, which could abort a process.
-      multihost.finish(1)
-    multihost.leave(1)  # no shutdown barrier with peers that are stopping
+      peer_watch.finish(1)
+    peer_watch.leave(1)  # no shutdown barrier with peers that are stopping
   sys.exit(1)
 
 
@@ -359,13 +360,13 @@ def _tell_peers(e: Exception, config) -> None:
   already, or the failure is a non-finite stop, which all share). A dead
   peer breaks the others' collectives (e.g. gloo's "connection reset by
   peer"): then the watchdog names it within its timeout."""
-  if multihost.peer_stopping() or isinstance(e, NonFiniteError):
+  if peer_watch.peer_stopping() or isinstance(e, NonFiniteError):
     return
   if isinstance(e, jax.errors.JaxRuntimeError):
     _say('a collective failed; waiting for the watchdog to tell which process stopped')
-    multihost.await_verdict(config.distributed.timeout_seconds + 5)
+    peer_watch.await_verdict(config.distributed.timeout_seconds + 5)
   # Told before cleaning up, which may be slow: the others stop now, naming this one.
-  multihost.announce_failure(f'{type(e).__name__}: {e}')
+  peer_watch.announce_failure(f'{type(e).__name__}: {e}')
 
 
 def _stop_agreed(stop_requested: threading.Event) -> bool:

@@ -129,7 +129,7 @@ def _config_error(out):
 
 
 def main(argv):
-  from infra import multihost
+  from infra import multihost, peer_watch
   mode, out = argv[1], argv[2]
   options = dict(a[2:].split('=', 1) for a in argv[3:])  # launch/train.py's flag names
   failing = int(options.get('failing_process', 1))
@@ -141,7 +141,7 @@ def main(argv):
     _update(out)
     # As a finished run leaves: JAX's exit-time shutdown can abort process 0
     # (status -6, seen once in the suite under pytest-xdist).
-    multihost.finish(0)
+    peer_watch.finish(0)
   elif mode == 'config_error':
     _config_error(out)
   else:
