@@ -175,7 +175,7 @@ def _finish(state, params, opt_state, value_head, new_stats, metrics, schedule):
       metrics[f'hparams/{key}'] = hyper(key)
   metrics['popart/mu'] = new_stats['mu']
   metrics['popart/sigma'] = popart.sigma(new_stats)
-  # What a checkpoint would hold must be finite (agents/trainer.FINITE_CHECKS): a
+  # What a checkpoint would hold must be finite (agents/update_checks.FINITE_CHECKS): a
   # NaN learning rate leaves the loss finite and the new params NaN.
   metrics['nonfinite/state'] = sum(
       jnp.sum(~jnp.isfinite(x)).astype(jnp.float32)

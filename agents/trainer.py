@@ -26,6 +26,7 @@ from agents import learner as learner_lib
 from agents import actor as actor_lib
 from agents.actor import ParamsStore, UnrollBlock
 from agents.checkpoint import Checkpointer
+from agents.update_checks import FINITE_CHECKS, NonFiniteError, concat_blocks, first_non_finite
 from agents.summaries import Summariser
 from agents.timing import StageTimer
 from envs import registry
@@ -38,56 +39,6 @@ from rl.types import Unroll
 class ActorFailed(RuntimeError):
   """An actor thread failed or stopped; the message names it."""
   pass
-
-
-class NonFiniteError(FloatingPointError):
-  """A learner quantity became NaN or inf; the last good state is saved."""
-
-
-# Checked after every update, in this order: the first non-finite one names
-# the failure. 'nonfinite/state' counts the non-finite values of the updated
-# params and optimiser state (learner._finish): it must be 0.
-FINITE_CHECKS = ('loss/total', 'grad_norm', 'popart/mu', 'popart/sigma', 'nonfinite/state')
-
-
-def first_non_finite(metrics: Dict) -> Optional[str]:
-  """The first failed check of an update's metrics.
-
-  Args:
-    metrics: update metrics as host arrays; keys of FINITE_CHECKS that are
-      absent are skipped.
-
-  Returns:
-    The first of FINITE_CHECKS whose value is not finite (for
-    'nonfinite/state': not 0), or None.
-  """
-  for key in FINITE_CHECKS:
-    if key not in metrics:
-      continue
-    value = metrics[key]
-    if not np.all(np.isfinite(value)) or (key == 'nonfinite/state' and np.any(value != 0)):
-      return key
-  return None
-
-
-def concat_blocks(blocks: List[UnrollBlock]) -> Unroll:
-  """Actor blocks side by side along the batch axis (axis 1; 0 for core state).
-
-  Args:
-    blocks: UnrollBlocks of host arrays, fields [T + 1, B_i, ...], core
-      state [B_i, ...].
-
-  Returns:
-    One Unroll of host arrays, fields [T + 1, sum B_i, ...]; the block's own
-    unroll when there is one block.
-  """
-  unrolls = [b.unroll for b in blocks]
-  if len(unrolls) == 1:
-    return unrolls[0]
-  core = jax.tree.map(lambda *xs: np.concatenate(xs, axis=0), *[u.core_state for u in unrolls])
-  rest = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1),
-                      *[u._replace(core_state=None) for u in unrolls])
-  return rest._replace(core_state=core)
 
 
 class Trainer:

@@ -13,7 +13,8 @@ from typing import Callable, List, Optional
 
 import jax
 
-from agents.trainer import ActorFailed, NonFiniteError, Trainer
+from agents.trainer import ActorFailed, Trainer
+from agents.update_checks import NonFiniteError
 from configs import resume, validation
 from configs import spec as spec_lib
 from infra import multihost
@@ -158,7 +159,7 @@ class Run:
     Raises:
       RunStopped: when metrics.jsonl cannot be written ('<why>; <where the
         checkpoint is>').
-      agents.trainer.NonFiniteError, agents.trainer.ActorFailed: as the
+      agents.update_checks.NonFiniteError, agents.trainer.ActorFailed: as the
         trainer raises them.
     """
     if until is None:
@@ -255,7 +256,7 @@ def train(config, stop_requested: Optional[threading.Event] = None):
     rundir.run_folder.RunFolderError: before writing anything, when the run
       folder cannot be used (a file, not writable, locked by another
       trainer, saved with another network or tasks).
-    agents.trainer.NonFiniteError: after saving the last good state, when
+    agents.update_checks.NonFiniteError: after saving the last good state, when
       the learner's loss, gradient, PopArt statistics, parameters or
       optimiser state stop being finite.
     RunStopped: after a checkpoint, when metrics.jsonl cannot be written.

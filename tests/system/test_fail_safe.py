@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from agents.checkpoint import Checkpointer
-from agents.trainer import ActorFailed, NonFiniteError, first_non_finite
+from agents.trainer import ActorFailed
+from agents.update_checks import NonFiniteError, first_non_finite
 from configs import cartpole, cartpole_popart
 from faults import make_env_step_fail, make_rewards_nan, nan_reward_call
 from rundir.lifecycle import train

@@ -19,7 +19,8 @@ import pytest
 
 from agents import checkpoint
 from agents.checkpoint import Checkpointer
-from agents.trainer import NonFiniteError, Trainer
+from agents.trainer import Trainer
+from agents.update_checks import NonFiniteError
 from configs.validation import validate_spec
 from faults import largest_data_file
 from rundir import run_folder
