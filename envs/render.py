@@ -7,6 +7,7 @@ curses colours, by pasting precomputed glyph masks with numpy (a few ms a
 frame, where drawing 1,920 cells with ImageDraw would take far longer).
 """
 
+import contextlib
 import functools
 from typing import NamedTuple, Sequence, Union
 
@@ -98,3 +99,48 @@ def write_gif(path: str, frames: Sequence[Frame], fps: float) -> None:
             for f in frames]
   images[0].save(path, save_all=True, append_images=images[1:], loop=0,
                  duration=max(20, round(1000 / fps)), optimize=False)
+
+
+class VideoError(OSError):
+  """An MP4 could not be written: no ffmpeg (imageio-ffmpeg not installed)
+  or ffmpeg failed (a full disk); the message says which."""
+
+
+def write_mp4(path: str, frames: Sequence[Frame], fps: float) -> None:
+  """Writes frames as an H.264 MP4 (yuv420p, plays in browsers and players).
+
+  ffmpeg is the binary the imageio-ffmpeg wheel ships (nothing downloads).
+  Frames are padded with black to even sides (yuv420p halves the colour
+  planes), never resized.
+
+  Args:
+    path: the file to write (overwritten); its extension may be anything,
+      the container is MP4.
+    frames: RGB images [H, W, 3] or TtyFrames of one size, at least one.
+    fps: frames per second.
+
+  Raises:
+    VideoError: without imageio-ffmpeg, or when ffmpeg fails.
+  """
+  try:
+    import imageio_ffmpeg  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    raise VideoError('cannot write an MP4: the imageio-ffmpeg package (its ffmpeg binary) is not '
+                     'installed; pip install -r requirements.txt, or write a GIF') from None
+  images = [to_rgb(f) for f in frames]
+  h, w = images[0].shape[:2]
+  ph, pw = h + h % 2, w + w % 2
+  writer = imageio_ffmpeg.write_frames(path, (pw, ph), fps=fps, codec='libx264',
+                                       pix_fmt_out='yuv420p', macro_block_size=1,
+                                       output_params=['-f', 'mp4'], ffmpeg_log_level='error')
+  try:
+    writer.send(None)   # starts ffmpeg
+    for image in images:
+      padded = np.zeros((ph, pw, 3), np.uint8)
+      padded[:h, :w] = image
+      writer.send(np.ascontiguousarray(padded))
+    writer.close()
+  except (OSError, RuntimeError) as e:
+    with contextlib.suppress(OSError, RuntimeError):
+      writer.close()
+    raise VideoError(f'ffmpeg could not write {path}: {e}') from None

@@ -70,7 +70,8 @@ def test_a_folder_that_is_not_a_run_is_one_line(tmp_path):
 
 
 @pytest.mark.parametrize('tool', ['run_table.py {}', 'evaluate.py --workdir={}',
-                                  'diagnose_update.py --workdir={}', 'saliency.py --workdir={}'])
+                                  'diagnose_update.py --workdir={}', 'saliency.py --workdir={}',
+                                  'attention_maps.py --workdir={}'])
 def test_a_config_json_that_is_not_json_is_one_line(tmp_path, tool):
   (tmp_path / 'metrics.jsonl').write_text('{"env_steps": 100}\n')
   (tmp_path / 'config.json').write_text('not json')

@@ -95,6 +95,36 @@ def network(request):
       lambda rng: agent_net.init_variables(net, rng, example))
 
 
+def test_nle_attention_weights_follow_the_blstats_query():
+  """The course report's attention: one query made from blstats over the
+  3x10 grid. Other blstats on the same glyphs move the weights; a query
+  of zeros attends to the 30 positions alike."""
+  net = _network('nle_attention')
+  rng = np.random.default_rng(5)
+  obs = _obs(rng, 1, [(40, 10)])
+  example = {**jax.tree.map(lambda x: x[0], obs), 'prev_action': np.zeros((), np.int32),
+             'prev_reward': np.zeros((), np.float32)}
+  variables = _random_variables(lambda key: agent_net.init_variables(net, key, example))
+
+  def weights(variables, blstats):
+    o = {'glyphs': obs['glyphs'][None], 'blstats': blstats[None],
+         'prev_action': np.zeros((1, 1), np.int32), 'prev_reward': np.zeros((1, 1), np.float32)}
+    _, inter = net.apply(variables, o, np.zeros((1, 1), bool), net.initial_state(1),
+                         mutable=['intermediates'])
+    (w,) = inter['intermediates']['torso']['attention_weights']
+    return np.asarray(w[0])                                      # [3, 10]
+
+  base = weights(variables, obs['blstats'])
+  other = obs['blstats'].copy()
+  other[:, 2:] = rng.integers(0, 30, (1, 25))                   # the agent stays at (40, 10)
+  moved = weights(variables, other)
+  np.testing.assert_allclose(moved.sum(), 1.0, rtol=1e-5)
+  assert np.abs(moved - base).max() > 1e-3
+  params = jax.tree.map(lambda x: x, variables['params'])
+  params['torso']['query'] = jax.tree.map(np.zeros_like, dict(params['torso']['query']))
+  np.testing.assert_allclose(weights({**variables, 'params': params}, other), 1.0 / 30, rtol=1e-5)
+
+
 def test_registered_with_their_observation_keys():
   for name in ('nle_fast', 'nle_baseline', 'nle_attention'):
     assert name in torsos.NETWORK_NAMES

@@ -196,6 +196,34 @@ def test_attention_shapes_state_and_weights(attention, t):
   np.testing.assert_allclose(plain[0], logits, rtol=1e-5, atol=1e-6)
 
 
+def test_attention_weights_follow_the_query(attention):
+  """The weights are a softmax over positions of query . key (Mott et al.
+  2019): on the same frames another policy-LSTM output (the query's source)
+  moves them, and a query of zeros attends to every position alike."""
+  net, variables = attention
+  obs = _unroll_obs(np.random.default_rng(3), 'attention', 1, 2)
+  first = np.zeros((1, 2), bool)
+
+  def weights(variables, state):
+    _, inter = net.apply(variables, obs, first, state, mutable=['intermediates'])
+    (w,) = inter['intermediates']['attention_core']['attention_weights']
+    return np.asarray(w[0])                                      # [B, 4, 9, 9]
+
+  state = net.initial_state(2)
+  base = weights(variables, state)
+  pc, ph = state['policy']
+  other = {**state, 'policy': (pc, jnp.asarray(np.random.default_rng(4).normal(size=ph.shape),
+                                               ph.dtype))}
+  moved = weights(variables, other)
+  np.testing.assert_allclose(moved.sum((-2, -1)), 1.0, rtol=1e-5)
+  assert np.abs(moved - base).max() > 1e-3
+  params = jax.tree.map(lambda x: x, variables['params'])   # a copy to change
+  last = dict(params['attention_core']['step']['query_mlp_1'])
+  params['attention_core']['step']['query_mlp_1'] = jax.tree.map(jnp.zeros_like, last)
+  np.testing.assert_allclose(weights({**variables, 'params': params}, other), 1.0 / 81,
+                             rtol=1e-5)
+
+
 def test_attention_state_resets_where_first_is_set(attention):
   net, variables = attention
   obs = _unroll_obs(np.random.default_rng(0), 'attention', 4, 2)
