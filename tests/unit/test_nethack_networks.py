@@ -106,13 +106,14 @@ def test_nle_attention_weights_follow_the_blstats_query():
              'prev_reward': np.zeros((), np.float32)}
   variables = _random_variables(lambda key: agent_net.init_variables(net, key, example))
 
+  @jax.jit   # one compile for the three calls
   def weights(variables, blstats):
     o = {'glyphs': obs['glyphs'][None], 'blstats': blstats[None],
          'prev_action': np.zeros((1, 1), np.int32), 'prev_reward': np.zeros((1, 1), np.float32)}
     _, inter = net.apply(variables, o, np.zeros((1, 1), bool), net.initial_state(1),
                          mutable=['intermediates'])
     (w,) = inter['intermediates']['torso']['attention_weights']
-    return np.asarray(w[0])                                      # [3, 10]
+    return w[0]                                                  # [3, 10]
 
   base = weights(variables, obs['blstats'])
   other = obs['blstats'].copy()

@@ -204,10 +204,11 @@ def test_attention_weights_follow_the_query(attention):
   obs = _unroll_obs(np.random.default_rng(3), 'attention', 1, 2)
   first = np.zeros((1, 2), bool)
 
+  @jax.jit   # one compile for the three calls
   def weights(variables, state):
     _, inter = net.apply(variables, obs, first, state, mutable=['intermediates'])
     (w,) = inter['intermediates']['attention_core']['attention_weights']
-    return np.asarray(w[0])                                      # [B, 4, 9, 9]
+    return w[0]                                                  # [B, 4, 9, 9]
 
   state = net.initial_state(2)
   base = weights(variables, state)
