@@ -361,15 +361,8 @@ def run_population(config, population=None, address=None):
   path = os.path.join(storage, name)
   resuming = tune.Tuner.can_restore(path)
   fixed = record.fixed_settings(settings, config.total_env_steps)
-  changed = record.changed_settings(population_dir, fixed) if resuming else []
-  if changed:
-    raise run_folder.RunFolderError(
-        f'cannot resume {population_dir} with different population settings: '
-        + '; '.join(f'{field} {json.dumps(now)} (it started with {json.dumps(saved)})'
-                    for field, saved, now in changed)
-        + f' ({record.SETTINGS}). Ray Tune restores the members, the scheduler and the stop '
-        'rule it started with, so these would be ignored: undo these overrides, or start a new '
-        'population in another --config.workdir')
+  if resuming:
+    record.check_unchanged(population_dir, fixed)
   done = record.finished_at(population_dir, config.total_env_steps)
   if done is not None:
     raise PopulationFinished(

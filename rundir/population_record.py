@@ -314,3 +314,22 @@ def changed_settings(population_dir: str, fixed: dict) -> List[tuple]:
         f'cannot read {path} ({e}); the population cannot be checked for resuming. Restore it '
         'or choose another --config.workdir') from None
   return [(k, saved[k], v) for k, v in fixed.items() if k in saved and saved[k] != v]
+
+
+def check_unchanged(population_dir: str, fixed: dict) -> None:
+  """Refuses a resume whose `fixed` (fixed_settings) differs from what the
+  population started with.
+
+  Raises:
+    rundir.run_folder.RunFolderError: naming each changed field with both
+      values, or when population_settings.json cannot be read.
+  """
+  changed = changed_settings(population_dir, fixed)
+  if changed:
+    raise run_folder.RunFolderError(
+        f'cannot resume {population_dir} with different population settings: '
+        + '; '.join(f'{field} {json.dumps(now)} (it started with {json.dumps(saved)})'
+                    for field, saved, now in changed)
+        + f' ({SETTINGS}). Ray Tune restores the members, the scheduler and the stop rule it '
+        'started with, so these would be ignored: undo these overrides, or start a new '
+        'population in another --config.workdir')

@@ -109,6 +109,11 @@ def test_a_resume_names_each_population_setting_that_changed(tmp_path):
       ('pbt.population', settings.population, 2),
       ('pbt.ranges', {'learning_rate': [1e-5, 1e-2]}, {'learning_rate': [1e-4, 1e-2]}),
       ('pbt.quantile', 0.25, 0.5)]
+  with pytest.raises(RunFolderError, match=r'with different population settings: total_env_steps '
+                     rf'{2 * c.total_env_steps} \(it started with {c.total_env_steps}\) '
+                     r'\(population_settings.json\)\. Ray Tune restores'):
+    record.check_unchanged(str(tmp_path), record.fixed_settings(settings, 2 * c.total_env_steps))
+  record.check_unchanged(str(tmp_path), fixed)   # unchanged: no error
   (tmp_path / record.SETTINGS).write_text('{"total')
   with pytest.raises(RunFolderError, match='population_settings.json .*cannot be checked'):
     record.changed_settings(str(tmp_path), fixed)
