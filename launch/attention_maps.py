@@ -29,6 +29,7 @@ from PIL import Image
 
 from agents.checkpoint import CheckpointError
 from analysis import attention_maps as att
+from analysis.episode_range import FramesError, parse_frames
 from analysis.run_loading import load_run
 from configs.validation import ConfigError
 from envs import render
@@ -48,14 +49,6 @@ _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the episode.')
 _OUTPUT = flags.DEFINE_string('output', '', 'Folder; default <workdir>/attention/<step>_<task>.')
 
 
-def parse_frames(text: str):
-  """'A:B' -> (A, B), 0 <= A < B."""
-  a, sep, b = text.partition(':')
-  if not sep or not a.isdigit() or not b.isdigit() or int(b) <= int(a):
-    raise att.AttentionError(f'--frames must be A:B with 0 <= A < B, got {text!r}')
-  return int(a), int(b)
-
-
 def main(argv):
   if len(argv) > 1:
     _exit(f'unexpected arguments: {" ".join(argv[1:])}')
@@ -63,7 +56,7 @@ def main(argv):
   warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
   try:
     _draw_to_files()
-  except (att.AttentionError, FileNotFoundError, ConfigError, CheckpointError,
+  except (att.AttentionError, FramesError, FileNotFoundError, ConfigError, CheckpointError,
           RunFolderError) as e:
     _exit(str(e))
 

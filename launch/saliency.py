@@ -25,6 +25,7 @@ from PIL import Image
 
 from agents.checkpoint import CheckpointError
 from analysis import saliency as sal
+from analysis.episode_range import FramesError, parse_frames
 from analysis.saliency_episode import SaliencyError, explain
 from analysis.run_loading import load_run
 from configs.validation import ConfigError
@@ -43,11 +44,6 @@ _GIF = flags.DEFINE_bool('gif', False, 'Also write the frames as saliency.gif.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the episode.')
 _OUTPUT = flags.DEFINE_string('output', '', 'Folder; default <workdir>/saliency/<step>_<task>.')
 
-def parse_frames(text: str):
-  a, sep, b = text.partition(':')
-  if not sep or not a.isdigit() or not b.isdigit() or int(b) <= int(a):
-    raise SaliencyError(f'--frames must be A:B with 0 <= A < B, got {text!r}')
-  return int(a), int(b)
 
 def main(argv):
   if len(argv) > 1:
@@ -56,7 +52,8 @@ def main(argv):
   warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
   try:
     _explain_to_files()
-  except (SaliencyError, FileNotFoundError, ConfigError, CheckpointError, RunFolderError) as e:
+  except (SaliencyError, FramesError, FileNotFoundError, ConfigError, CheckpointError,
+          RunFolderError) as e:
     _exit(str(e))
 
 
