@@ -79,8 +79,10 @@ def stitch_resumed(records: List[Dict]) -> List[Dict]:
   env steps again: the records the stopped process wrote past the resumed
   process's first record describe a stretch the resumed run does not
   continue, so they are dropped (those between the checkpoint and that first
-  record, one log window at most, stay). `time`
-  (seconds since the process started) goes on from the last kept record's,
+  record, one log window at most, stay). `launch/train.py` itself sets those
+  rows aside when it resumes (rundir/run_folder.set_aside_metrics), so its
+  file shows the new process only by `time` (seconds since the process
+  started) going back. Either way `time` goes on from the last kept record's,
   so it counts the training time of the kept history (the dropped stretch's
   wall time is not in it); the resumed records keep their process's own
   clock as `process_time`. Records without env_steps count as env step 0.
@@ -98,6 +100,8 @@ def stitch_resumed(records: List[Dict]) -> List[Dict]:
     if out and 'env_steps' in r and r['env_steps'] < out[-1].get('env_steps', 0):
       out = [o for o in out if o.get('env_steps', 0) <= r['env_steps']]
       offset = out[-1].get('time', 0.0) if out else 0.0
+    elif out and 'time' in r and r['time'] + offset < out[-1].get('time', 0.0):
+      offset = out[-1]['time']  # a new process, its predecessor's extra rows set aside
     if offset and 'time' in r:
       r = {**r, 'process_time': r['time'], 'time': r['time'] + offset}
     out.append(r)

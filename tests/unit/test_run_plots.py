@@ -72,6 +72,22 @@ def test_a_resumed_runs_metrics_drop_the_stretch_it_did_not_continue(tmp_path):
   assert [r.get('process_time') for r in run.records] == [None, None, 4.0, 9.0]
 
 
+def test_a_resumed_runs_clock_goes_on_where_its_rows_past_the_checkpoint_were_set_aside(tmp_path):
+  """launch/train.py moves the rows past the restored checkpoint to a side
+  file, so env_steps never go back: the new process shows only by its clock
+  starting again, and `time` still goes on from the last kept record's."""
+  lines = [
+      {'env_steps': 100, 'time': 10.0}, {'env_steps': 200, 'time': 20.0},
+      {'env_steps': 250, 'time': 4.0}, {'env_steps': 350, 'time': 9.0},
+      {'env_steps': 400, 'time': 2.0},   # and resumed once more
+  ]
+  (tmp_path / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in lines))
+  run = run_metrics.load_metrics(str(tmp_path))
+  assert [r['env_steps'] for r in run.records] == [100, 200, 250, 350, 400]
+  assert [r['time'] for r in run.records] == [10.0, 20.0, 24.0, 29.0, 31.0]
+  assert [r.get('process_time') for r in run.records] == [None, None, 4.0, 9.0, 2.0]
+
+
 def test_an_archived_runs_gzipped_metrics_load_as_the_folder_would(tmp_path):
   import gzip
   lines = [{'env_steps': 100, 'episode_return/Pong': -21.0}, {'env_steps': 200, 'episode_return/Pong': -20.0}]
