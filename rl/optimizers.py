@@ -1,5 +1,6 @@
 """The optimiser: a global-norm clip, then RMSProp or Adam, the learning rate
-annealed linearly to 0 over the run's optimiser steps.
+annealed linearly to 0 over the run's optimiser steps (after an optional
+linear warmup).
 
 The hyperparameters population-based training adapts live in the optimiser
 state, through `optax.inject_hyperparams`: `opt_state.hyperparams` holds the
@@ -17,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from infra.settings import at_least, boolean, one_of, positive, setting, within
+from infra.settings import at_least, boolean, integer, one_of, positive, setting, within
 
 OPTIMIZERS = ('rmsprop', 'adam')
 _MAX_HORIZON = 2**31 - 1   # the largest step count optax's int32 counter holds
@@ -50,6 +51,9 @@ class OptimizerConfig:
   rmsprop_initial_scale: float = setting(
       0.0, "where RMSProp's nu starts: 0 as optax/PyTorch, 1 as TF (recipe a2c)", at_least(0))
   momentum: float = setting(0.0, 'RMSProp momentum', at_least(0))
+  warmup_updates: int = setting(
+      0, 'learner updates over which the learning rate rises linearly, optimiser step by '
+      "step, to its schedule's rate; 0: no warmup", integer(0))
   max_grad_norm: float = setting(40.0, 'gradient-norm clip', positive)
   clip_by: str = setting(
       'global', "'global': the whole gradient's norm; 'term' (V-trace only): the policy's "
@@ -88,7 +92,7 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
                    momentum: float, eps_in_sqrt: bool = True, initial_scale: float = 0.0,
                    name: str = 'rmsprop', adam_b1: float = 0.9, adam_b2: float = 0.999,
                    adam_eps: float = 1e-5, entropy_cost: Optional[float] = None,
-                   clip_in_chain: bool = True):
+                   clip_in_chain: bool = True, warmup_steps: int = 0):
   """A global-norm clip, then RMSProp or Adam, the learning rate annealed to 0.
 
   The learning rate falls linearly from its base to 0 over
@@ -98,7 +102,9 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
   agents/learner.py) are injected hyperparameters: float32 values in
   `opt_state.hyperparams`, not constants of the compiled update. The anneal
   follows the optimiser's own step count, so a new base rate mid-run keeps the
-  schedule's place.
+  schedule's place. With `warmup_steps` W > 0 the rate of optimiser step n
+  (counted from 0) is also multiplied by min(1, (n + 1) / W): the first
+  step takes 1/W of the schedule's rate, step W - 1 and later all of it.
 
   RMSProp: `eps_in_sqrt` picks the denominator: sqrt(nu + eps) as
   TensorFlow's RMSProp (IMPALA's own code), or sqrt(nu) + eps as PyTorch's
@@ -134,6 +140,7 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
     clip_in_chain: False leaves the global-norm clip out of the chain;
       `max_grad_norm` stays an injected hyperparameter for the learner, which
       clips each term's gradient itself (rl/sgd.py, optimizer.clip_by='term').
+    warmup_steps: W, optimiser steps of the linear warmup; 0 for none.
 
   Returns:
     (optimizer, schedule): an optax GradientTransformation, and
@@ -141,19 +148,24 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
     for a base rate `base`.
 
   Raises:
-    ValueError: `name` is not one of OPTIMIZERS.
+    ValueError: `name` is not one of OPTIMIZERS, or `warmup_steps` < 0.
   """
   if name not in OPTIMIZERS:
     raise ValueError(f'unknown optimizer {name!r}; choose one of {", ".join(OPTIMIZERS)}')
+  if warmup_steps < 0:
+    raise ValueError(f'warmup_steps must be >= 0, got {warmup_steps}')
   # optax counts steps in int32: a longer horizon (a run of 10**12 env steps,
   # as the benchmark's train stage sets) is the same as no decay at all.
   horizon = min(max(total_learner_steps, 1), _MAX_HORIZON)
 
   def schedule(step, base=learning_rate):
-    return optax.linear_schedule(base, 0.0, horizon)(step)
+    rate = optax.linear_schedule(base, 0.0, horizon)(step)
+    if warmup_steps:
+      rate = rate * jnp.minimum(1.0, (jnp.asarray(step, jnp.float32) + 1.0) / warmup_steps)
+    return rate
 
   def transform(learning_rate, max_grad_norm, eps):
-    rate = optax.linear_schedule(learning_rate, 0.0, horizon)
+    rate = lambda step: schedule(step, learning_rate)
     if name == 'adam':
       opt = optax.adam(rate, b1=adam_b1, b2=adam_b2, eps=eps)
     else:
@@ -206,7 +218,7 @@ def optimizer_from_settings(o: OptimizerConfig, learning_rate: float, entropy_co
       learning_rate, total_learner_steps * k, o.max_grad_norm, o.rmsprop_decay,
       o.rmsprop_eps, o.momentum, o.eps_in_sqrt, o.rmsprop_initial_scale, name=o.name,
       adam_b1=o.adam_b1, adam_b2=o.adam_b2, adam_eps=o.adam_eps, entropy_cost=entropy_cost,
-      clip_in_chain=o.clip_by == 'global')
+      clip_in_chain=o.clip_by == 'global', warmup_steps=o.warmup_updates * k)
   if k == 1:
     return optimizer, schedule
   return optimizer, lambda step, base=learning_rate: schedule(step * k, base)

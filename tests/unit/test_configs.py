@@ -212,6 +212,7 @@ def test_reward_scales_override_is_a_tuple():
     ('network.centre_frames', True, "network.centre_frames.*'mlp'"),
     ('popart.start', 'warm', 'popart.start.*identity, debiased'),
     ('optimizer.clip_by', 'layer', 'optimizer.clip_by.*global, term'),
+    ('optimizer.warmup_updates', -1, 'optimizer.warmup_updates.*integer >= 0'),
     ('vtrace.normalize_advantages_per', 'batch', 'vtrace.normalize_advantages_per.*minibatch, task'),
     ('vtrace.normalize_advantages_per', 'task', 'vtrace.normalize_advantages_per.*needs '
      'vtrace.normalize_advantages=True'),

@@ -199,3 +199,37 @@ def test_a_horizon_past_optax_int32_steps_updates_at_the_base_rate(name):
   updates, _ = jax.jit(optimizer.update)({'w': jnp.asarray([2.0])}, optimizer.init(params), params)
   assert np.isfinite(np.asarray(updates['w'])).all() and float(updates['w'][0]) < 0
   np.testing.assert_allclose(float(schedule(1000)), 0.1, rtol=1e-6)
+
+
+def test_warmup_scales_the_annealed_rate_step_by_step_as_the_equation_says():
+  """Base rate 0.1 annealed over N = 100 optimiser steps, warmup W = 4: step n
+  (from 0) takes 0.1 (1 - n / 100) min(1, (n + 1) / 4); Adam's first update
+  is -rate_0 g / (|g| + eps) with rate_0 = 0.1 x 1 x 1/4 = 0.025."""
+  optimizer, schedule = optimizers.make_optimizer(0.1, 100, 1e9, 0.99, 0.01, 0.0, name='adam',
+                                                  adam_eps=1e-5, warmup_steps=4)
+  expected = [0.025, 0.0495, 0.0735, 0.097, 0.096, 0.095]   # 0.1 (1 - n/100) min(1, (n+1)/4)
+  np.testing.assert_allclose([float(schedule(n)) for n in range(6)], expected, rtol=1e-6)
+  params = {'w': jnp.zeros(2)}
+  g = {'w': jnp.asarray([3.0, -4.0])}
+  u, _ = jax.jit(optimizer.update)(g, optimizer.init(params), params)
+  np.testing.assert_allclose(u['w'], -0.025 * np.array([3.0, -4.0]) / (np.array([3.0, 4.0]) + 1e-5),
+                             rtol=1e-5)
+  with pytest.raises(ValueError, match='warmup_steps must be >= 0'):
+    optimizers.make_optimizer(0.1, 100, 1.0, 0.99, 0.01, 0.0, warmup_steps=-1)
+
+
+def test_warmup_updates_count_learner_updates_of_several_optimiser_steps():
+  """optimizer.warmup_updates = 2 with 2 minibatch steps per update is a
+  warmup of W = 4 optimiser steps; the logged schedule is indexed by update u
+  (optimiser step 2u): u = 0 -> 0.1 x 1/4, u = 1 -> 0.1 (1 - 2/20) x 3/4,
+  u = 2 -> 0.1 (1 - 4/20) (10 updates of 2 steps: N = 20)."""
+  settings = optimizers.OptimizerConfig(name='adam', warmup_updates=2)
+  _, schedule = optimizers.optimizer_from_settings(settings, 0.1, 0.01, total_learner_steps=10,
+                                                   steps_per_update=2)
+  np.testing.assert_allclose([float(schedule(u)) for u in range(3)], [0.025, 0.0675, 0.08],
+                             rtol=1e-6)
+  none, _ = optimizers.optimizer_from_settings(optimizers.OptimizerConfig(name='adam'), 0.1, 0.01,
+                                               total_learner_steps=10, steps_per_update=2)
+  params = {'w': jnp.zeros(1)}
+  u, _ = none.update({'w': jnp.asarray([2.0])}, none.init(params), params)
+  np.testing.assert_allclose(u['w'], [-0.1 * 2.0 / (2.0 + 1e-5)], rtol=1e-5)   # no warmup: all of it
