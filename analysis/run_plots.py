@@ -45,7 +45,12 @@ PONG_REFERENCES = {
     'moolib IMPALA': {-15: (2.2e6, 2.2e6), 0: (3.4e6, 3.4e6), 18: (8.8e6, 8.8e6)},
     'baselines A2C': {-15: (2.1e6, 2.5e6), 0: (2.8e6, 4.2e6), 18: (5e6, 8.4e6)},
 }
-REFERENCES = {'pong': PONG_REFERENCES}
+# This repo's Nature CNN on Pong (recipe=vtrace, 3M agent steps, docs/results.md),
+# beside the published ones: what other networks on the same recipe are held to.
+PONG_NATURE_CNN = {'this repo, Nature CNN, recipe=vtrace': {-15: (0.54e6, 0.54e6),
+                                                            0: (0.68e6, 0.68e6),
+                                                            18: (1.12e6, 1.12e6)}}
+REFERENCES = {'pong': PONG_REFERENCES, 'pong+nature_cnn': {**PONG_NATURE_CNN, **PONG_REFERENCES}}
 
 
 def per_task_steps(run):

@@ -15,7 +15,9 @@ network's health; a key with * draws one line per task, e.g.
 --panels=popart/mu/*,popart/sigma/*). --threshold prints, per run and task, the first env
 step at which the smoothed return reached it (--thresholds: several).
 --references=pong draws the published implementations' steps to a Pong
-return of -15, 0 and +18 (PONG_REFERENCES) as ranges on the return panel.
+return of -15, 0 and +18 (PONG_REFERENCES) as ranges on the return panel;
+--references=pong+nature_cnn adds this repo's Nature CNN on the default
+recipe (for other networks on Pong).
 --per_task_steps puts agent steps per task on the x axis (a run's env steps
 over its number of tasks; --window and --max_steps count them too), so a
 multi-task run lines up with single-task runs at the same budget per game:

@@ -51,7 +51,7 @@ def test_plot_draws_any_metric_panels(tmp_path):
 
 
 def test_references_are_ordered_ranges():
-  for name, levels in run_plots.PONG_REFERENCES.items():
+  for name, levels in run_plots.REFERENCES['pong+nature_cnn'].items():
     assert sorted(levels) == [-15, 0, 18], name
     lows = [levels[k][0] for k in sorted(levels)]
     assert all(lo <= hi for lo, hi in levels.values()) and lows == sorted(lows), name
