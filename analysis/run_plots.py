@@ -164,7 +164,8 @@ def draw_references(ax, references, xmax: Optional[float] = None):
       mid = (lo + hi) / 2
       ax.errorbar([mid], [level + offset], xerr=[[mid - lo], [hi - mid]], fmt='s', ms=3,
                   color=colour, capsize=3, lw=1, alpha=0.8,
-                  label=f'{name} (published)' if first else None)
+                  label=(name if name.startswith('this repo') else f'{name} (published)')
+                  if first else None)
       first = False
 
 
