@@ -50,7 +50,9 @@ PONG_REFERENCES = {
 PONG_NATURE_CNN = {'this repo, Nature CNN, recipe=vtrace': {-15: (0.54e6, 0.54e6),
                                                             0: (0.68e6, 0.68e6),
                                                             18: (1.12e6, 1.12e6)}}
-REFERENCES = {'pong': PONG_REFERENCES, 'pong+nature_cnn': {**PONG_NATURE_CNN, **PONG_REFERENCES}}
+_PUBLISHED = {f'{name} (published)': levels for name, levels in PONG_REFERENCES.items()}
+# --references choices -> the entries drawn, under their legend labels.
+REFERENCES = {'pong': _PUBLISHED, 'pong+nature_cnn': {**PONG_NATURE_CNN, **_PUBLISHED}}
 
 
 def per_task_steps(run):
@@ -147,8 +149,8 @@ def draw_references(ax, references, xmax: Optional[float] = None):
 
   Args:
     ax: the matplotlib axes.
-    references: implementation -> {return level: (low, high) agent steps},
-      as PONG_REFERENCES; each is a horizontal bar with end marks (a point
+    references: legend label -> {return level: (low, high) agent steps},
+      as REFERENCES' values; each is a horizontal bar with end marks (a point
       where low = high), the implementations' bars of one level apart.
     xmax: bars starting past it are left out; None: none are.
   """
@@ -164,8 +166,7 @@ def draw_references(ax, references, xmax: Optional[float] = None):
       mid = (lo + hi) / 2
       ax.errorbar([mid], [level + offset], xerr=[[mid - lo], [hi - mid]], fmt='s', ms=3,
                   color=colour, capsize=3, lw=1, alpha=0.8,
-                  label=(name if name.startswith('this repo') else f'{name} (published)')
-                  if first else None)
+                  label=name if first else None)
       first = False
 
 
