@@ -11,6 +11,7 @@ import ml_collections
 from configs import common
 from envs import atari
 from infra import settings
+from networks import attention
 
 SEED_GAMES = ('AirRaid', 'Carnival', 'DemonAttack', 'NameThisGame', 'Pong', 'SpaceInvaders')
 NETWORKS = ('shallow', 'resnet', 'attention')
@@ -64,6 +65,10 @@ def atari_config(name: str, games, variant: dict, *, popart: bool,
   c.network.name = variant['net']
   # IMPALA: the LSTM core is optional for the CNNs; the attention agent is recurrent.
   c.network.lstm_size = 256 if (variant['lstm'] or variant['net'] == 'attention') else 0
+  if variant['net'] == 'attention':
+    # Its sizes, in the config so that flags and sweeps reach them
+    # (--config.network.torso_kwargs.answer_sizes=512,256).
+    c.network.torso_kwargs = attention.size_defaults()
   c.tasks = tuple(common.task(g, atari.env_id(g)) for g in games)
   # Actor threads and EnvPool threads: sized to the machine (configs/actor_sizing.py;
   # 2 threads x 2 EnvPool threads for one game on 2 cores).

@@ -7,8 +7,9 @@ values, each with a fixed Fourier spatial basis appended, so that a query can
 ask for *where* as well as *what*; queries made by an MLP from the policy
 LSTM's previous output attend over the map positions (one softmax over h * w
 per query); the answers, the queries and the extra core inputs (previous
-action and reward) feed the policy LSTM, whose output goes to AgentNetwork's
-policy and value heads.
+action and reward) feed the policy LSTM, through the paper's answer MLP
+where `answer_sizes` names its layers (512, 256 in the paper), and the
+LSTM's output goes to AgentNetwork's policy and value heads.
 
 Time-major like the rest: frames [T, B, C, H, W], first [T, B]. The conv stack
 and the input half of the ConvLSTM's gates have no recurrence, so they run
@@ -21,6 +22,7 @@ them under intermediates/<this module>/attention_weights); a normal apply
 does not store them.
 """
 
+import dataclasses
 import math
 from typing import Any
 
@@ -89,6 +91,7 @@ class _AttentionStep(nn.Module):
   num_queries: int
   query_hidden_size: int
   num_frequencies: int
+  answer_sizes: tuple = ()
   kernels: str = 'auto'
 
   @nn.compact
@@ -119,6 +122,8 @@ class _AttentionStep(nn.Module):
     answers = jnp.einsum('bnp,bpd->bnd', weights, values.reshape(b, h * w, -1))
 
     x = jnp.concatenate([answers.reshape(b, -1), q.reshape(b, -1), extra], -1)
+    for n, size in enumerate(self.answer_sizes):
+      x = nn.relu(nn.Dense(size, name=f'answer_mlp_{n}')(x))
     (pc, ph), y = nn.OptimizedLSTMCell(self.lstm_size, name='policy_lstm')((pc, ph), x)
     carry = {'vision': (vc, vh), 'policy': (pc, ph)}
     return carry, (y, weights.reshape(b, self.num_queries, h, w))
@@ -138,6 +143,9 @@ class AttentionCore(nn.Module):
     query_hidden_size: the hidden layer of the query MLP.
     num_frequencies: F; the spatial basis adds 4F channels to keys and
       values.
+    answer_sizes: the answer MLP's layers (ReLU) between the answers,
+      queries and extra inputs and the policy LSTM; () feeds them to the
+      LSTM directly. The paper's: (512, 256).
     num_centres: > 0: frames are centred on their task's mean frame
       (networks/centring.py), one per task.
     kernels: the conv layers' implementation (networks/kernels.py).
@@ -152,6 +160,7 @@ class AttentionCore(nn.Module):
   num_queries: int = 4
   query_hidden_size: int = 128
   num_frequencies: int = 4        # spatial basis: 4 * this channels
+  answer_sizes: tuple = ()        # the answer MLP before the policy LSTM; () = none
   num_centres: int = 0            # > 0: frames centred on their task's mean (centring.py)
   kernels: str = 'auto'           # the conv layers' implementation (networks/kernels.py)
   dtype: Any = jnp.float32        # the vision stack's dtype (the recurrent parts: float32)
@@ -204,7 +213,8 @@ class AttentionCore(nn.Module):
                    split_rngs={'params': False}, in_axes=0, out_axes=0)
     state, (y, weights) = scan(
         self.lstm_size, self.conv_lstm_channels, self.key_size, self.num_queries,
-        self.query_hidden_size, self.num_frequencies, self.kernels, name='step')(
+        self.query_hidden_size, self.num_frequencies, tuple(self.answer_sizes), self.kernels,
+        name='step')(
             state, (input_gates, first, extra))
     self.sow('intermediates', 'attention_weights', weights)
     return y, state
@@ -224,3 +234,19 @@ class AttentionCore(nn.Module):
     zeros = lambda *shape: jnp.zeros((batch,) + shape, jnp.float32)
     return {'vision': (zeros(n, n, self.conv_lstm_channels), zeros(n, n, self.conv_lstm_channels)),
             'policy': (zeros(self.lstm_size), zeros(self.lstm_size))}
+
+
+# AttentionCore's sizes that a config sets through network.torso_kwargs
+# (configs/atari_common.py puts them there, so flags and sweeps reach them).
+SIZE_FIELDS = ('vision_channels', 'conv_lstm_channels', 'key_size', 'num_queries',
+               'query_hidden_size', 'num_frequencies', 'answer_sizes')
+
+
+def size_defaults() -> dict:
+  """AttentionCore's sizes at their defaults.
+
+  Returns:
+    {name: default} for each of SIZE_FIELDS.
+  """
+  defaults = {f.name: f.default for f in dataclasses.fields(AttentionCore)}
+  return {name: defaults[name] for name in SIZE_FIELDS}

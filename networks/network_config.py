@@ -6,6 +6,7 @@ import dataclasses
 from typing import Optional, Tuple
 
 from infra.settings import at_least, boolean, first, mapping, one_of, setting
+from networks import attention
 from networks.init import INITS
 from networks.kernels import KERNELS
 from networks.nethack import EXTRA_INPUTS
@@ -82,6 +83,30 @@ def _torso_kwargs_problem(c: NetworkConfig) -> Optional[str]:
   if own:
     return (f'sets {own}, which come from ' + ', '.join(TORSO_FIELDS[k] for k in own)
             + '; set those instead')
+  if c.name == 'attention':
+    return _attention_sizes_problem(dict(c.torso_kwargs))
+  return None
+
+
+def _attention_sizes_problem(sizes: dict) -> Optional[str]:
+  """The attention agent's sizes (networks/attention.SIZE_FIELDS): counts > 0,
+  layer lists of them, and key_size inside conv_lstm_channels."""
+  unknown = sorted(set(sizes) - set(attention.SIZE_FIELDS))
+  if unknown:
+    return f'{unknown} are not attention sizes; the attention agent takes {", ".join(attention.SIZE_FIELDS)}'
+  for name, value in sizes.items():
+    layers = name in ('vision_channels', 'answer_sizes')
+    values = value if layers and isinstance(value, (tuple, list)) else (value,)
+    if (layers and not isinstance(value, (tuple, list))) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+      kind = 'a tuple of integers > 0' if layers else 'an integer > 0'
+      return f'{name} must be {kind}, got {value!r}'
+  if 'vision_channels' in sizes and len(sizes['vision_channels']) != 2:
+    return f'vision_channels must name the two vision layers, got {sizes["vision_channels"]!r}'
+  full = {**attention.size_defaults(), **sizes}
+  if not 0 < full['key_size'] < full['conv_lstm_channels']:
+    return (f'key_size ({full["key_size"]}) must be below conv_lstm_channels '
+            f'({full["conv_lstm_channels"]}): the other channels are the values')
   return None
 
 

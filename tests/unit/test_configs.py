@@ -8,6 +8,8 @@ import pytest
 
 from configs import common
 from configs.validation import ConfigError, validate
+from networks import agent as agent_net
+from networks import attention
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIGS = ['cartpole', 'cartpole_popart', 'atari_single', 'atari_multitask', 'atari_popart',
@@ -70,6 +72,33 @@ def test_recipe_vtrace_is_the_atari_default(config, arg, batch, minibatches):
   assert c.total_env_steps == 3_000_000 * len(c.tasks)
   validate(c)
   assert _load('atari_single', 'game=Pong,net=attention').network.centre_frames
+
+
+def test_attention_sizes_are_config_fields():
+  """The attention agent's sizes are in network.torso_kwargs at the
+  network's own defaults, so a flag or a sweep can change them (and a
+  misspelt one is refused); the CNNs take no torso arguments."""
+  c = _load('atari_single', 'game=Pong,net=attention')
+  assert dict(c.network.torso_kwargs) == attention.size_defaults()
+  assert attention.size_defaults()['answer_sizes'] == ()
+  assert set(attention.size_defaults()) == set(attention.SIZE_FIELDS)
+  assert dict(_load('atari_single', 'game=Pong').network.torso_kwargs) == {}
+  c.network.torso_kwargs.answer_sizes = (512, 256)
+  validate(c)
+  net = agent_net.make_network(c.network, num_actions=6, num_values=1, num_tasks=1)
+  assert dict(net.torso_kwargs)['answer_sizes'] == (512, 256)
+
+
+@pytest.mark.parametrize('field,value,message', [
+    ('answer_sizes', (512, 0), 'answer_sizes must be a tuple of integers > 0'),
+    ('num_queries', 0, 'num_queries must be an integer > 0'),
+    ('key_size', 64, r'key_size \(64\) must be below conv_lstm_channels \(64\)'),
+    ('vision_channels', (32, 64, 64), 'the two vision layers')])
+def test_bad_attention_sizes_are_refused_at_start(field, value, message):
+  c = _load('atari_single', 'game=Pong,net=attention')
+  c.network.torso_kwargs[field] = value
+  with pytest.raises(ConfigError, match=r'network\.torso_kwargs.*' + message):
+    validate(c)
 
 
 def test_recipe_impala_adam_is_moolibs_optimisation():

@@ -250,3 +250,42 @@ def test_attention_gradient_reaches_the_queries(attention):
   for name in ('query_mlp_0', 'query_mlp_1', 'conv_lstm_hidden'):
     assert float(jnp.abs(grads['step'][name]['kernel']).max()) > 0, name
   assert float(jnp.abs(grads['vision_conv0']['kernel']).max()) > 0
+
+
+def test_attention_answer_mlp_sits_between_the_answers_and_the_lstm(attention):
+  """answer_sizes=(a, b) puts the paper's answer MLP (ReLU layers a, b) on the
+  answers + queries + extra inputs, and the policy LSTM reads its b outputs;
+  the default () keeps the LSTM on the raw concatenation (and a run saved
+  without the MLP restores with the same parameters)."""
+  _, plain = attention
+  step = plain['params']['attention_core']['step']
+  assert not any(name.startswith('answer_mlp') for name in step)
+  raw = step['policy_lstm']['ii']['kernel'].shape[0]      # 4 * (56 + 16) + 4 * 24 + 5 + 1
+  assert raw == 4 * (56 + 16) + 4 * (8 + 16) + 5 + 1
+  net = _network('attention', lstm_size=16, core_extra_inputs=True, answer_sizes=(32, 24))
+  variables = agent_net.init_variables(net, jax.random.key(0), {**OBS['shallow'], **EXTRA})
+  step = variables['params']['attention_core']['step']
+  assert step['answer_mlp_0']['kernel'].shape == (raw, 32)
+  assert step['answer_mlp_1']['kernel'].shape == (32, 24)
+  assert step['policy_lstm']['ii']['kernel'].shape[0] == 24
+  obs = _unroll_obs(np.random.default_rng(0), 'attention', 2, 3)
+
+  def loss(params):
+    logits, values, _ = net.apply({**variables, 'params': params}, obs,
+                                  np.zeros((2, 3), bool), net.initial_state(3))
+    return jnp.sum(logits ** 2) + jnp.sum(values ** 2)
+
+  grads = jax.grad(loss)(variables['params'])['attention_core']['step']
+  for name in ('answer_mlp_0', 'answer_mlp_1', 'query_mlp_0'):
+    assert float(jnp.abs(grads[name]['kernel']).max()) > 0, name
+
+
+def test_torso_sizes_read_back_from_json_make_the_same_network():
+  """A run's config.json holds tuples as lists; the network made from it is
+  the one made from the config itself (hashable, equal), so evaluation and
+  resumption build what training built."""
+  sizes = {'answer_sizes': (32, 24), 'vision_channels': (8, 16)}
+  net = _network('attention', lstm_size=16, **sizes)
+  read_back = _network('attention', lstm_size=16, **{k: list(v) for k, v in sizes.items()})
+  assert read_back == net and hash(read_back) == hash(net)
+  assert dict(read_back.torso_kwargs)['answer_sizes'] == (32, 24)
