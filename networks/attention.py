@@ -238,6 +238,7 @@ class AttentionCore(nn.Module):
 
 # AttentionCore's sizes that a config sets through network.torso_kwargs
 # (configs/atari_common.py puts them there, so flags and sweeps reach them).
+# torso_kwargs may also set frame_size, for frames other than 84x84.
 SIZE_FIELDS = ('vision_channels', 'conv_lstm_channels', 'key_size', 'num_queries',
                'query_hidden_size', 'num_frequencies', 'answer_sizes')
 

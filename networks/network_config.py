@@ -89,11 +89,13 @@ def _torso_kwargs_problem(c: NetworkConfig) -> Optional[str]:
 
 
 def _attention_sizes_problem(sizes: dict) -> Optional[str]:
-  """The attention agent's sizes (networks/attention.SIZE_FIELDS): counts > 0,
-  layer lists of them, and key_size inside conv_lstm_channels."""
-  unknown = sorted(set(sizes) - set(attention.SIZE_FIELDS))
+  """The attention agent's sizes (networks/attention.SIZE_FIELDS, and
+  frame_size): counts > 0, layer lists of them, and key_size inside
+  conv_lstm_channels."""
+  allowed = attention.SIZE_FIELDS + ('frame_size',)
+  unknown = sorted(set(sizes) - set(allowed))
   if unknown:
-    return f'{unknown} are not attention sizes; the attention agent takes {", ".join(attention.SIZE_FIELDS)}'
+    return f'{unknown} are not attention sizes; the attention agent takes {", ".join(allowed)}'
   for name, value in sizes.items():
     layers = name in ('vision_channels', 'answer_sizes')
     values = value if layers and isinstance(value, (tuple, list)) else (value,)

@@ -93,10 +93,13 @@ def test_attention_sizes_are_config_fields():
     ('answer_sizes', (512, 0), 'answer_sizes must be a tuple of integers > 0'),
     ('num_queries', 0, 'num_queries must be an integer > 0'),
     ('key_size', 64, r'key_size \(64\) must be below conv_lstm_channels \(64\)'),
-    ('vision_channels', (32, 64, 64), 'the two vision layers')])
+    ('vision_channels', (32, 64, 64), 'the two vision layers'),
+    ('frame_size', 0, 'frame_size must be an integer > 0'),
+    ('answer_size', (512,), r"\['answer_size'\] are not attention sizes")])
 def test_bad_attention_sizes_are_refused_at_start(field, value, message):
   c = _load('atari_single', 'game=Pong,net=attention')
-  c.network.torso_kwargs[field] = value
+  with c.network.torso_kwargs.unlocked():
+    c.network.torso_kwargs[field] = value
   with pytest.raises(ConfigError, match=r'network\.torso_kwargs.*' + message):
     validate(c)
 
