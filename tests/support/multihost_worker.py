@@ -111,6 +111,7 @@ def _config_error(out):
   process 1 only."""
   import jax
   from configs import validation
+  from infra import peer_watch
   from rundir import lifecycle
   validate_spec = validation.validate_spec
 
@@ -125,7 +126,9 @@ def _config_error(out):
     lifecycle.train(config)
   except validation.ConfigError as e:  # as launch/train.py's main
     print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    # Not JAX's exit-time shutdown: it aborts a process now and then
+    # ("FATAL: exception not rethrown", status -6).
+    peer_watch.leave(2)
 
 
 def main(argv):
