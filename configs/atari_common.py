@@ -67,7 +67,7 @@ def atari_config(name: str, games, variant: dict, *, popart: bool,
   c.network.lstm_size = 256 if (variant['lstm'] or variant['net'] == 'attention') else 0
   if variant['net'] == 'attention':
     # Its sizes, in the config so that flags and sweeps reach them
-    # (--config.network.torso_kwargs.answer_sizes=512,256).
+    # (--config.network.torso_kwargs.answer_sizes='(512,256)').
     c.network.torso_kwargs = attention.size_defaults()
   c.tasks = tuple(common.task(g, atari.env_id(g)) for g in games)
   # Actor threads and EnvPool threads: sized to the machine (configs/actor_sizing.py;

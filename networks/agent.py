@@ -208,14 +208,6 @@ class AgentNetwork(nn.Module):
     return ResettingLSTM.initial_state(self.lstm_size, batch)
 
 
-def _frozen(value):
-  """A torso argument as a hashable value: lists (as a config read back from
-  JSON holds them) become tuples, at any depth."""
-  if isinstance(value, (list, tuple)):
-    return tuple(_frozen(v) for v in value)
-  return value
-
-
 def make_network(network_config, num_actions: int, num_values: int,
                  num_tasks: int = 1, platform: str = 'cpu') -> AgentNetwork:
   """The AgentNetwork of the network's settings.
@@ -241,7 +233,7 @@ def make_network(network_config, num_actions: int, num_values: int,
   if not isinstance(c, NetworkConfig):
     c = settings_lib.read(NetworkConfig, c, 'network', check=False)
   network = AgentNetwork(
-      torso=c.name, torso_kwargs=tuple(sorted((k, _frozen(v)) for k, v in c.torso_kwargs.items())),
+      torso=c.name, torso_kwargs=tuple(sorted(c.torso_kwargs.items())),
       num_actions=num_actions, num_values=num_values, lstm_size=c.lstm_size,
       core_extra_inputs=bool(c.core_extra_inputs), extra_inputs=tuple(c.extra_inputs),
       centre_frames=bool(c.centre_frames), num_tasks=num_tasks, kernels=c.kernels,

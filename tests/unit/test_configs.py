@@ -8,6 +8,7 @@ import pytest
 
 from configs import common
 from configs.validation import ConfigError, validate
+from analysis import run_loading
 from networks import agent as agent_net
 from networks import attention
 
@@ -87,6 +88,19 @@ def test_attention_sizes_are_config_fields():
   validate(c)
   net = agent_net.make_network(c.network, num_actions=6, num_values=1, num_tasks=1)
   assert dict(net.torso_kwargs)['answer_sizes'] == (512, 256)
+
+
+def test_attention_sizes_read_back_from_config_json_make_the_same_network(tmp_path):
+  """config.json holds tuples as lists; the network made from the config
+  read back (analysis/run_loading.load_config, as evaluation does) is the one
+  training made (hashable, equal)."""
+  c = _load('atari_single', 'game=Pong,net=attention')
+  c.network.torso_kwargs.answer_sizes = (32, 24)
+  (tmp_path / 'config.json').write_text(c.to_json_best_effort())
+  read_back = run_loading.load_config(str(tmp_path))
+  make = lambda cfg: agent_net.make_network(cfg.network, num_actions=6, num_values=1)
+  assert make(read_back) == make(c) and hash(make(read_back)) == hash(make(c))
+  assert dict(make(read_back).torso_kwargs)['answer_sizes'] == (32, 24)
 
 
 @pytest.mark.parametrize('field,value,message', [

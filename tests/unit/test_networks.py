@@ -279,13 +279,3 @@ def test_attention_answer_mlp_sits_between_the_answers_and_the_lstm(attention):
   for name in ('answer_mlp_0', 'answer_mlp_1', 'query_mlp_0'):
     assert float(jnp.abs(grads[name]['kernel']).max()) > 0, name
 
-
-def test_torso_sizes_read_back_from_json_make_the_same_network():
-  """A run's config.json holds tuples as lists; the network made from it is
-  the one made from the config itself (hashable, equal), so evaluation and
-  resumption build what training built."""
-  sizes = {'answer_sizes': (32, 24), 'vision_channels': (8, 16)}
-  net = _network('attention', lstm_size=16, **sizes)
-  read_back = _network('attention', lstm_size=16, **{k: list(v) for k, v in sizes.items()})
-  assert read_back == net and hash(read_back) == hash(net)
-  assert dict(read_back.torso_kwargs)['answer_sizes'] == (32, 24)
