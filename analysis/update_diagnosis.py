@@ -3,15 +3,19 @@ what each loss term contributes to the
 gradient, how much the clip and the optimiser change it, how far the policy
 moves (`launch/diagnose_update.py` is the command line)."""
 
+import dataclasses
+
 import jax
 import numpy as np
 
 from agents import learner as learner_lib
 from agents.checkpoint import Checkpointer
 from agents.trainer import Trainer
+from analysis import advantage_groups
 from analysis import update_stats
 from configs import validation
 from networks import agent as agent_net
+from networks import centring
 from rl import impala
 
 
@@ -66,7 +70,20 @@ class Diagnoser:
       return update_stats.step_report(apply, before, after, batch, learning_rate, eps,
                                       o.eps_in_sqrt, o.name, o.adam_b2)
 
+    v = impala.settings(cfg)
+    raw_loss = impala.loss_fn(
+        apply, cfg._replace(settings=dataclasses.replace(v, normalize_advantages=False)))
+
+    @jax.jit
+    def raw_advantages(state, batch):
+      params = state.params
+      if 'frames' in batch.obs:   # the learner's own first move (agents/learner._centred)
+        params = centring.update(params, batch.obs['frames'], batch.task_id)
+      _, out = raw_loss(params, state.popart[head], batch)
+      return out.extras['pg_advantage'], out.extras['mask']
+
     self._gradients, self._step = gradients, step
+    self._raw_advantages, self._vtrace, self._seed = raw_advantages, v, spec.run.seed
 
   @property
   def env_steps(self) -> int:
@@ -120,6 +137,35 @@ class Diagnoser:
       row['entropy'] = float(metrics['entropy'])
       rows.append(row)
     return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+
+  def advantage_batches(self, batches: int):
+    """The actors' next batches' policy-gradient advantages before the
+    learner normalises them (analysis/advantage_groups.py), at the current
+    state, which does not move.
+
+    Each batch's minibatches are the learner's own for its step (the run's
+    seed and the learner step, rl/impala.shuffle_keys and unroll_order; the
+    first epoch's), counted on from the current step batch by batch.
+
+    Args:
+      batches: the number of batches, >= 1.
+
+    Returns:
+      A list of advantage_groups.AdvantageBatch, host arrays.
+    """
+    t = self.trainer
+    step = int(np.asarray(learner_lib.local_copy(t.state.step)))
+    out = []
+    for i in range(batches):
+      unroll, _ = t.next_batch()
+      raw, mask = jax.device_get(self._raw_advantages(t.state, unroll))
+      num_unrolls = unroll.action.shape[1]
+      key = impala.shuffle_keys(self._seed, step + i, self._vtrace.epochs)[0]
+      order = np.asarray(impala.unroll_order(key, num_unrolls, self._vtrace.minibatches))
+      out.append(advantage_groups.AdvantageBatch(
+          raw=np.asarray(raw), mask=np.asarray(mask), reward=np.asarray(unroll.reward[:-1]),
+          unroll_task=np.asarray(unroll.task_id)[0], minibatches=order))
+    return out
 
   def close(self):
     """Stops the trainer's actors and closes it."""

@@ -6,6 +6,7 @@ clip, the RMSProp step, the policy change and the off-policy statistics.
   python launch/diagnose_update.py --workdir=runs/pong --step=1000000
   python launch/diagnose_update.py --config=configs/atari_single.py:game=Pong \\
       --train_updates=200 --every=50 --output=impala.json
+  python launch/diagnose_update.py --workdir=runs/six_a2t --advantage_groups=10
 
 The config's own actors collect unrolls with the current policy; the
 config's own learner update is applied to them. At each measured point
@@ -19,6 +20,11 @@ the KL between the policy before and after the update; rho statistics and
 the policy lag. With --workdir the state (optimiser statistics included)
 comes from the run's checkpoint at --step (the latest by default).
 analysis/update_stats.py has the definitions.
+
+With --advantage_groups=N it measures something else instead, on N batches
+from the same state: how much of each task's advantage signal the learner's
+normalisation within minibatches keeps, against each task's advantages
+normalised over the whole batch (analysis/advantage_groups.py).
 """
 
 import json
@@ -29,6 +35,7 @@ from absl import app
 from absl import flags
 from absl import logging
 from agents.checkpoint import CheckpointError
+from analysis import advantage_groups
 from analysis import run_loading
 from analysis.update_diagnosis import Diagnoser
 from configs import command_line   # defines --config; its file's mistakes are one line
@@ -44,6 +51,10 @@ _BATCHES = flags.DEFINE_integer('batches', 4, 'Batches averaged at each measured
 _TRAIN_UPDATES = flags.DEFINE_integer('train_updates', 0, 'Real training updates to follow.')
 _EVERY = flags.DEFINE_integer('every', 50, 'Measure every this many training updates.')
 _OUTPUT = flags.DEFINE_string('output', '', 'Optional JSON file for every measured point.')
+_ADVANTAGE_GROUPS = flags.DEFINE_integer(
+    'advantage_groups', 0, 'Instead of the gradient measurements: this many batches\' advantages '
+    'before normalisation, against each task\'s normalised over the whole batch '
+    '(analysis/advantage_groups.py).')
 
 SHOWN = ('grad/policy', 'grad/baseline', 'grad/entropy', 'grad/total', 'clip_scale',
          'step/median', 'step/mean_over_lr', 'eps_dominated', 'kl_update', 'kl_update_max',
@@ -76,6 +87,31 @@ def _print_point(updates, env_steps, point):
   print('  per module: ' + ', '.join(f'{k[5:]} {point[k]:.3g}' for k in modules))
 
 
+def _advantage_groups(d, config):
+  try:
+    d.start()
+    batches = d.advantage_batches(_ADVANTAGE_GROUPS.value)
+  finally:
+    d.close()
+  result = advantage_groups.report(batches, len(d.plan.task_names), d.plan.task_names)
+  print(f'\n== advantages of {len(batches)} batches at {d.env_steps:,} env steps ==')
+  print('\n'.join(advantage_groups.format_report(result)))
+  _write({'config': config.config_name, 'workdir': _WORKDIR.value, 'env_steps': d.env_steps,
+          'advantage_groups': result})
+
+
+def _write(content):
+  if not _OUTPUT.value:
+    return
+  try:
+    with atomic_write.atomic_open(_OUTPUT.value) as f:   # whole or not at all
+      json.dump(content, f, indent=1)
+  except OSError as e:   # a full disk: one line
+    print(f'error: cannot write {_OUTPUT.value}: {e.strerror or e}', file=sys.stderr)
+    sys.exit(2)
+  print(f'wrote {_OUTPUT.value}')
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
@@ -90,6 +126,9 @@ def main(argv):
   except (FileNotFoundError, ConfigError, CheckpointError, RunFolderError) as e:
     print(f'error: {e}', file=sys.stderr)   # a missing run or step, a bad config.json: one line
     sys.exit(2)
+  if _ADVANTAGE_GROUPS.value > 0:
+    _advantage_groups(d, config)
+    return
   points = []
   try:
     d.start()
@@ -106,15 +145,7 @@ def main(argv):
         updates += 1
   finally:
     d.close()
-  if _OUTPUT.value:
-    try:
-      with atomic_write.atomic_open(_OUTPUT.value) as f:   # whole or not at all
-        json.dump({'config': config.config_name, 'workdir': _WORKDIR.value, 'points': points},
-                  f, indent=1)
-    except OSError as e:   # a full disk: one line
-      print(f'error: cannot write {_OUTPUT.value}: {e.strerror or e}', file=sys.stderr)
-      sys.exit(2)
-    print(f'wrote {_OUTPUT.value}')
+  _write({'config': config.config_name, 'workdir': _WORKDIR.value, 'points': points})
 
 
 if __name__ == '__main__':

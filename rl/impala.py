@@ -300,6 +300,20 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
   return loss
 
 
+def shuffle_keys(seed: int, step, epochs: int):
+  """The keys of one update's minibatch shuffles, one per epoch: the same on
+  every device, and a function of the run's seed and the learner step."""
+  return jax.random.split(jax.random.fold_in(jax.random.key(seed), step), epochs)
+
+
+def unroll_order(key, num_unrolls: int, num: int):
+  """Which unrolls each of `num` minibatches holds: [num, num_unrolls // num]
+  indices, the unrolls permuted with `key` and cut in order (the remainder
+  dropped)."""
+  size = num_unrolls // num
+  return jax.random.permutation(key, num_unrolls)[:num * size].reshape(num, size)
+
+
 def split_unrolls(batch: Unroll, num: int, key) -> Unroll:
   """A device's shard as shuffled minibatches of whole unrolls.
 
@@ -315,9 +329,7 @@ def split_unrolls(batch: Unroll, num: int, key) -> Unroll:
     An Unroll stacked on a leading axis: fields [num, T + 1, B / num, ...],
     core state [num, B / num, ...].
   """
-  b = batch.action.shape[1]
-  size = b // num
-  idx = jax.random.permutation(key, b)[:num * size].reshape(num, size)
+  idx = unroll_order(key, batch.action.shape[1], num)
   take = lambda x: jnp.moveaxis(x[:, idx], 1, 0)   # [T+1, B, ...] -> [num, T+1, size, ...]
   return Unroll(obs=jax.tree.map(take, batch.obs), first=take(batch.first),
                 action=take(batch.action), behaviour_logits=take(batch.behaviour_logits),
@@ -372,9 +384,8 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
       first = batch
     else:
       # The same key on every device: each shuffles its own shard alike.
-      key = jax.random.fold_in(jax.random.key(seed), step)
       parts = [split_unrolls(batch, v.minibatches, k)
-               for k in jax.random.split(key, v.epochs)]
+               for k in shuffle_keys(seed, step, v.epochs)]
       minibatches = jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
       (params, opt_state, new_stats), (step_metrics, log_pis) = jax.lax.scan(
           scan_step, (params, opt_state, stats), minibatches)

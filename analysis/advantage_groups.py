@@ -1,0 +1,176 @@
+"""How much of the policy gradient's credit the advantage normalisation keeps,
+task by task (issue [21], docs/popart_atari.md).
+
+The V-trace learner normalises the policy gradient's advantages within each
+minibatch of whole unrolls (`vtrace.normalize_advantages`), pooled or per
+task (`vtrace.normalize_advantages_per`). A task with one unroll in a
+minibatch has its advantages centred on that unroll's own mean: the credit
+an unroll that scored gets as a whole is taken away. This module measures
+that on real batches, against the reference of each task's advantages
+normalised over the whole batch:
+
+- the share of each task's advantage variance that lies between unrolls
+  (the per-unroll means) rather than within them;
+- the correlation with the reference of the learner's normalisation per
+  task per minibatch ('task') and of the pooled one per minibatch
+  ('minibatch');
+- the mean advantage of unrolls grouped by the sign of their reward sum, in
+  the reference's units and in the per-task-per-minibatch units;
+- how many unrolls of a task a minibatch holds.
+
+Pure numpy on arrays; `analysis/update_diagnosis.Diagnoser.advantage_batches`
+collects them and `launch/diagnose_update.py --advantage_groups` prints the
+report.
+"""
+
+from typing import Dict, List, NamedTuple, Sequence
+
+import numpy as np
+
+EPS = 1e-8   # as rl/actor_critic.normalize
+REWARD_GROUPS = ('r>0', 'r<0', 'r=0')
+
+
+class AdvantageBatch(NamedTuple):
+  """One learner batch's advantages before normalisation.
+
+  raw: [T, B] the advantages the loss would normalise (PopArt-scaled).
+  mask: [T, B] 1 for valid steps.
+  reward: [T, B] the rewards of the same steps.
+  unroll_task: [B] each unroll's task.
+  minibatches: [M, S] the unroll indices each of the learner's minibatches
+    holds (rl/impala.unroll_order with the learner's own key).
+  """
+  raw: np.ndarray
+  mask: np.ndarray
+  reward: np.ndarray
+  unroll_task: np.ndarray
+  minibatches: np.ndarray
+
+
+def normalize(x, mask):
+  """(x - mean) / (std + EPS) over the valid entries; masked entries 0."""
+  count = max(float(mask.sum()), 1.0)
+  mean = float((mask * x).sum()) / count
+  std = np.sqrt(float((mask * (x - mean) ** 2).sum()) / count)
+  return mask * (x - mean) / (std + EPS)
+
+
+def normalizations(b: AdvantageBatch, num_tasks: int) -> Dict[str, np.ndarray]:
+  """The batch's advantages three ways, each [T, B].
+
+  'batch': per task over the whole batch (the reference); 'task': per task
+  within each minibatch (`normalize_advantages_per='task'`); 'minibatch':
+  all tasks pooled within each minibatch (the default). Unrolls in no
+  minibatch (the remainder the learner drops) stay 0 in the last two.
+  """
+  out = {name: np.zeros_like(b.raw) for name in ('batch', 'task', 'minibatch')}
+  for k in range(num_tasks):
+    cols = np.flatnonzero(b.unroll_task == k)
+    if len(cols):
+      out['batch'][:, cols] = normalize(b.raw[:, cols], b.mask[:, cols])
+  for cols in b.minibatches:
+    out['minibatch'][:, cols] = normalize(b.raw[:, cols], b.mask[:, cols])
+    for k in range(num_tasks):
+      sel = cols[b.unroll_task[cols] == k]
+      if len(sel):
+        out['task'][:, sel] = normalize(b.raw[:, sel], b.mask[:, sel])
+  return out
+
+
+def variance_split(x, mask):
+  """(between, within): the sums of squares of valid entries of [T, U] x
+  about their mean, split into the per-unroll (column) means' part,
+  sum_u n_u (mean_u - mean)^2, and the rest."""
+  n_u = mask.sum(0)
+  count = n_u.sum()
+  if count == 0:
+    return 0.0, 0.0
+  mean = (mask * x).sum() / count
+  unroll_mean = (mask * x).sum(0) / np.maximum(n_u, 1)
+  between = float((n_u * (unroll_mean - mean) ** 2).sum())
+  within = float((mask * (x - unroll_mean) ** 2).sum())
+  return between, within
+
+
+def _pearson(x, y):
+  x, y = x - x.mean(), y - y.mean()
+  den = np.sqrt((x * x).sum() * (y * y).sum())
+  return float((x * y).sum() / den) if den > 0 else float('nan')
+
+
+def report(batches: Sequence[AdvantageBatch], num_tasks: int,
+           names: Sequence[str] = ()) -> Dict:
+  """The measurements over several batches (see the module's docstring).
+
+  Returns:
+    {'tasks': {name: {'steps', 'raw_std', 'between_share', 'corr_task', 'corr_minibatch',
+    'credit': {group: {'unrolls', 'batch', 'task'}}}}, 'unrolls_per_minibatch':
+    [count of (task, minibatch) pairs holding 0, 1, ... S unrolls of the
+    task]}. 'corr_task' / 'corr_minibatch' are the correlations over the
+    task's valid steps of the per-task-per-minibatch / pooled-per-minibatch
+    normalisations with the per-task-per-batch one; 'raw_std' the spread of
+    the advantages before normalisation over the task's valid steps; a credit group's
+    'batch' and 'task' are its unrolls' mean advantage in those units.
+  """
+  names = list(names) or [str(k) for k in range(num_tasks)]
+  size = batches[0].minibatches.shape[1]
+  counts = np.zeros(size + 1, int)
+  between, within = np.zeros(num_tasks), np.zeros(num_tasks)
+  values = {k: {'raw': [], 'batch': [], 'task': [], 'minibatch': []} for k in range(num_tasks)}
+  credit = {k: {g: [] for g in REWARD_GROUPS} for k in range(num_tasks)}
+  for b in batches:
+    norms = normalizations(b, num_tasks)
+    for cols in b.minibatches:
+      for k in range(num_tasks):
+        counts[int((b.unroll_task[cols] == k).sum())] += 1
+    for k in range(num_tasks):
+      cols = np.flatnonzero(b.unroll_task == k)
+      m = b.mask[:, cols]
+      btw, wth = variance_split(b.raw[:, cols], m)
+      between[k] += btw
+      within[k] += wth
+      valid = m > 0
+      for name in values[k]:
+        source = b.raw if name == 'raw' else norms[name]
+        values[k][name].append(source[:, cols][valid])
+      for u in cols:
+        mu = b.mask[:, u]
+        if mu.sum() == 0:
+          continue
+        total = float((b.reward[:, u] * mu).sum())
+        group = 'r>0' if total > 0 else ('r<0' if total < 0 else 'r=0')
+        credit[k][group].append(((norms['batch'][:, u] * mu).sum() / mu.sum(),
+                                 (norms['task'][:, u] * mu).sum() / mu.sum()))
+  tasks = {}
+  for k in range(num_tasks):
+    raw, ref, per_task, pooled = (np.concatenate(values[k][n])
+                                  for n in ('raw', 'batch', 'task', 'minibatch'))
+    ss = between[k] + within[k]
+    tasks[names[k]] = {
+        'steps': int(ref.size),
+        'raw_std': float(raw.std()),
+        'between_share': between[k] / ss if ss > 0 else float('nan'),
+        'corr_task': _pearson(per_task, ref),
+        'corr_minibatch': _pearson(pooled, ref),
+        'credit': {g: {'unrolls': len(c),
+                       'batch': float(np.mean([x[0] for x in c])) if c else float('nan'),
+                       'task': float(np.mean([x[1] for x in c])) if c else float('nan')}
+                   for g, c in credit[k].items()}}
+  return {'tasks': tasks, 'unrolls_per_minibatch': counts.tolist()}
+
+
+def format_report(result: Dict) -> List[str]:
+  """The report as text lines: one table row per task, then the counts."""
+  lines = ['task            steps  raw std  between  corr task  corr minibatch  '
+           'credit r>0 (batch / task units, unrolls)  r<0  r=0']
+  for name, t in result['tasks'].items():
+    credit = '  '.join(f"{c['batch']:+.2f} / {c['task']:+.2f} ({c['unrolls']})"
+                       for c in t['credit'].values())
+    lines.append(f"{name:14s} {t['steps']:6d}  {t['raw_std']:7.2f}  {t['between_share']:7.2f}  "
+                 f"{t['corr_task']:9.3f}  {t['corr_minibatch']:14.3f}  {credit}")
+  counts = result['unrolls_per_minibatch']
+  total = max(sum(counts), 1)
+  lines.append('unrolls of a task per minibatch: ' + ', '.join(
+      f'{i}: {c} ({100 * c / total:.1f}%)' for i, c in enumerate(counts)))
+  return lines
