@@ -25,9 +25,11 @@ report.
 
 from typing import Dict, List, NamedTuple, Sequence
 
+import jax.numpy as jnp
 import numpy as np
 
-EPS = 1e-8   # as rl/actor_critic.normalize
+from rl import actor_critic as ac
+
 REWARD_GROUPS = ('r>0', 'r<0', 'r=0')
 
 
@@ -48,14 +50,6 @@ class AdvantageBatch(NamedTuple):
   minibatches: np.ndarray
 
 
-def normalize(x, mask):
-  """(x - mean) / (std + EPS) over the valid entries; masked entries 0."""
-  count = max(float(mask.sum()), 1.0)
-  mean = float((mask * x).sum()) / count
-  std = np.sqrt(float((mask * (x - mean) ** 2).sum()) / count)
-  return mask * (x - mean) / (std + EPS)
-
-
 def normalizations(b: AdvantageBatch, num_tasks: int) -> Dict[str, np.ndarray]:
   """The batch's advantages three ways, each [T, B].
 
@@ -65,16 +59,15 @@ def normalizations(b: AdvantageBatch, num_tasks: int) -> Dict[str, np.ndarray]:
   minibatch (the remainder the learner drops) stay 0 in the last two.
   """
   out = {name: np.zeros_like(b.raw) for name in ('batch', 'task', 'minibatch')}
-  for k in range(num_tasks):
-    cols = np.flatnonzero(b.unroll_task == k)
-    if len(cols):
-      out['batch'][:, cols] = normalize(b.raw[:, cols], b.mask[:, cols])
+  tasks = np.broadcast_to(b.unroll_task, b.raw.shape)
+  # The learner's own functions (rl/actor_critic.py), on host arrays.
+  per_task = lambda x, m, t: np.asarray(ac.normalize_per_task(
+      jnp.asarray(x), jnp.asarray(m), jnp.asarray(t), num_tasks))
+  out['batch'] = per_task(b.raw, b.mask, tasks)
   for cols in b.minibatches:
-    out['minibatch'][:, cols] = normalize(b.raw[:, cols], b.mask[:, cols])
-    for k in range(num_tasks):
-      sel = cols[b.unroll_task[cols] == k]
-      if len(sel):
-        out['task'][:, sel] = normalize(b.raw[:, sel], b.mask[:, sel])
+    out['task'][:, cols] = per_task(b.raw[:, cols], b.mask[:, cols], tasks[:, cols])
+    out['minibatch'][:, cols] = np.asarray(ac.normalize(jnp.asarray(b.raw[:, cols]),
+                                                        jnp.asarray(b.mask[:, cols])))
   return out
 
 

@@ -116,6 +116,11 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)
+  if _ADVANTAGE_GROUPS.value > 0:
+    ignored = [f'--{n}' for n in ('batches', 'train_updates', 'every') if flags.FLAGS[n].present]
+    if ignored:   # not silently ignored
+      raise app.UsageError(f'--advantage_groups measures N batches of its own; '
+                           f'{", ".join(ignored)} belong to the gradient measurements')
   problem = _OUTPUT.value and atomic_write.output_problem(_OUTPUT.value)
   if problem:   # before measuring, not after
     print(f'error: {problem}', file=sys.stderr)

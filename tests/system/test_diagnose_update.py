@@ -44,3 +44,11 @@ def test_advantage_groups_report_each_task_against_the_whole_batch(tmp_path):
   for t in result['tasks'].values():
     assert t['steps'] > 0 and 0 <= t['between_share'] <= 1
     assert -1 <= t['corr_task'] <= 1 and -1 <= t['corr_minibatch'] <= 1
+
+
+def test_advantage_groups_refuses_the_gradient_measurements_flags():
+  proc = subprocess.run(
+      [sys.executable, 'launch/diagnose_update.py', '--config=configs/cartpole_popart.py',
+       '--advantage_groups=1', '--train_updates=2'],
+      cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert proc.returncode != 0 and '--train_updates belong to the gradient' in proc.stderr

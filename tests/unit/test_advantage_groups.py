@@ -21,10 +21,11 @@ def _batch(raw, unroll_task, minibatches, reward=None, mask=None):
       unroll_task=np.asarray(unroll_task), minibatches=np.asarray(minibatches))
 
 
-def test_normalize_uses_only_the_valid_entries():
-  # mean 2, std sqrt(2/3) over 1, 2, 3; the masked 100 comes out 0.
-  out = ag.normalize(np.array([1.0, 2.0, 3.0, 100.0]), np.array([1.0, 1.0, 1.0, 0.0]))
-  np.testing.assert_allclose(out, [-np.sqrt(1.5), 0.0, np.sqrt(1.5), 0.0], rtol=1e-6)
+def test_normalisations_use_only_the_valid_entries():
+  # One unroll, one minibatch: mean 2, std sqrt(2/3) over 1, 2, 3; the masked 100 comes out 0.
+  b = _batch([[1.0], [2.0], [3.0], [100.0]], [0], [[0]], mask=[[1.0], [1.0], [1.0], [0.0]])
+  for out in ag.normalizations(b, 1).values():
+    np.testing.assert_allclose(out[:, 0], [-np.sqrt(1.5), 0.0, np.sqrt(1.5), 0.0], rtol=1e-6)
 
 
 def test_variance_split_between_and_within_unrolls():

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
+from analysis import run_loading
 from configs import common
 from configs.validation import ConfigError, validate
-from analysis import run_loading
 from networks import agent as agent_net
 from networks import attention
 
