@@ -287,13 +287,56 @@ def normalize_per_task(x, mask, task_ids, num_tasks: int, axis_name: Optional[st
   Returns:
     An array the shape of x.
   """
+  moments = task_moments(x, mask, task_ids, num_tasks, axis_name)
+  return normalize_with(x, mask, task_ids, moments, eps)
+
+
+class TaskMoments(NamedTuple):
+  """Each task's mean and standard deviation over some valid entries."""
+  mean: jax.Array   # [K]
+  std: jax.Array    # [K]; 0 for a task with no valid entry
+
+
+def task_moments(x, mask, task_ids, num_tasks: int,
+                 axis_name: Optional[str] = None) -> TaskMoments:
+  """Each task's mean and standard deviation over its valid entries.
+
+  Two passes (mean, then squared deviations), as `normalize`; sums are
+  global over `axis_name`. A task with no valid entry gets mean 0, std 0.
+
+  Args:
+    x: values, any shape.
+    mask: 1 for valid entries, 0 otherwise, the shape of x.
+    task_ids: int task of each entry, the shape of x, in [0, num_tasks).
+    num_tasks: the number of tasks K.
+    axis_name: the devices the statistics cover; None for one device.
+
+  Returns:
+    TaskMoments with mean and std [K].
+  """
   weights = jax.nn.one_hot(task_ids, num_tasks) * mask[..., None]       # [..., K]
   axes = tuple(range(x.ndim))
   count = jnp.maximum(global_sum(jnp.sum(weights, axis=axes), axis_name), 1.0)
   mean = global_sum(jnp.sum(weights * x[..., None], axis=axes), axis_name) / count
-  centred = x - mean[task_ids]
-  s2 = global_sum(jnp.sum(weights * (centred ** 2)[..., None], axis=axes), axis_name)
-  return mask * centred / (jnp.sqrt(s2 / count)[task_ids] + eps)
+  s2 = global_sum(jnp.sum(weights * ((x[..., None] - mean) ** 2), axis=axes), axis_name)
+  return TaskMoments(mean=mean, std=jnp.sqrt(s2 / count))
+
+
+def normalize_with(x, mask, task_ids, moments: TaskMoments, eps: float = 1e-8):
+  """(x - mean_i) / (std_i + eps) for the entries of each task i, with
+  moments taken elsewhere (`task_moments`, for example over a larger batch).
+
+  Args:
+    x: values, any shape.
+    mask: 1 for valid entries, 0 otherwise, the shape of x.
+    task_ids: int task of each entry, the shape of x.
+    moments: each task's mean and std [K].
+    eps: added to each task's standard deviation.
+
+  Returns:
+    An array the shape of x; masked entries 0.
+  """
+  return mask * (x - moments.mean[task_ids]) / (moments.std[task_ids] + eps)
 
 
 def task_sums(x, mask, task_ids, num_tasks: int):

@@ -12,7 +12,7 @@ A2C's code. Reported loss metrics are per valid step either way.
 """
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -34,8 +34,11 @@ CONFIG_GROUP = 'vtrace'   # the run config's group of VTraceConfig's fields
 
 
 # Over what the policy gradient's advantages are normalised: the whole
-# minibatch, or each task's steps in it.
-ADVANTAGE_GROUPS = ('minibatch', 'task')
+# minibatch; each task's steps in it; or each task's steps with each task's
+# mean and std over the whole batch (its shard on every learner device),
+# taken once per update with the update's first params.
+ADVANTAGE_GROUPS = ('minibatch', 'task', 'task_batch')
+PER_TASK_GROUPS = ('task', 'task_batch')
 
 # The loss's terms, in the order of the by-term loss's rows (loss_fn(by_term=True)).
 TERMS = ('policy', 'baseline', 'entropy')
@@ -58,13 +61,15 @@ class VTraceConfig:
       False, "the policy gradient's advantages mean 0, std 1 per minibatch (after PopArt's "
       'per-task scaling)', boolean)
   normalize_advantages_per: str = setting(
-      'minibatch', "with normalize_advantages: over the whole 'minibatch', or each 'task''s "
-      'steps in it apart', one_of(ADVANTAGE_GROUPS))
+      'minibatch', "with normalize_advantages: over the whole 'minibatch'; each 'task''s "
+      "steps in it apart; or each task's steps with its mean and std over the whole batch "
+      "('task_batch': one more forward pass per update)", one_of(ADVANTAGE_GROUPS))
 
   def problem(self):
-    """'task' normalisation needs normalisation on."""
-    if self.normalize_advantages_per == 'task' and self.normalize_advantages is False:
-      return ('normalize_advantages_per', "'task' needs vtrace.normalize_advantages=True "
+    """Per-task normalisation needs normalisation on."""
+    per = self.normalize_advantages_per
+    if per in PER_TASK_GROUPS and self.normalize_advantages is False:
+      return ('normalize_advantages_per', f"'{per}' needs vtrace.normalize_advantages=True "
               '(advantages are not normalised now)')
     return None
 
@@ -197,9 +202,13 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
       rl/sgd.py; the per-task gradient report, `task_gradient_norms`).
 
   Returns:
-    loss(params, stats, batch, entropy_cost=None) -> (loss, LossOutput).
-    `entropy_cost` (a traced scalar: the optimiser state's,
-    rl/optimizers.py) replaces cfg.entropy_cost when given. The LossOutput
+    loss(params, stats, batch, entropy_cost=None, advantage_moments=None)
+    -> (loss, LossOutput). `entropy_cost` (a traced scalar: the optimiser
+    state's, rl/optimizers.py) replaces cfg.entropy_cost when given. With
+    normalize_advantages_per='task_batch', `advantage_moments` (each task's
+    advantage mean and std over the whole batch, `advantage_moments_fn`)
+    normalise the advantages; without them each task's steps of `batch` are
+    normalised on their own, as 'task' does. The LossOutput
     holds the reduced scalar loss, the new PopArt statistics (the old ones
     without PopArt), metrics per valid step of the global batch (with the
     health metrics, and the per-task ones of `task_metrics` when
@@ -207,21 +216,19 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
   """
   v = settings(cfg)
   normalize_advantages = v.normalize_advantages
-  per_task = v.normalize_advantages_per == 'task'
+  per = v.normalize_advantages_per
   num_tasks = cfg.num_tasks
 
-  def loss(params, stats: popart.Stats, batch: Unroll, entropy_cost=None):
-    by_task, out = terms(params, stats, batch, entropy_cost)
+  def loss(params, stats: popart.Stats, batch: Unroll, entropy_cost=None,
+           advantage_moments: Optional[ac.TaskMoments] = None):
+    by_task, out = terms(params, stats, batch, entropy_cost, advantage_moments)
     return (by_task if by_term else jnp.sum(by_task)), out
 
-  def terms(params, stats: popart.Stats, batch: Unroll, entropy_cost=None):
+  def terms(params, stats: popart.Stats, batch: Unroll, entropy_cost=None,
+            advantage_moments=None):
     entropy_weight = cfg.entropy_cost if entropy_cost is None else entropy_cost
-    e = ac.evaluate_unroll(apply_fn, cfg, params, stats, batch)
-    rhos = jnp.exp(jax.lax.stop_gradient(e.log_pi_a) - e.log_mu_a)
-    vs, qs, mask = episode_aware_vtrace(e.raw_values, e.rewards, batch.discount[:-1],
-                                        batch.first, rhos, cfg.discount)
-    if cfg.reward_mode == 'h':
-      vs, qs = rewards_lib.h(vs), rewards_lib.h(qs)
+    t = _targets(apply_fn, cfg, params, stats, batch)
+    e, rhos, vs, qs, mask = t.evaluation, t.rhos, t.vs, t.qs, t.mask
 
     task_tm1 = e.value_idx[:-1]
     if cfg.popart_enabled:
@@ -234,15 +241,18 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
     baseline_loss = 0.5 * jnp.sum(mask * (norm_target - norm_value) ** 2)
 
     # rho_s (q_s - V(x_s)) / sigma_i: the per-task normalised advantage.
-    pg_advantage = popart.scale(new_stats, jnp.minimum(rhos, 1.0) * (qs - e.values[:-1]),
-                                task_tm1)
-    pg_advantage = jax.lax.stop_gradient(pg_advantage)
+    pg_advantage = popart.scale(new_stats, t.advantage, task_tm1)
     raw_advantage = pg_advantage
     raw_advantage_sq = jnp.sum(mask * pg_advantage ** 2)
     task = batch.task_id[:-1]   # each step's task (not its value head: that is 0 without PopArt)
-    if normalize_advantages and per_task:
+    if normalize_advantages and per == 'task_batch' and advantage_moments is not None:
+      # Each task's steps with its moments over the whole batch (reward
+      # units: a per-task normalisation does not see the task's sigma).
+      pg_advantage = ac.normalize_with(t.advantage, mask, task, advantage_moments)
+    elif normalize_advantages and per in PER_TASK_GROUPS:
       # Each task's steps apart: every task's advantages mean 0, std 1,
-      # however its rewards are scaled and however well its values fit.
+      # however its rewards are scaled and however well its values fit
+      # ('task_batch' without moments given: this batch is the whole batch).
       pg_advantage = ac.normalize_per_task(pg_advantage, mask, task, num_tasks, axis_name)
     elif normalize_advantages:
       # Per (mini)batch, over the valid steps of every device: the policy
@@ -300,6 +310,53 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
   return loss
 
 
+class Targets(NamedTuple):
+  """One forward pass over an unroll and its V-trace targets."""
+  evaluation: ac.Evaluation
+  rhos: jax.Array        # [T, B] pi(a_s|x_s) / mu(a_s|x_s)
+  vs: jax.Array          # [T, B] value targets (h-space for reward mode 'h')
+  qs: jax.Array          # [T, B] policy-gradient targets
+  mask: jax.Array        # [T, B] 1 for real transitions
+  advantage: jax.Array   # [T, B] min(rho_s, 1) (q_s - V(x_s)), before PopArt's scaling;
+                         # stopped from gradients
+
+
+def _targets(apply_fn: Callable, cfg: LossConfig, params, stats: popart.Stats,
+             batch: Unroll) -> Targets:
+  """The network over `batch`, its V-trace targets and advantages."""
+  e = ac.evaluate_unroll(apply_fn, cfg, params, stats, batch)
+  rhos = jnp.exp(jax.lax.stop_gradient(e.log_pi_a) - e.log_mu_a)
+  vs, qs, mask = episode_aware_vtrace(e.raw_values, e.rewards, batch.discount[:-1],
+                                      batch.first, rhos, cfg.discount)
+  if cfg.reward_mode == 'h':
+    vs, qs = rewards_lib.h(vs), rewards_lib.h(qs)
+  advantage = jax.lax.stop_gradient(jnp.minimum(rhos, 1.0) * (qs - e.values[:-1]))
+  return Targets(e, rhos, vs, qs, mask, advantage)
+
+
+def advantage_moments_fn(apply_fn: Callable, cfg: LossConfig,
+                         axis_name: Optional[str] = None) -> Callable:
+  """Each task's advantage mean and std over a whole batch, for
+  `normalize_advantages_per='task_batch'`.
+
+  Args:
+    apply_fn: the network, as for `loss_fn`.
+    cfg: the loss settings.
+    axis_name: the devices the batch spans; None for one device.
+
+  Returns:
+    moments(params, stats, batch) -> ac.TaskMoments [num_tasks]: the moments
+    of min(rho_s, 1) (q_s - V(x_s)) over each task's valid steps of the
+    global batch (one forward pass, no gradient), in reward units (h-space
+    for reward mode 'h'), before PopArt's per-task scaling, which a per-task
+    normalisation cancels.
+  """
+  def moments(params, stats: popart.Stats, batch: Unroll) -> ac.TaskMoments:
+    t = _targets(apply_fn, cfg, params, stats, batch)
+    return ac.task_moments(t.advantage, t.mask, batch.task_id[:-1], cfg.num_tasks, axis_name)
+  return moments
+
+
 def shuffle_keys(seed: int, step, epochs: int):
   """The keys of one update's minibatch shuffles, one per epoch: the same on
   every device, and a function of the run's seed and the learner step."""
@@ -348,7 +405,10 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
   V-trace targets, importance weights and PopArt move are taken with the
   params of its own step (Cleanba's minibatches): V-trace corrects for the
   policy having moved since the actors acted. Gradients are summed over
-  `axis_name` devices (rl/sgd.py).
+  `axis_name` devices (rl/sgd.py). With normalize_advantages_per='task_batch'
+  and more than one minibatch, each task's advantage mean and std are first
+  taken over the whole batch with the update's first params (one more
+  forward pass) and normalise that task's steps in every minibatch.
 
   Args:
     apply_fn: the network, as for `loss_fn`.
@@ -367,17 +427,26 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
     (`mean_metrics`) plus 'kl_update' (rl/health.update_kl).
   """
   v = settings(cfg)
+  base_loss = loss_fn(apply_fn, cfg, axis_name, by_term=cfg.clip_per_term)
+  # Each step's minibatch comes with the whole batch's advantage moments
+  # (None unless 'task_batch' cuts the batch in minibatches; with one
+  # minibatch the loss's own per-task normalisation is the same thing).
   sgd_step = sgd.make_sgd_step(
-      loss_fn(apply_fn, cfg, axis_name, by_term=cfg.clip_per_term), optimizer, value_head,
+      lambda p, s, mb, ec: base_loss(p, s, mb[0], ec, mb[1]), optimizer, value_head,
       axis_name, max_grad_norm, moves_statistics=cfg.popart_enabled,
       clip_groups=(CLIP_GROUPS, CLIP_GROUP_NAMES) if cfg.clip_per_term else None)
-
-  def scan_step(carry, minibatch):
-    params, opt_state, stats = carry
-    params, opt_state, out = sgd_step(params, opt_state, stats, minibatch)
-    return (params, opt_state, out.new_stats), (out.metrics, out.extras['log_pi'])
+  batch_moments = (v.normalize_advantages and v.normalize_advantages_per == 'task_batch'
+                   and v.minibatches > 1)
+  moments_fn = advantage_moments_fn(apply_fn, cfg, axis_name)
 
   def update(params, opt_state, stats, batch: Unroll, step):
+    moments = moments_fn(params, stats, batch) if batch_moments else None
+
+    def scan_step(carry, minibatch):
+      params, opt_state, stats = carry
+      params, opt_state, out = sgd_step(params, opt_state, stats, (minibatch, moments))
+      return (params, opt_state, out.new_stats), (out.metrics, out.extras['log_pi'])
+
     if v.epochs == 1 and v.minibatches == 1:
       (params, opt_state, new_stats), (metrics, log_pi) = scan_step(
           (params, opt_state, stats), batch)

@@ -115,14 +115,17 @@ def test_wandb_offline_writes_inside_the_workdir(tmp_path):
   assert all(p.endswith(run_id) for p in glob.glob(str(tmp_path / 'run' / 'wandb' / 'offline-run-*')))
 
 
-def test_multi_task_diagnostics_and_separating_options_train(tmp_path):
-  """Two tasks with the debiased start, per-task advantages and the clip per
+@pytest.mark.parametrize('per, minibatches', [('task', 1), ('task_batch', 2)])
+def test_multi_task_diagnostics_and_separating_options_train(tmp_path, per, minibatches):
+  """Two tasks with the debiased start, per-task advantages (each minibatch's
+  own, or the whole batch's moments over two minibatches) and the clip per
   term: every log step has each task's value loss, targets and advantages,
   and the task gradient report reaches the log."""
   config = cartpole_popart.get_config('smoke')
   config.popart.start = 'debiased'
   config.vtrace.normalize_advantages = True
-  config.vtrace.normalize_advantages_per = 'task'
+  config.vtrace.normalize_advantages_per = per
+  config.vtrace.minibatches = minibatches
   config.optimizer.clip_by = 'term'
   config.log.task_gradients_seconds = 1e-9   # at every update
   config.total_env_steps = 3 * config.unroll_length * config.batch_size
