@@ -161,7 +161,8 @@ class Diagnoser:
       raw, mask = jax.device_get(self._raw_advantages(t.state, unroll))
       num_unrolls = unroll.action.shape[1]
       key = impala.shuffle_keys(self._seed, step + i, self._vtrace.epochs)[0]
-      order = np.asarray(impala.unroll_order(key, num_unrolls, self._vtrace.minibatches))
+      tasks = np.asarray(unroll.task_id)[0] if self._vtrace.balance_tasks else None
+      order = np.asarray(impala.unroll_order(key, num_unrolls, self._vtrace.minibatches, tasks))
       out.append(advantage_groups.AdvantageBatch(
           raw=np.asarray(raw), mask=np.asarray(mask), reward=np.asarray(unroll.reward[:-1]),
           unroll_task=np.asarray(unroll.task_id)[0], minibatches=order))

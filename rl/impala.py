@@ -64,13 +64,21 @@ class VTraceConfig:
       'minibatch', "with normalize_advantages: over the whole 'minibatch'; each 'task''s "
       "steps in it apart; or each task's steps with its mean and std over the whole batch "
       "('task_batch': one more forward pass per update)", one_of(ADVANTAGE_GROUPS))
+  balance_tasks: bool = setting(
+      False, "minibatches deal each task's unrolls out evenly (counts within one of each "
+      'other), not at random: with K tasks and minibatches x K unrolls or more, every task '
+      'in every minibatch', boolean)
 
   def problem(self):
-    """Per-task normalisation needs normalisation on."""
+    """Per-task normalisation needs normalisation on; balancing needs
+    minibatches to deal into."""
     per = self.normalize_advantages_per
     if per in PER_TASK_GROUPS and self.normalize_advantages is False:
       return ('normalize_advantages_per', f"'{per}' needs vtrace.normalize_advantages=True "
               '(advantages are not normalised now)')
+    if self.balance_tasks and self.minibatches == 1:
+      return ('balance_tasks', 'needs vtrace.minibatches > 1 (one minibatch holds every '
+              'unroll already)')
     return None
 
 
@@ -363,30 +371,54 @@ def shuffle_keys(seed: int, step, epochs: int):
   return jax.random.split(jax.random.fold_in(jax.random.key(seed), step), epochs)
 
 
-def unroll_order(key, num_unrolls: int, num: int):
-  """Which unrolls each of `num` minibatches holds: [num, num_unrolls // num]
-  indices, the unrolls permuted with `key` and cut in order (the remainder
-  dropped)."""
+def unroll_order(key, num_unrolls: int, num: int, unroll_tasks=None):
+  """Which unrolls each of `num` minibatches holds.
+
+  The unrolls are permuted with `key`. Without `unroll_tasks` the permutation
+  is cut in order into `num` parts. With them (`balance_tasks`) the permuted
+  unrolls are grouped by task (a stable sort keeps the random order within a
+  task) and dealt out in turn, minibatch 0, 1, ..., num - 1, 0, ...: each
+  task's unrolls are consecutive, so every minibatch gets floor(c / num) or
+  ceil(c / num) of a task's c unrolls.
+
+  Args:
+    key: a PRNG key.
+    num_unrolls: B, the unrolls of the shard.
+    num: the number of minibatches.
+    unroll_tasks: None, or int [B], each unroll's task.
+
+  Returns:
+    [num, B // num] unroll indices (the remainder of B / num dropped).
+  """
   size = num_unrolls // num
-  return jax.random.permutation(key, num_unrolls)[:num * size].reshape(num, size)
+  perm = jax.random.permutation(key, num_unrolls)
+  if unroll_tasks is None:
+    return perm[:num * size].reshape(num, size)
+  grouped = perm[jnp.argsort(jnp.asarray(unroll_tasks)[perm], stable=True)]
+  return grouped[:num * size].reshape(size, num).T
 
 
-def split_unrolls(batch: Unroll, num: int, key) -> Unroll:
+def split_unrolls(batch: Unroll, num: int, key, balance_tasks: bool = False) -> Unroll:
   """A device's shard as shuffled minibatches of whole unrolls.
 
-  The unrolls are permuted with `key` and cut into `num` parts of B // num;
-  the B mod num left over are dropped (`batch_split` rejects such settings).
+  The unrolls are permuted with `key` and cut into `num` parts of B // num
+  (`unroll_order`; with `balance_tasks` each task's unrolls dealt out
+  evenly); the B mod num left over are dropped (`batch_split` rejects such
+  settings).
 
   Args:
     batch: the shard, fields [T + 1, B, ...], core state [B, ...].
     num: the number of minibatches.
     key: a PRNG key for the shuffle.
+    balance_tasks: deal each task's unrolls (by batch.task_id's first row)
+      out evenly over the minibatches.
 
   Returns:
     An Unroll stacked on a leading axis: fields [num, T + 1, B / num, ...],
     core state [num, B / num, ...].
   """
-  idx = unroll_order(key, batch.action.shape[1], num)
+  idx = unroll_order(key, batch.action.shape[1], num,
+                     batch.task_id[0] if balance_tasks else None)
   take = lambda x: jnp.moveaxis(x[:, idx], 1, 0)   # [T+1, B, ...] -> [num, T+1, size, ...]
   return Unroll(obs=jax.tree.map(take, batch.obs), first=take(batch.first),
                 action=take(batch.action), behaviour_logits=take(batch.behaviour_logits),
@@ -453,7 +485,7 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
       first = batch
     else:
       # The same key on every device: each shuffles its own shard alike.
-      parts = [split_unrolls(batch, v.minibatches, k)
+      parts = [split_unrolls(batch, v.minibatches, k, v.balance_tasks)
                for k in shuffle_keys(seed, step, v.epochs)]
       minibatches = jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
       (params, opt_state, new_stats), (step_metrics, log_pis) = jax.lax.scan(

@@ -265,6 +265,7 @@ def test_reward_scales_override_is_a_tuple():
      'vtrace.normalize_advantages=True'),
     ('vtrace.normalize_advantages_per', 'task_batch', "vtrace.normalize_advantages_per.*'task_batch' "
      'needs vtrace.normalize_advantages=True'),
+    ('vtrace.balance_tasks', True, 'vtrace.balance_tasks.*needs vtrace.minibatches > 1'),
     ('log.task_gradients_seconds', -1.0, 'log.task_gradients_seconds'),
     ('pause_at_env_steps', 10**12, 'pause_at_env_steps.*past total_env_steps'),
 ])

@@ -213,3 +213,49 @@ def test_task_batch_moments_are_global_over_four_devices():
   four = sharded(learner.shard_batch(batch, mesh))
   np.testing.assert_allclose(four.mean, whole.mean, rtol=1e-5, atol=1e-7)
   np.testing.assert_allclose(four.std, whole.std, rtol=1e-5, atol=1e-7)
+
+
+def test_balanced_minibatches_deal_each_tasks_unrolls_out_evenly():
+  """12 unrolls: task 0 has 5, task 1 has 4, task 2 has 3; 3 minibatches of 4.
+  Balanced, each minibatch holds 1-2 of task 0 (5 = 2 + 2 + 1), 1-2 of task 1
+  and exactly 1 of task 2; every unroll once. At random, some key leaves a
+  task out of a minibatch."""
+  tasks = np.asarray([0, 1, 2, 0, 1, 0, 2, 1, 0, 2, 1, 0])
+  for seed in range(20):
+    key = jax.random.key(seed)
+    idx = np.asarray(impala.unroll_order(key, 12, 3, tasks))
+    assert idx.shape == (3, 4) and sorted(idx.ravel()) == list(range(12))
+    counts = np.stack([np.bincount(tasks[row], minlength=3) for row in idx])
+    assert set(counts[:, 0]) <= {1, 2} and set(counts[:, 1]) <= {1, 2}
+    np.testing.assert_array_equal(counts[:, 2], [1, 1, 1])
+  missing = [np.any(np.stack([np.bincount(tasks[row], minlength=3) for row in
+                              np.asarray(impala.unroll_order(jax.random.key(s), 12, 3))]) == 0)
+             for s in range(20)]
+  assert any(missing)
+
+
+def test_balanced_update_takes_its_steps_on_the_balanced_minibatches():
+  """The learner's update with balance_tasks equals optimiser steps on
+  split_unrolls(balance_tasks=True); each of its 2 minibatches holds 2
+  unrolls of each of the 2 tasks."""
+  network, variables, batch = _setup()
+  apply = agent_net.apply_fn(network)
+  params, stats = variables['params'], variables['popart'][agent_net.VALUE_HEAD]
+  optimizer, _ = optimizers.make_optimizer(1e-3, 100, 0.5, 0.99, 1e-5, 0.0, name='adam')
+  cfg = _cfg(reduction='mean', settings=impala.VTraceConfig(
+      minibatches=2, balance_tasks=True, normalize_advantages=True,
+      normalize_advantages_per='task'))
+  update = impala.make_update(apply, cfg, optimizer, agent_net.VALUE_HEAD, None, seed=5)
+  got = update(params, optimizer.init(params), stats, batch, 4)[0]
+  parts = impala.split_unrolls(batch, 2, impala.shuffle_keys(5, 4, 1)[0], balance_tasks=True)
+  for k in range(2):
+    np.testing.assert_array_equal(np.bincount(np.asarray(parts.task_id[k, 0]), minlength=TASKS),
+                                  [2, 2])
+  loss = impala.loss_fn(apply, cfg)
+  step = sgd.make_sgd_step(lambda p, s, mb, ec: loss(p, s, mb, ec), optimizer,
+                           agent_net.VALUE_HEAD, None, moves_statistics=True)
+  p, o, s = params, optimizer.init(params), stats
+  for k in range(2):
+    p, o, out = step(p, o, s, jax.tree.map(lambda x, k=k: x[k], parts))
+    s = out.new_stats
+  jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7), got, p)
