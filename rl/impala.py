@@ -65,9 +65,10 @@ class VTraceConfig:
       "steps in it apart; or each task's steps with its mean and std over the whole batch "
       "('task_batch': one more forward pass per update)", one_of(ADVANTAGE_GROUPS))
   balance_tasks: bool = setting(
-      False, "minibatches deal each task's unrolls out evenly (counts within one of each "
-      'other), not at random: with K tasks and minibatches x K unrolls or more, every task '
-      'in every minibatch', boolean)
+      False, "minibatches deal each task's unrolls out evenly, not at random: a task's "
+      'unrolls in the global minibatches differ in number by at most one per learner '
+      'device, and a task with at least `minibatches` unrolls per device is in every '
+      'minibatch', boolean)
 
   def problem(self):
     """Per-task normalisation needs normalisation on; balancing needs
@@ -371,7 +372,7 @@ def shuffle_keys(seed: int, step, epochs: int):
   return jax.random.split(jax.random.fold_in(jax.random.key(seed), step), epochs)
 
 
-def unroll_order(key, num_unrolls: int, num: int, unroll_tasks=None):
+def unroll_order(key, num_unrolls: int, num: int, unroll_tasks=None, shift=0):
   """Which unrolls each of `num` minibatches holds.
 
   The unrolls are permuted with `key`. Without `unroll_tasks` the permutation
@@ -379,26 +380,39 @@ def unroll_order(key, num_unrolls: int, num: int, unroll_tasks=None):
   unrolls are grouped by task (a stable sort keeps the random order within a
   task) and dealt out in turn, minibatch 0, 1, ..., num - 1, 0, ...: each
   task's unrolls are consecutive, so every minibatch gets floor(c / num) or
-  ceil(c / num) of a task's c unrolls.
+  ceil(c / num) of a task's c unrolls. The minibatches are then put in an
+  order drawn from `key` (so no minibatch always takes a task's extra
+  unroll) and rotated by `shift`: learner device d passes d, so that where
+  the devices' shards hold the same tasks their extra unrolls land in
+  different global minibatches.
 
   Args:
     key: a PRNG key.
-    num_unrolls: B, the unrolls of the shard.
+    num_unrolls: B, the unrolls of the shard; with `unroll_tasks` a
+      multiple of `num` (`batch_split` makes it one).
     num: the number of minibatches.
     unroll_tasks: None, or int [B], each unroll's task.
+    shift: with `unroll_tasks`, an int (traced or not) the minibatches are
+      rotated by.
 
   Returns:
-    [num, B // num] unroll indices (the remainder of B / num dropped).
+    [num, B // num] unroll indices (without `unroll_tasks` the remainder of
+    B / num is dropped).
   """
   size = num_unrolls // num
+  deal_key, key = jax.random.split(key) if unroll_tasks is not None else (None, key)
   perm = jax.random.permutation(key, num_unrolls)
   if unroll_tasks is None:
     return perm[:num * size].reshape(num, size)
+  if num_unrolls % num:
+    raise ValueError(f'{num_unrolls} unrolls do not deal evenly into {num} minibatches')
   grouped = perm[jnp.argsort(jnp.asarray(unroll_tasks)[perm], stable=True)]
-  return grouped[:num * size].reshape(size, num).T
+  rows = grouped.reshape(size, num).T[jax.random.permutation(deal_key, num)]
+  return jnp.roll(rows, shift, axis=0)
 
 
-def split_unrolls(batch: Unroll, num: int, key, balance_tasks: bool = False) -> Unroll:
+def split_unrolls(batch: Unroll, num: int, key, balance_tasks: bool = False,
+                  shift=0) -> Unroll:
   """A device's shard as shuffled minibatches of whole unrolls.
 
   The unrolls are permuted with `key` and cut into `num` parts of B // num
@@ -412,13 +426,15 @@ def split_unrolls(batch: Unroll, num: int, key, balance_tasks: bool = False) -> 
     key: a PRNG key for the shuffle.
     balance_tasks: deal each task's unrolls (by batch.task_id's first row)
       out evenly over the minibatches.
+    shift: with `balance_tasks`, the rotation of the minibatches
+      (`unroll_order`): the learner device's index.
 
   Returns:
     An Unroll stacked on a leading axis: fields [num, T + 1, B / num, ...],
     core state [num, B / num, ...].
   """
   idx = unroll_order(key, batch.action.shape[1], num,
-                     batch.task_id[0] if balance_tasks else None)
+                     batch.task_id[0] if balance_tasks else None, shift)
   take = lambda x: jnp.moveaxis(x[:, idx], 1, 0)   # [T+1, B, ...] -> [num, T+1, size, ...]
   return Unroll(obs=jax.tree.map(take, batch.obs), first=take(batch.first),
                 action=take(batch.action), behaviour_logits=take(batch.behaviour_logits),
@@ -485,7 +501,9 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
       first = batch
     else:
       # The same key on every device: each shuffles its own shard alike.
-      parts = [split_unrolls(batch, v.minibatches, k, v.balance_tasks)
+      # Balanced minibatches are rotated by the device's index (unroll_order).
+      shift = jax.lax.axis_index(axis_name) if (v.balance_tasks and axis_name) else 0
+      parts = [split_unrolls(batch, v.minibatches, k, v.balance_tasks, shift)
                for k in shuffle_keys(seed, step, v.epochs)]
       minibatches = jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
       (params, opt_state, new_stats), (step_metrics, log_pis) = jax.lax.scan(

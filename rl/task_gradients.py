@@ -45,7 +45,7 @@ def task_gradient_norms(apply_fn: Callable, cfg: LossConfig, params, stats: popa
   for r, row in enumerate(rows):
     cotangents = cotangents.at[r * k + jnp.arange(k), row, jnp.arange(k)].set(1.0)
   # The 2K backward passes in turn (lax.map), not vmapped: XLA:CPU runs a
-  # vmapped backward pass of the convolutions about 2x slower (rl/sgd.py).
+  # vmapped backward pass of the convolutions about 1.4x slower (rl/sgd.py).
   (grads,) = jax.lax.map(vjp_fn, cotangents)
   leaves = jax.tree.leaves({name: grads[name] for name in shared if name in grads})
   norms = jnp.sqrt(sum(jnp.sum(x.reshape(x.shape[0], -1) ** 2, axis=1) for x in leaves))

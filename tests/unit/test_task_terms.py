@@ -234,6 +234,37 @@ def test_balanced_minibatches_deal_each_tasks_unrolls_out_evenly():
   assert any(missing)
 
 
+def test_balanced_minibatches_rotate_by_device_so_the_global_ones_balance_too():
+  """4 learner devices whose shards each hold tasks [0, 0, 0, 1, 1, 1], 2
+  minibatches: each device gives one minibatch 2 of task 0 and the other 1;
+  rotated by the device's index the global minibatches get 6 and 6 (without
+  the rotation, 8 and 4)."""
+  tasks = np.asarray([0, 0, 0, 1, 1, 1])
+  for seed in range(10):
+    key = jax.random.key(seed)
+    rows = [np.asarray(impala.unroll_order(key, 6, 2, tasks, shift=d)) for d in range(4)]
+    global_counts = [sum(np.sum(tasks[r[m]] == 0) for r in rows) for m in range(2)]
+    assert global_counts == [6, 6], (seed, global_counts)
+    same = [np.asarray(impala.unroll_order(key, 6, 2, tasks)) for _ in range(4)]
+    assert sorted(sum(np.sum(tasks[r[m]] == 0) for r in same) for m in range(2)) == [4, 8]
+
+
+def test_balanced_task_batch_update_runs_on_four_devices():
+  """task_batch and balance_tasks with 2 minibatches through the sharded
+  learner on 4 fake devices: finite, and the params move."""
+  assert len(jax.devices()) >= 4, 'conftest should fake 4 CPU devices'
+  cfg = _cfg(reduction='mean', clip_per_term=True, settings=impala.VTraceConfig(
+      minibatches=2, balance_tasks=True, normalize_advantages=True,
+      normalize_advantages_per='task_batch'))
+  network, variables, _ = _setup()
+  four, metrics = _run(jax.devices()[:4], cfg, clip_in_chain=False)
+  assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(four.params))
+  assert float(metrics['nonfinite/state']) == 0
+  moved = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+              for a, b in zip(jax.tree.leaves(four.params), jax.tree.leaves(variables['params'])))
+  assert moved > 0
+
+
 def test_balanced_update_takes_its_steps_on_the_balanced_minibatches():
   """The learner's update with balance_tasks equals optimiser steps on
   split_unrolls(balance_tasks=True); each of its 2 minibatches holds 2
