@@ -73,6 +73,23 @@ def test_config_overrides_reach_the_env_kwargs():
   assert kwargs['repeat_action_probability'] == 0.25 and not kwargs['episodic_life']
 
 
+def test_the_game_list_is_every_atari_spec_and_nothing_else():
+  """ATARI_GAMES is read from EnvPool's registry, not by making every spec:
+  the seed's six games and Breakout are in, the MuJoCo, classic-control and
+  other families' -v5 ids are out, and a sample of the list (the first, the
+  last and the six) makes an AtariEnvSpec."""
+  import envpool
+  games = atari.ATARI_GAMES
+  assert len(games) == 104 and list(games) == sorted(games)
+  for g in ('AirRaid', 'Carnival', 'DemonAttack', 'NameThisGame', 'Pong', 'SpaceInvaders',
+            'Breakout'):
+    assert g in games
+  others = [e[:-3] for e in envpool.list_all_envs() if e.endswith('-v5') and e[:-3] not in games]
+  assert 'Walker2d' in others and 'Ant' in others
+  for g in (games[0], games[-1], 'Pong', 'Carnival'):
+    assert type(envpool.make_spec(f'{g}-v5')).__name__ == 'AtariEnvSpec'
+
+
 def test_unknown_games_fail_with_the_valid_list():
   with pytest.raises(ValueError, match=r'unknown Atari game\(s\) Pnog; valid games: .*Pong'):
     atari_multitask.get_config('games=Pnog+Breakout')
