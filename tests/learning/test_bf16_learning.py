@@ -13,6 +13,7 @@ from training_runs import train_and_read
 pytestmark = pytest.mark.learning
 
 
+@pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): about 2 min; float32 PopArt stays in the CI tier (test_learning)
 def test_bfloat16_popart_learns_both_reward_scales(tmp_path):
   config = cartpole_popart.get_config()
   config.network.dtype = 'bfloat16'

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.learning
 LEARNING_STEPS = 250_000
 
 
+@pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): about 3 min; V-trace from pixels stays in the CI tier (test_bf16_learning)
 def test_a2c_learns_catch_from_pixels(tmp_path):
   config = catch_config.get_config('size=40')
   with config.unlocked():
@@ -45,6 +46,7 @@ PONG_LIKE_STEPS = 250_000
 PONG_LIKE_PASS = 0.5
 
 
+@pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): the longest learning test, 4-11 min on 2 cores
 def test_vtrace_learns_catch_on_pongs_grey(tmp_path):
   config = catch_config.get_config('pong,recipe=vtrace')
   with config.unlocked():

@@ -86,6 +86,7 @@ def _command(*args):
                         capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): an attention run on Pong trained first, 3-4 min
 def test_command_on_a_tiny_pong_attention_run(tmp_path):
   from configs import atari_single
   workdir = _train(tmp_path, atari_single.get_config('game=Pong,net=attention,smoke'))

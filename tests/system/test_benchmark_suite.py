@@ -2,9 +2,12 @@
 learner stage, both dtypes, one table (a compilation per entry: minutes);
 and the train stage on Pong at smoke size."""
 
+import pytest
+
 from analysis import benchmark
 
 
+@pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): every stage of the GPU suite, 2-3 min
 def test_gpu_suite_runs_at_ci_size_on_a_cpu():
   # Every config at float32, and bfloat16 for two of them (each entry is a
   # compilation; CI's time is kept for the rest).

@@ -133,6 +133,7 @@ def _vtrace_conv1_dead(batches, centre: bool, updates_per_batch: int = 8):
   return 1.0 - np.mean(np.asarray(unit_max['conv1']) > 0)
 
 
+@pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): Adam steps on real Pong frames, 1-1.5 min
 def test_frame_centring_keeps_pongs_first_layer_alive_under_adam(pong_batches):
   """160 of recipe=vtrace's Adam steps on Pong's frames. Uncentred, about
   half of conv1 is dead for every input (a unit on the fixed background

@@ -313,6 +313,7 @@ def test_atari_video_capped_by_max_steps(tmp_path):
   assert gif.size == (160, 210) and gif.n_frames > 10  # colour screens at full size
 
 
+@pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): a NetHack run trained and filmed, about 1 min
 def test_nethack_evaluation_with_video(tmp_path):
   config = nethack_popart.get_config('smoke,chars=val-dwa-law-fem')
   workdir = _train(config, tmp_path / 'nethack')

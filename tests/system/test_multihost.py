@@ -129,6 +129,7 @@ def _metrics(workdir):
     return [json.loads(line) for line in f]
 
 
+@pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): two processes trained, stopped and resumed, about 3 min
 def test_two_process_run_agrees_gathers_episodes_and_resumes(tmp_path):
   workdir = tmp_path / 'run'
   rc, out = _script(workdir, total_env_steps=160)  # 10 updates of 4 x 4 steps
@@ -184,6 +185,7 @@ def _long_run(tmp_path):
                 tmp_path)
 
 
+@pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): two processes, about 1 min
 def test_a_killed_process_stops_the_other_naming_it(tmp_path):
   procs = _long_run(tmp_path)
   metrics = tmp_path / 'run' / 'metrics.jsonl'
@@ -199,6 +201,7 @@ def test_a_killed_process_stops_the_other_naming_it(tmp_path):
   assert len(metrics.read_text().splitlines()) >= 3  # what was written stays
 
 
+@pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): two processes, about 1 min
 def test_a_killed_coordinator_stops_the_other(tmp_path):
   """Process 0 hosts JAX's coordination service: its death stops the others
   at once (JAX's own abort, naming the leader task), never a hang."""
@@ -211,6 +214,7 @@ def test_a_killed_coordinator_stops_the_other(tmp_path):
   assert re.search(r'leader task|lost the coordinator', outs[1]), outs[1][-3000:]
 
 
+@pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): two processes, about 1 min
 def test_sigterm_to_one_process_stops_both_at_one_update(tmp_path):
   procs = _long_run(tmp_path)
   metrics = tmp_path / 'run' / 'metrics.jsonl'
@@ -227,6 +231,7 @@ def test_sigterm_to_one_process_stops_both_at_one_update(tmp_path):
   assert max(checkpoints) == last['env_steps']
 
 
+@pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): two processes, about 1 min
 def test_sigint_to_the_script_started_in_the_background_stops_both(tmp_path):
   # `launch/multihost_local.sh 2 ... &` from a script starts with SIGINT ignored,
   # which bash cannot trap: before, `kill -INT` did nothing and the run went on.
@@ -270,6 +275,7 @@ def test_a_config_error_found_by_one_process_stops_both(tmp_path):
   assert all(line in out for out in outs), outs
 
 
+@pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): two processes, about 1 min
 def test_a_non_finite_loss_stops_every_process_with_the_last_good_state(tmp_path):
   procs = _start(['tests/support/train_with_faults.py', f'--nan_reward_step={nan_reward_call(3, 4)}',
                   *SMOKE, f'--config.workdir={tmp_path / "run"}',
@@ -283,6 +289,7 @@ def test_a_non_finite_loss_stops_every_process_with_the_last_good_state(tmp_path
   assert checkpoints == ['32']
 
 
+@pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): two processes per case, about 1 min each
 @pytest.mark.parametrize('failing', [1, 0])
 def test_an_actor_error_in_one_process_stops_both_naming_it(tmp_path, failing):
   """Process 0 failing is the harder case: it hosts the coordination service,

@@ -121,6 +121,7 @@ def _last_returns(metrics, n=100):
   return pbt_lib.last_episodes_mean(rows, 'CartPole', n)
 
 
+@pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): a Ray population trained to its end, 9-14 min on 2 cores
 @pytest.mark.xdist_group('processes')  # Ray: one cluster at a time (tests/system/test_multihost.py)
 @pytest.mark.timeout(1800)  # a hang guard: beside another worker on a slow 2-core CPU it takes over 10 min
 def test_population_replaces_its_worst_and_beats_the_worst_setting(tmp_path):
@@ -184,6 +185,7 @@ def test_population_replaces_its_worst_and_beats_the_worst_setting(tmp_path):
   assert summary['best_score'] > fixed_return + 10, (summary['best_score'], fixed_return)
 
 
+@pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): a Ray population, about 3 min
 @pytest.mark.xdist_group('processes')  # Ray: one cluster at a time (tests/system/test_multihost.py)
 @pytest.mark.timeout(1800)  # a hang guard, as above
 def test_a_member_that_crashes_is_reported_and_the_others_finish(tmp_path):
@@ -239,7 +241,8 @@ def test_schedule_and_copies_from_a_members_rows():
 
 @pytest.mark.xdist_group('processes')  # 'auto' must not find test_address's cluster
 @pytest.mark.parametrize('flags, words', [
-    (['--config.pbt.cpus_per_member=4'], 'pbt.cpus_per_member is 4 but this machine has '),
+    pytest.param(['--config.pbt.cpus_per_member=4'], 'pbt.cpus_per_member is 4 but this machine has ',
+                 marks=pytest.mark.slow),   # starts Ray to count its CPUs: the full suite only
     (['--address=127.0.0.1'], "--address must be 'auto' or host:port"),
     (['--address=127.0.0.1:1'], 'nothing answers at 127.0.0.1:1 within 10 s'),
 ])
@@ -260,6 +263,7 @@ def test_a_cluster_that_cannot_run_a_member_is_one_line_and_no_folder(tmp_path, 
   assert not (tmp_path / 'pop').exists()
 
 
+@pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): a Ray cluster and a population, about 3 min
 @pytest.mark.xdist_group('processes')  # Ray: one cluster at a time (tests/system/test_multihost.py)
 def test_address_joins_an_existing_ray_cluster(tmp_path, monkeypatch):
   """--address: the population runs on a Ray cluster started apart from

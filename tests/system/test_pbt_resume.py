@@ -199,6 +199,7 @@ def _assert_none_left(started, whose, seconds=15):
   assert not left(), f'processes {whose} started are still running: {left()}'
 
 
+@pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): four Ray populations in turn, 10-12 min
 @pytest.mark.xdist_group('processes')  # Ray: one cluster at a time
 @pytest.mark.timeout(1800)  # a hang guard: four drivers in turn, slow beside other work
 def test_a_population_stopped_by_sigterm_resumes_and_records_only_installed_copies(tmp_path):

@@ -46,6 +46,7 @@ def _metric_rows(path):
   return path.exists() and path.read_text().count('\n')
 
 
+@pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): two trainers, 1-1.5 min
 def test_two_trainers_on_one_workdir_the_second_stops_naming_the_first(tmp_path):
   run = tmp_path / 'run'
   first = subprocess.Popen(_command(run, '--config.total_env_steps=100000000'), cwd=ROOT,
@@ -65,7 +66,7 @@ def test_two_trainers_on_one_workdir_the_second_stops_naming_the_first(tmp_path)
   assert not (run / run_folder.LOCK_FILE).exists()  # released at exit
 
 
-@pytest.mark.parametrize('when', ['at start', 'after the run folder'])
+@pytest.mark.parametrize('when', ['at start', pytest.param('after the run folder', marks=pytest.mark.slow)])
 def test_an_early_sigint_from_a_background_job_stops_cleanly(tmp_path, when):
   run = tmp_path / 'run'
   # As a script's `train.py ... &` starts it: SIGINT ignored, inherited.

@@ -61,6 +61,7 @@ def test_overlay_adds_red_for_policy_and_green_for_value():
   assert out[0, 0, 0] > 100 and out[..., 1].max() == 0 and out[9, 9, 0] == 0
 
 
+@pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): a Pong run trained first, about 2 min
 def test_command_on_a_tiny_pong_run(tmp_path):
   from configs import atari_single
   from rundir.lifecycle import train
