@@ -30,8 +30,7 @@ def test_ci_runs_the_readmes_test_command_without_the_slow_tests():
 
 def test_only_the_system_and_learning_tiers_hold_slow_tests():
   out = subprocess.run([sys.executable, '-m', 'pytest', '-q', '--collect-only', '-m', 'slow', 'tests'],
-                       , cwd=ROOT, capture_output=True, text=True,
-                       timeout=300)
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
   ids = [l for l in out.stdout.splitlines() if '::' in l]
   assert ids, out.stdout[-2000:] + out.stderr[-2000:]
   assert all(i.startswith(('tests/system/', 'tests/learning/')) for i in ids), ids
