@@ -41,7 +41,7 @@ class AdvantageBatch(NamedTuple):
   reward: [T, B] the rewards of the same steps.
   unroll_task: [B] each unroll's task.
   minibatches: [M, S] the unroll indices each of the learner's minibatches
-    holds (rl/impala.unroll_order with the learner's own key).
+    holds (rl/minibatches.unroll_order with the learner's own key).
   """
   raw: np.ndarray
   mask: np.ndarray

@@ -17,6 +17,7 @@ from configs import validation
 from networks import agent as agent_net
 from networks import centring
 from rl import impala
+from rl import minibatches
 
 
 class Diagnoser:
@@ -144,7 +145,7 @@ class Diagnoser:
     state, which does not move.
 
     Each batch's minibatches are the learner's own for its step (the run's
-    seed and the learner step, rl/impala.shuffle_keys and unroll_order; the
+    seed and the learner step, rl/minibatches.shuffle_keys and unroll_order; the
     first epoch's), counted on from the current step batch by batch.
 
     Args:
@@ -160,9 +161,9 @@ class Diagnoser:
       unroll, _ = t.next_batch()
       raw, mask = jax.device_get(self._raw_advantages(t.state, unroll))
       num_unrolls = unroll.action.shape[1]
-      key = impala.shuffle_keys(self._seed, step + i, self._vtrace.epochs)[0]
+      key = minibatches.shuffle_keys(self._seed, step + i, self._vtrace.epochs)[0]
       tasks = np.asarray(unroll.task_id)[0] if self._vtrace.balance_tasks else None
-      order = np.asarray(impala.unroll_order(key, num_unrolls, self._vtrace.minibatches, tasks))
+      order = np.asarray(minibatches.unroll_order(key, num_unrolls, self._vtrace.minibatches, tasks))
       out.append(advantage_groups.AdvantageBatch(
           raw=np.asarray(raw), mask=np.asarray(mask), reward=np.asarray(unroll.reward[:-1]),
           unroll_task=np.asarray(unroll.task_id)[0], minibatches=order))

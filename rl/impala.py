@@ -22,6 +22,7 @@ import rlax
 from infra.settings import boolean, integer, one_of, setting
 from rl import actor_critic as ac
 from rl import health
+from rl import minibatches
 from rl import popart
 from rl import rewards as rewards_lib
 from rl import sgd
@@ -366,83 +367,6 @@ def advantage_moments_fn(apply_fn: Callable, cfg: LossConfig,
   return moments
 
 
-def shuffle_keys(seed: int, step, epochs: int):
-  """The keys of one update's minibatch shuffles, one per epoch: the same on
-  every device, and a function of the run's seed and the learner step."""
-  return jax.random.split(jax.random.fold_in(jax.random.key(seed), step), epochs)
-
-
-def unroll_order(key, num_unrolls: int, num: int, unroll_tasks=None, shift=0):
-  """Which unrolls each of `num` minibatches holds.
-
-  The unrolls are permuted with `key`. Without `unroll_tasks` the permutation
-  is cut in order into `num` parts. With them (`balance_tasks`) the permuted
-  unrolls are grouped by task (a stable sort keeps the random order within a
-  task) and dealt out in turn, minibatch 0, 1, ..., num - 1, 0, ...: each
-  task's unrolls are consecutive, so every minibatch gets floor(c / num) or
-  ceil(c / num) of a task's c unrolls. The minibatches are then put in an
-  order drawn from `key` (so no minibatch always takes a task's extra
-  unroll) and rotated by `shift`: learner device d passes d, so that where
-  the devices' shards hold the same tasks their extra unrolls land in
-  different global minibatches.
-
-  Args:
-    key: a PRNG key.
-    num_unrolls: B, the unrolls of the shard; with `unroll_tasks` a
-      multiple of `num` (`batch_split` makes it one).
-    num: the number of minibatches.
-    unroll_tasks: None, or int [B], each unroll's task.
-    shift: with `unroll_tasks`, an int (traced or not) the minibatches are
-      rotated by.
-
-  Returns:
-    [num, B // num] unroll indices (without `unroll_tasks` the remainder of
-    B / num is dropped).
-  """
-  size = num_unrolls // num
-  deal_key, key = jax.random.split(key) if unroll_tasks is not None else (None, key)
-  perm = jax.random.permutation(key, num_unrolls)
-  if unroll_tasks is None:
-    return perm[:num * size].reshape(num, size)
-  if num_unrolls % num:
-    raise ValueError(f'{num_unrolls} unrolls do not deal evenly into {num} minibatches')
-  grouped = perm[jnp.argsort(jnp.asarray(unroll_tasks)[perm], stable=True)]
-  rows = grouped.reshape(size, num).T[jax.random.permutation(deal_key, num)]
-  return jnp.roll(rows, shift, axis=0)
-
-
-def split_unrolls(batch: Unroll, num: int, key, balance_tasks: bool = False,
-                  shift=0) -> Unroll:
-  """A device's shard as shuffled minibatches of whole unrolls.
-
-  The unrolls are permuted with `key` and cut into `num` parts of B // num
-  (`unroll_order`; with `balance_tasks` each task's unrolls dealt out
-  evenly); the B mod num left over are dropped (`batch_split` rejects such
-  settings).
-
-  Args:
-    batch: the shard, fields [T + 1, B, ...], core state [B, ...].
-    num: the number of minibatches.
-    key: a PRNG key for the shuffle.
-    balance_tasks: deal each task's unrolls (by batch.task_id's first row)
-      out evenly over the minibatches.
-    shift: with `balance_tasks`, the rotation of the minibatches
-      (`unroll_order`): the learner device's index.
-
-  Returns:
-    An Unroll stacked on a leading axis: fields [num, T + 1, B / num, ...],
-    core state [num, B / num, ...].
-  """
-  idx = unroll_order(key, batch.action.shape[1], num,
-                     batch.task_id[0] if balance_tasks else None, shift)
-  take = lambda x: jnp.moveaxis(x[:, idx], 1, 0)   # [T+1, B, ...] -> [num, T+1, size, ...]
-  return Unroll(obs=jax.tree.map(take, batch.obs), first=take(batch.first),
-                action=take(batch.action), behaviour_logits=take(batch.behaviour_logits),
-                reward=take(batch.reward), discount=take(batch.discount),
-                task_id=take(batch.task_id),
-                core_state=jax.tree.map(lambda x: x[idx], batch.core_state))
-
-
 def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTransformation,
                 value_head: str, axis_name: Optional[str], seed: int = 0,
                 max_grad_norm: float = float('inf')) -> Callable:
@@ -501,16 +425,17 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
       first = batch
     else:
       # The same key on every device: each shuffles its own shard alike.
-      # Balanced minibatches are rotated by the device's index (unroll_order).
+      # Balanced minibatches are rotated by the device's index
+      # (minibatches.unroll_order).
       shift = jax.lax.axis_index(axis_name) if (v.balance_tasks and axis_name) else 0
-      parts = [split_unrolls(batch, v.minibatches, k, v.balance_tasks, shift)
-               for k in shuffle_keys(seed, step, v.epochs)]
-      minibatches = jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
+      parts = [minibatches.split_unrolls(batch, v.minibatches, k, v.balance_tasks, shift)
+               for k in minibatches.shuffle_keys(seed, step, v.epochs)]
+      stacked = jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
       (params, opt_state, new_stats), (step_metrics, log_pis) = jax.lax.scan(
-          scan_step, (params, opt_state, stats), minibatches)
+          scan_step, (params, opt_state, stats), stacked)
       # Means over the update's epochs x minibatches optimiser steps.
       metrics = mean_metrics(step_metrics)
-      first, log_pi = jax.tree.map(lambda x: x[0], (minibatches, log_pis))
+      first, log_pi = jax.tree.map(lambda x: x[0], (stacked, log_pis))
     metrics['kl_update'] = health.update_kl(apply_fn, params, new_stats, first, log_pi, axis_name)
     return params, opt_state, new_stats, metrics
 

@@ -1,5 +1,5 @@
 """analysis/advantage_groups.py against values worked out by hand, and the
-learner's minibatches as rl/impala.unroll_order names them."""
+learner's minibatches as rl/minibatches.unroll_order names them."""
 
 import jax
 import jax.numpy as jnp
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from analysis import advantage_groups as ag
-from rl import impala
+from rl import minibatches
 from rl.types import Unroll
 
 R2 = np.sqrt(2.0)
@@ -95,11 +95,11 @@ def test_unroll_order_names_the_unrolls_split_unrolls_takes():
                  action=column, behaviour_logits=jnp.zeros((t + 1, b, 2)),
                  reward=jnp.zeros((t + 1, b)), discount=jnp.ones((t + 1, b)),
                  task_id=column, core_state=jnp.zeros((b, 1)))
-  key = impala.shuffle_keys(seed=3, step=7, epochs=2)[1]
-  order = np.asarray(impala.unroll_order(key, b, num))
-  parts = impala.split_unrolls(batch, num, key)
+  key = minibatches.shuffle_keys(seed=3, step=7, epochs=2)[1]
+  order = np.asarray(minibatches.unroll_order(key, b, num))
+  parts = minibatches.split_unrolls(batch, num, key)
   np.testing.assert_array_equal(np.asarray(parts.task_id)[:, 0], order)
   assert sorted(order.ravel().tolist()) == list(range(b))
   # Another step shuffles differently.
-  other = np.asarray(impala.unroll_order(impala.shuffle_keys(3, 8, 2)[1], b, num))
+  other = np.asarray(minibatches.unroll_order(minibatches.shuffle_keys(3, 8, 2)[1], b, num))
   assert not np.array_equal(order, other)

@@ -14,7 +14,7 @@ from jax.sharding import PartitionSpec as P
 
 from agents import learner
 from networks import agent as agent_net
-from rl import actor_critic, impala, optimizers, popart, sgd, task_gradients
+from rl import actor_critic, impala, minibatches, optimizers, popart, sgd, task_gradients
 from synthetic_unroll import random_unroll
 
 T, B, A, TASKS = 5, 8, 3, 2
@@ -183,7 +183,7 @@ def test_task_batch_normalises_every_minibatch_with_the_whole_batchs_moments():
   loss = impala.loss_fn(apply, c)
   step = sgd.make_sgd_step(lambda p, s, mb, ec: loss(p, s, mb, ec, moments), optimizer,
                            agent_net.VALUE_HEAD, None, moves_statistics=True)
-  parts = impala.split_unrolls(batch, 2, impala.shuffle_keys(3, 0, 1)[0])
+  parts = minibatches.split_unrolls(batch, 2, minibatches.shuffle_keys(3, 0, 1)[0])
   p, o, s = params, optimizer.init(params), stats
   for k in range(2):
     p, o, out = step(p, o, s, jax.tree.map(lambda x, k=k: x[k], parts))
@@ -223,13 +223,13 @@ def test_balanced_minibatches_deal_each_tasks_unrolls_out_evenly():
   tasks = np.asarray([0, 1, 2, 0, 1, 0, 2, 1, 0, 2, 1, 0])
   for seed in range(20):
     key = jax.random.key(seed)
-    idx = np.asarray(impala.unroll_order(key, 12, 3, tasks))
+    idx = np.asarray(minibatches.unroll_order(key, 12, 3, tasks))
     assert idx.shape == (3, 4) and sorted(idx.ravel()) == list(range(12))
     counts = np.stack([np.bincount(tasks[row], minlength=3) for row in idx])
     assert set(counts[:, 0]) <= {1, 2} and set(counts[:, 1]) <= {1, 2}
     np.testing.assert_array_equal(counts[:, 2], [1, 1, 1])
   missing = [np.any(np.stack([np.bincount(tasks[row], minlength=3) for row in
-                              np.asarray(impala.unroll_order(jax.random.key(s), 12, 3))]) == 0)
+                              np.asarray(minibatches.unroll_order(jax.random.key(s), 12, 3))]) == 0)
              for s in range(20)]
   assert any(missing)
 
@@ -242,10 +242,10 @@ def test_balanced_minibatches_rotate_by_device_so_the_global_ones_balance_too():
   tasks = np.asarray([0, 0, 0, 1, 1, 1])
   for seed in range(10):
     key = jax.random.key(seed)
-    rows = [np.asarray(impala.unroll_order(key, 6, 2, tasks, shift=d)) for d in range(4)]
+    rows = [np.asarray(minibatches.unroll_order(key, 6, 2, tasks, shift=d)) for d in range(4)]
     global_counts = [sum(np.sum(tasks[r[m]] == 0) for r in rows) for m in range(2)]
     assert global_counts == [6, 6], (seed, global_counts)
-    same = [np.asarray(impala.unroll_order(key, 6, 2, tasks)) for _ in range(4)]
+    same = [np.asarray(minibatches.unroll_order(key, 6, 2, tasks)) for _ in range(4)]
     assert sorted(sum(np.sum(tasks[r[m]] == 0) for r in same) for m in range(2)) == [4, 8]
 
 
@@ -278,7 +278,7 @@ def test_balanced_update_takes_its_steps_on_the_balanced_minibatches():
       normalize_advantages_per='task'))
   update = impala.make_update(apply, cfg, optimizer, agent_net.VALUE_HEAD, None, seed=5)
   got = update(params, optimizer.init(params), stats, batch, 4)[0]
-  parts = impala.split_unrolls(batch, 2, impala.shuffle_keys(5, 4, 1)[0], balance_tasks=True)
+  parts = minibatches.split_unrolls(batch, 2, minibatches.shuffle_keys(5, 4, 1)[0], balance_tasks=True)
   for k in range(2):
     np.testing.assert_array_equal(np.bincount(np.asarray(parts.task_id[k, 0]), minlength=TASKS),
                                   [2, 2])
