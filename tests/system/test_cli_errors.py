@@ -289,3 +289,24 @@ def test_a_tools_output_on_a_full_disk_is_one_line_and_keeps_the_earlier_file(
   errors = [line for line in out.stderr.splitlines() if line.startswith('error:')]
   assert errors == [f'error: cannot write {path}: No space left on device'], out.stderr[-3000:]
   assert full_disk.files_under(out_dir) == [path.name] and path.read_text() == 'earlier'
+
+
+def test_eval_verdict_exit_status_says_whether_the_bar_is_met(tmp_path):
+  task = lambda mean, sem: {'episodes': 30, 'return': {'mean': mean, 'sem': sem}}
+  for name, pong in (('run', task(-14.0, 0.5)), ('low', task(-16.0, 0.5)),
+                     ('uniform', task(-20.2, 0.2))):
+    (tmp_path / f'{name}.json').write_text(json.dumps({'tasks': {'Pong': pong}}))
+  args = [f'--uniform={tmp_path / "uniform.json"}', '--threshold=Pong=-15']
+  out = _tool('eval_verdict.py', str(tmp_path / 'run.json'), *args)
+  assert out.returncode == 0 and out.stdout.strip().endswith('the bar is met'), out.stderr
+  out = _tool('eval_verdict.py', str(tmp_path / 'low.json'), *args,
+              f'--baseline={tmp_path / "run.json"}')
+  assert out.returncode == 1 and out.stdout.strip().endswith('0 of 1 tasks pass'), out.stderr
+  _one_line(_tool('eval_verdict.py', str(tmp_path / 'run.json'), '--threshold=Pong'),
+            'error: --threshold=Pong: give TASK=RETURN, e.g. Pong=-15')
+  _one_line(_tool('eval_verdict.py'), 'error: give one run (a run folder or an evaluation JSON)')
+  out = _tool('eval_verdict.py', str(tmp_path / 'run.json'), '--threshold=Pnog=-15')
+  _one_line(out, 'error: threshold for Pnog: not a task of the run (Pong)')
+  out = _tool('eval_verdict.py', str(tmp_path / 'nothing'))
+  _one_line(out, f'error: {tmp_path / "nothing"}: no evaluation (eval/<step>.json; '
+            'launch/evaluate.py makes one)')

@@ -1,0 +1,164 @@
+"""One run's evaluation against another's and against uniform play, per task,
+in combined standard errors: the multi-task verdicts the PopArt issue states
+("every game at least 2 combined standard errors above uniform play",
+"at least as good as clipped: ahead, or within one standard error", "Pong
+past -15").
+
+The combined standard error of two means is sqrt(se_a^2 + se_b^2); a gap in
+those units is (mean_a - mean_b) / combined. `launch/eval_verdict.py` is the
+command line.
+"""
+
+import dataclasses
+import json
+import math
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from analysis import run_table
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+  """One task's evaluation: the mean return, its standard error and the games."""
+  mean: float
+  sem: float
+  episodes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Bar:
+  """What a task must show to pass.
+
+  above_uniform: the run's mean at least this many combined s.e. above
+    uniform play's (None: not asked).
+  within: the run at least as good as the baseline, ahead or behind by at
+    most this many combined s.e. (None: not asked, or no baseline).
+  thresholds: task -> the return the run's mean must reach (e.g. Pong -15).
+  """
+  above_uniform: Optional[float] = 2.0
+  within: Optional[float] = 1.0
+  thresholds: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskVerdict:
+  task: str
+  run: Score
+  baseline: Optional[Score]
+  uniform: Optional[Score]
+  vs_uniform: Optional[float]    # (run - uniform) / combined s.e.
+  vs_baseline: Optional[float]   # (run - baseline) / combined s.e.
+  checks: Tuple[Tuple[str, bool], ...]   # (what was asked, passed)
+
+  @property
+  def passed(self) -> bool:
+    return all(ok for _, ok in self.checks)
+
+
+def scores(record: Mapping) -> Dict[str, Score]:
+  """Each task's Score from an evaluation record (eval/<step>.json)."""
+  out = {}
+  for task, entry in record['tasks'].items():
+    r = entry['return']
+    out[task] = Score(float(r['mean']), float(r.get('sem') or 0.0), int(entry['episodes']))
+  return out
+
+
+def gap(a: Score, b: Score) -> float:
+  """(a - b) in combined standard errors; +-inf where both are exact."""
+  se = math.hypot(a.sem, b.sem)
+  if se == 0:
+    return 0.0 if a.mean == b.mean else math.copysign(math.inf, a.mean - b.mean)
+  return (a.mean - b.mean) / se
+
+
+def verdicts(run: Mapping[str, Score], bar: Bar, baseline: Optional[Mapping[str, Score]] = None,
+             uniform: Optional[Mapping[str, Score]] = None) -> List[TaskVerdict]:
+  """Each of the run's tasks against the bar.
+
+  Args:
+    run: task -> the run's Score.
+    bar: what each task must show.
+    baseline: task -> the other run's Score, or None.
+    uniform: task -> uniform play's Score, or None.
+
+  Returns:
+    One TaskVerdict per task of `run`, in its order.
+
+  Raises:
+    ValueError: naming the task, when the bar asks for a comparison whose
+      evaluation lacks that task, or a threshold names a task the run lacks.
+  """
+  unknown = sorted(set(bar.thresholds) - set(run))
+  if unknown:
+    raise ValueError(f'threshold for {", ".join(unknown)}: not a task of the run '
+                     f'({", ".join(run)})')
+  out = []
+  for task, score in run.items():
+    checks = []
+    vs_u = vs_b = None
+    u = b = None
+    if uniform is not None:
+      if task not in uniform:
+        raise ValueError(f'{task}: not in the uniform-play evaluation ({", ".join(uniform)})')
+      u = uniform[task]
+      vs_u = gap(score, u)
+      if bar.above_uniform is not None:
+        checks.append((f'>= {bar.above_uniform:g} s.e. above uniform', vs_u >= bar.above_uniform))
+    if baseline is not None:
+      if task not in baseline:
+        raise ValueError(f'{task}: not in the baseline evaluation ({", ".join(baseline)})')
+      b = baseline[task]
+      vs_b = gap(score, b)
+      if bar.within is not None:
+        checks.append((f'>= baseline - {bar.within:g} s.e.', vs_b >= -bar.within))
+    if task in bar.thresholds:
+      checks.append((f'>= {bar.thresholds[task]:g}', score.mean >= bar.thresholds[task]))
+    out.append(TaskVerdict(task, score, b, u, vs_u, vs_b, tuple(checks)))
+  return out
+
+
+def _cell(s: Optional[Score]) -> str:
+  if s is None:
+    return '-'
+  return run_table.score({'return': {'mean': s.mean, 'sem': s.sem}, 'episodes': s.episodes})
+
+
+def _gap(x: Optional[float]) -> str:
+  return '-' if x is None else f'{x:+.1f}'
+
+
+def markdown(rows: Sequence[TaskVerdict], labels: Tuple[str, str] = ('run', 'baseline')) -> str:
+  """The verdicts as a markdown table and a last line saying how many passed."""
+  header = ('task', labels[0], labels[1], 'uniform play', 's.e. above uniform',
+            f's.e. against {labels[1]}', 'checks')
+  lines = ['| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header)]
+  for v in rows:
+    checks = '; '.join(f'{what}: {"yes" if ok else "NO"}' for what, ok in v.checks) or '-'
+    lines.append('| ' + ' | '.join([v.task, _cell(v.run), _cell(v.baseline), _cell(v.uniform),
+                                     _gap(v.vs_uniform), _gap(v.vs_baseline), checks]) + ' |')
+  passed = sum(v.passed for v in rows)
+  lines.append('')
+  lines.append(f'{passed} of {len(rows)} tasks pass' + ('' if passed < len(rows) else ': the bar is met'))
+  return '\n'.join(lines)
+
+
+def load(path: str) -> Dict[str, Score]:
+  """Scores from a run folder's newest evaluation or an evaluation JSON file.
+
+  Raises:
+    ValueError: naming `path`, when it holds no evaluation.
+  """
+  if path.endswith('.json'):
+    try:
+      with open(path) as f:
+        record = json.load(f)
+    except (OSError, ValueError) as e:
+      raise ValueError(f'cannot read {path} ({getattr(e, "strerror", None) or e})') from None
+  else:
+    record = run_table.latest_evaluation(path)
+    if record is None:
+      raise ValueError(f'{path}: no evaluation (eval/<step>.json; launch/evaluate.py makes one)')
+  if not isinstance(record, dict) or not isinstance(record.get('tasks'), dict):
+    raise ValueError(f'{path} is not an evaluation record (launch/evaluate.py): no tasks')
+  return scores(record)
