@@ -125,7 +125,7 @@ def _cell(s: Optional[Score]) -> str:
 
 
 def _gap(x: Optional[float]) -> str:
-  return '-' if x is None else f'{x:+.1f}'
+  return '-' if x is None else f'{x:+.2f}'
 
 
 def markdown(rows: Sequence[TaskVerdict], labels: Tuple[str, str] = ('run', 'baseline')) -> str:

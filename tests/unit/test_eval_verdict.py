@@ -54,7 +54,7 @@ def test_the_six_game_bar_by_hand():
   table = ev.markdown(rows, ('PopArt', 'clipped')).splitlines()
   assert table[0].startswith('| task | PopArt | clipped | uniform play |')
   assert table[2].startswith('| Carnival | 3,019 +- 183 (30) | 909 +- 55.0 (30) | 730 +- 60.0 (30) | '
-                             '+11.9 | +11.0 |')
+                             '+11.89 | +11.04 |')
   assert table[-1] == '3 of 4 tasks pass'
 
 
