@@ -64,7 +64,8 @@ class RunConfig:
                             positive)
   unroll_length: int = setting(20, 'T: steps per unroll (each unroll holds T + 1 observations)',
                                positive)
-  learning_rate: float = setting(6e-4, 'annealed linearly to 0 over total_env_steps', positive)
+  learning_rate: float = setting(6e-4, 'annealed linearly to 0 (or to optimizer.anneal_to x it) '
+                                 'over total_env_steps', positive)
   discount: float = setting(0.99, 'gamma; 0 at termination, bootstrapped at truncation',
                             within(0, 1))
   baseline_cost: float = setting(0.5, 'weight of the value loss 0.5 * sum (target - value)^2',

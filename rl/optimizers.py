@@ -1,6 +1,6 @@
 """The optimiser: a global-norm clip, then RMSProp or Adam, the learning rate
-annealed linearly to 0 over the run's optimiser steps (after an optional
-linear warmup).
+annealed linearly to 0 (or to a fraction of its base, `anneal_to`) over the
+run's optimiser steps (after an optional linear warmup).
 
 The hyperparameters population-based training adapts live in the optimiser
 state, through `optax.inject_hyperparams`: `opt_state.hyperparams` holds the
@@ -54,6 +54,10 @@ class OptimizerConfig:
   warmup_updates: int = setting(
       0, 'learner updates over which the learning rate rises linearly, optimiser step by '
       "step, to its schedule's rate; 0: no warmup", integer(0))
+  anneal_to: float = setting(
+      0.0, 'the learning rate at the end of the run, as a fraction of its base: it falls '
+      'linearly from the base to base x anneal_to; 0: to 0 (IMPALA, Cleanba), 1: constant',
+      within(0, 1))
   max_grad_norm: float = setting(40.0, 'gradient-norm clip', positive)
   clip_by: str = setting(
       'global', "'global': the whole gradient's norm; 'term' (V-trace only): the policy's "
@@ -92,11 +96,11 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
                    momentum: float, eps_in_sqrt: bool = True, initial_scale: float = 0.0,
                    name: str = 'rmsprop', adam_b1: float = 0.9, adam_b2: float = 0.999,
                    adam_eps: float = 1e-5, entropy_cost: Optional[float] = None,
-                   clip_in_chain: bool = True, warmup_steps: int = 0):
-  """A global-norm clip, then RMSProp or Adam, the learning rate annealed to 0.
+                   clip_in_chain: bool = True, warmup_steps: int = 0, anneal_to: float = 0.0):
+  """A global-norm clip, then RMSProp or Adam, the learning rate annealed.
 
-  The learning rate falls linearly from its base to 0 over
-  `total_learner_steps` optimiser steps. The base learning rate,
+  The learning rate falls linearly from its base to `anneal_to` x base (0 by
+  default) over `total_learner_steps` optimiser steps, and stays there. The base learning rate,
   `max_grad_norm`, the optimiser's epsilon (`eps` for RMSProp, `adam_eps` for
   Adam) and `entropy_cost` (when not None; the loss reads it, see
   agents/learner.py) are injected hyperparameters: float32 values in
@@ -141,6 +145,8 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
       `max_grad_norm` stays an injected hyperparameter for the learner, which
       clips each term's gradient itself (rl/sgd.py, optimizer.clip_by='term').
     warmup_steps: W, optimiser steps of the linear warmup; 0 for none.
+    anneal_to: the rate at the end as a fraction of the base, in [0, 1]: 0
+      anneals to 0, 1 keeps the base rate.
 
   Returns:
     (optimizer, schedule): an optax GradientTransformation, and
@@ -148,18 +154,23 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
     for a base rate `base`.
 
   Raises:
-    ValueError: `name` is not one of OPTIMIZERS, or `warmup_steps` < 0.
+    ValueError: `name` is not one of OPTIMIZERS, `warmup_steps` < 0, or
+      `anneal_to` is outside [0, 1].
   """
   if name not in OPTIMIZERS:
     raise ValueError(f'unknown optimizer {name!r}; choose one of {", ".join(OPTIMIZERS)}')
   if warmup_steps < 0:
     raise ValueError(f'warmup_steps must be >= 0, got {warmup_steps}')
+  if not 0.0 <= anneal_to <= 1.0:
+    raise ValueError(f'anneal_to must be in [0, 1], got {anneal_to}')
   # optax counts steps in int32: a longer horizon (a run of 10**12 env steps,
   # as the benchmark's train stage sets) is the same as no decay at all.
   horizon = min(max(total_learner_steps, 1), _MAX_HORIZON)
 
   def schedule(step, base=learning_rate):
-    rate = optax.linear_schedule(base, 0.0, horizon)(step)
+    # base (1 - (1 - anneal_to) min(1, step / horizon)): with the base as a
+    # traced value, so a new base mid-run keeps the schedule's place.
+    rate = base * optax.linear_schedule(1.0, anneal_to, horizon)(step)
     if warmup_steps:
       rate = rate * jnp.minimum(1.0, (jnp.asarray(step, jnp.float32) + 1.0) / warmup_steps)
     return rate
@@ -218,7 +229,8 @@ def optimizer_from_settings(o: OptimizerConfig, learning_rate: float, entropy_co
       learning_rate, total_learner_steps * k, o.max_grad_norm, o.rmsprop_decay,
       o.rmsprop_eps, o.momentum, o.eps_in_sqrt, o.rmsprop_initial_scale, name=o.name,
       adam_b1=o.adam_b1, adam_b2=o.adam_b2, adam_eps=o.adam_eps, entropy_cost=entropy_cost,
-      clip_in_chain=o.clip_by == 'global', warmup_steps=o.warmup_updates * k)
+      clip_in_chain=o.clip_by == 'global', warmup_steps=o.warmup_updates * k,
+      anneal_to=o.anneal_to)
   if k == 1:
     return optimizer, schedule
   return optimizer, lambda step, base=learning_rate: schedule(step * k, base)

@@ -259,6 +259,7 @@ def test_reward_scales_override_is_a_tuple():
     ('popart.start', 'warm', 'popart.start.*identity, debiased'),
     ('optimizer.clip_by', 'layer', 'optimizer.clip_by.*global, term'),
     ('optimizer.warmup_updates', -1, 'optimizer.warmup_updates.*integer >= 0'),
+    ('optimizer.anneal_to', 1.5, r'optimizer.anneal_to.*\[0, 1\]'),
     ('vtrace.normalize_advantages_per', 'batch',
      'vtrace.normalize_advantages_per.*minibatch, task, task_batch'),
     ('vtrace.normalize_advantages_per', 'task', 'vtrace.normalize_advantages_per.*needs '

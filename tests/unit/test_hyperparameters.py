@@ -233,3 +233,48 @@ def test_warmup_updates_count_learner_updates_of_several_optimiser_steps():
   params = {'w': jnp.zeros(1)}
   u, _ = none.update({'w': jnp.asarray([2.0])}, none.init(params), params)
   np.testing.assert_allclose(u['w'], [-0.1 * 2.0 / (2.0 + 1e-5)], rtol=1e-5)   # no warmup: all of it
+
+
+def test_anneal_to_ends_the_schedule_at_a_fraction_of_the_base_as_the_equation_says():
+  """Base 0.1 over N = 10 optimiser steps to anneal_to = 0.25: step n takes
+  0.1 (1 - 0.75 min(1, n / 10)): 0.1, 0.0925, 0.0625 (n = 5), 0.025 from n =
+  10 on; anneal_to = 1 keeps 0.1; with a warmup of W = 2 step 0 takes half.
+  Adam's first step at n = 0 is -0.1 g / (|g| + eps) either way."""
+  _, schedule = optimizers.make_optimizer(0.1, 10, 1e9, 0.99, 0.01, 0.0, name='adam',
+                                          anneal_to=0.25)
+  np.testing.assert_allclose([float(schedule(n)) for n in (0, 1, 5, 10, 11, 1000)],
+                             [0.1, 0.0925, 0.0625, 0.025, 0.025, 0.025], rtol=1e-6)
+  # a new base mid-run keeps the schedule's place: base 0.2 at n = 5 -> 0.125
+  np.testing.assert_allclose(float(schedule(5, base=0.2)), 0.125, rtol=1e-6)
+  _, constant = optimizers.make_optimizer(0.1, 10, 1e9, 0.99, 0.01, 0.0, anneal_to=1.0)
+  np.testing.assert_allclose([float(constant(n)) for n in (0, 5, 10, 50)], [0.1] * 4, rtol=1e-6)
+  _, warm = optimizers.make_optimizer(0.1, 10, 1e9, 0.99, 0.01, 0.0, anneal_to=0.25,
+                                      warmup_steps=2)
+  np.testing.assert_allclose([float(warm(n)) for n in (0, 1, 2)], [0.05, 0.0925, 0.085], rtol=1e-6)
+  # the default anneals to 0, as before: 0.1 (1 - n / 10)
+  _, default = optimizers.make_optimizer(0.1, 10, 1e9, 0.99, 0.01, 0.0)
+  np.testing.assert_allclose([float(default(n)) for n in (0, 5, 10)], [0.1, 0.05, 0.0], atol=1e-8)
+  for bad in (-0.1, 1.5):
+    with pytest.raises(ValueError, match=r'anneal_to must be in \[0, 1\]'):
+      optimizers.make_optimizer(0.1, 10, 1.0, 0.99, 0.01, 0.0, anneal_to=bad)
+
+
+def test_anneal_to_from_the_settings_reaches_the_optimisers_steps():
+  """optimizer.anneal_to = 0.5, 4 updates of 2 optimiser steps (N = 8): the
+  logged schedule at update u is 0.1 (1 - 0.5 min(1, 2u / 8)); plain SGD-like
+  check through Adam: at the last optimiser step (n = 8, past the horizon)
+  the update is -0.05 g / (|g| + eps)."""
+  settings = optimizers.OptimizerConfig(name='adam', anneal_to=0.5)
+  optimizer, schedule = optimizers.optimizer_from_settings(settings, 0.1, 0.01,
+                                                           total_learner_steps=4,
+                                                           steps_per_update=2)
+  np.testing.assert_allclose([float(schedule(u)) for u in range(6)],
+                             [0.1, 0.0875, 0.075, 0.0625, 0.05, 0.05], rtol=1e-6)
+  params = {'w': jnp.zeros(1)}
+  state = optimizer.init(params)
+  g = {'w': jnp.asarray([2.0])}
+  update = jax.jit(optimizer.update)
+  for _ in range(8):
+    _, state = update(g, state, params)
+  u, _ = update(g, state, params)   # optimiser step n = 8: the rate is 0.05
+  np.testing.assert_allclose(u['w'], [-0.05 * 2.0 / (2.0 + 1e-5)], rtol=1e-4)
