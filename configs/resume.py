@@ -143,11 +143,12 @@ def describe(diffs: List[Tuple]) -> str:
   return '; '.join(f'{field}: saved {_short(old)}, now {_short(new)}' for field, old, new in diffs)
 
 
-def schedule_note(allowed, update: int, schedule, env_steps_per_update: int) -> str:
+def schedule_note(allowed, update: int, schedule, env_steps_per_update: int,
+                  anneal_to: float = 0.0) -> str:
   """The line that says how a new total_env_steps moves the learning rate.
 
-  The rate anneals linearly to 0 over the run's total, so a new total moves
-  it at the same learner update. The run follows the new total (a finished
+  The rate anneals linearly to 0 (or to `optimizer.anneal_to` x its base)
+  over the run's total, so a new total moves it at the same learner update. The run follows the new total (a finished
   run's old schedule is at 0, and training on needs a rate); the line gives
   the rate at the resumed update under the new total and under the saved
   one (from the saved learning rate, batch size and unroll length).
@@ -158,6 +159,8 @@ def schedule_note(allowed, update: int, schedule, env_steps_per_update: int) -> 
     update: the learner update the run resumes at.
     schedule: the new learning-rate schedule (learner update -> rate).
     env_steps_per_update: env steps per learner update in the new config.
+    anneal_to: the new config's optimizer.anneal_to (the saved one, where it
+      changed, is in `allowed`).
 
   Returns:
     The line, or '' when total_env_steps did not change.
@@ -173,7 +176,9 @@ def schedule_note(allowed, update: int, schedule, env_steps_per_update: int) -> 
     if field in changed and changed[field][1]:
       per_update = per_update * int(changed[field][0]) // int(changed[field][1])
   old_updates = max(1, -(-int(old_total) // max(per_update, 1)))
-  before = old_rate * max(0.0, 1.0 - update / old_updates)
+  old_end = float(changed.get('optimizer.anneal_to', (anneal_to,))[0] or 0.0)
+  before = old_rate * (1.0 - (1.0 - old_end) * min(1.0, update / old_updates))
+  target = '0' if anneal_to == 0 else f'{anneal_to:g} x its base'
   return (f'total_env_steps: saved {old_total:,}, now {new_total:,}; the learning rate anneals '
-          f'linearly to 0 over the new total: at learner update {update:,}, where this run '
+          f'linearly to {target} over the new total: at learner update {update:,}, where this run '
           f'resumes, it is {float(schedule(update)):.3g} (the saved total had {before:.3g})')

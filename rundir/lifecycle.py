@@ -115,7 +115,8 @@ class Run:
   def schedule_note(self) -> Optional[str]:
     """How a resume changed the learning-rate schedule (a line), or None (needs `start()`)."""
     return resume.schedule_note(self._allowed, self.trainer.version, self.trainer.schedule,
-                                self.plan.env_steps_per_update)
+                                self.plan.env_steps_per_update,
+                                float(self.config.optimizer.anneal_to))
 
   def start_lines(self) -> List[str]:
     """The run's first log lines (needs `start()`).

@@ -45,6 +45,28 @@ def test_resume_compare_splits_frozen_from_allowed_fields():
     assert not resume.is_frozen(field)
 
 
+def test_schedule_note_gives_the_rate_under_both_totals_with_anneal_to():
+  """A run saved with total 1,000 env steps (10 per update: 100 updates),
+  base 0.1, anneal_to 0.5, resumed at update 40 with total 2,000: the saved
+  schedule had 0.1 (1 - 0.5 x 40 / 100) = 0.08; the new one (200 updates)
+  0.1 (1 - 0.5 x 40 / 200) = 0.09. Saved with anneal_to 0 (changed now to
+  0.5): the saved schedule had 0.1 (1 - 40 / 100) = 0.06."""
+  new = lambda update: 0.1 * (1 - 0.5 * min(1.0, update / 200))
+  allowed = [('total_env_steps', 1000, 2000)]
+  assert resume.schedule_note(allowed, 40, new, 10, anneal_to=0.5) == (
+      'total_env_steps: saved 1,000, now 2,000; the learning rate anneals linearly to 0.5 x its '
+      'base over the new total: at learner update 40, where this run resumes, it is 0.09 (the '
+      'saved total had 0.08)')
+  note = resume.schedule_note(allowed + [('optimizer.anneal_to', 0.0, 0.5)], 40, new, 10,
+                              anneal_to=0.5)
+  assert note.endswith('it is 0.09 (the saved total had 0.06)')
+  old = lambda update: 0.1 * (1 - update / 200)
+  assert resume.schedule_note(allowed, 40, old, 10).endswith(
+      'anneals linearly to 0 over the new total: at learner update 40, where this run resumes, '
+      'it is 0.08 (the saved total had 0.06)')
+  assert resume.schedule_note([('learning_rate', 0.1, 0.2)], 40, new, 10) == ''
+
+
 def test_a_second_lock_names_the_holder_and_a_dead_holders_lock_is_taken_over(tmp_path):
   first = RunLock(str(tmp_path)).acquire()
   held = json.loads((tmp_path / run_folder.LOCK_FILE).read_text())
