@@ -55,12 +55,32 @@ class TaskVerdict:
     return all(ok for _, ok in self.checks)
 
 
-def scores(record: Mapping) -> Dict[str, Score]:
-  """Each task's Score from an evaluation record (eval/<step>.json)."""
+def scores(record: Mapping, source: str = 'the evaluation') -> Dict[str, Score]:
+  """Each task's Score from an evaluation record (eval/<step>.json).
+
+  Args:
+    record: the record, as launch/evaluate.py writes it.
+    source: where it came from, for the error messages.
+
+  Raises:
+    ValueError: naming `source` (and the task), when the record has no
+      tasks, a task's entry lacks its return's mean or the episode count, or
+      has no standard error (one game: every comparison here needs one).
+  """
+  tasks = record.get('tasks') if isinstance(record, Mapping) else None
+  if not isinstance(tasks, Mapping) or not tasks:
+    raise ValueError(f'{source} is not an evaluation record (launch/evaluate.py): no tasks')
   out = {}
-  for task, entry in record['tasks'].items():
-    r = entry['return']
-    out[task] = Score(float(r['mean']), float(r.get('sem') or 0.0), int(entry['episodes']))
+  for task, entry in tasks.items():
+    try:
+      r = entry['return']
+      mean, sem, episodes = float(r['mean']), r.get('sem'), int(entry['episodes'])
+    except (KeyError, TypeError, ValueError, AttributeError):
+      raise ValueError(f"{source}: task {task} has no return mean and episode count") from None
+    if sem is None:
+      raise ValueError(f'{source}: task {task} has no standard error ({episodes} game(s)); '
+                       'evaluate at least 2 games')
+    out[task] = Score(mean, float(sem), episodes)
   return out
 
 
@@ -147,18 +167,18 @@ def load(path: str) -> Dict[str, Score]:
   """Scores from a run folder's newest evaluation or an evaluation JSON file.
 
   Raises:
-    ValueError: naming `path`, when it holds no evaluation.
+    ValueError: naming `path`, when it holds no evaluation, cannot be read,
+      or is not one (`scores`).
   """
-  if path.endswith('.json'):
-    try:
+  try:
+    if path.endswith('.json'):
       with open(path) as f:
         record = json.load(f)
-    except (OSError, ValueError) as e:
-      raise ValueError(f'cannot read {path} ({getattr(e, "strerror", None) or e})') from None
-  else:
-    record = run_table.latest_evaluation(path)
-    if record is None:
-      raise ValueError(f'{path}: no evaluation (eval/<step>.json; launch/evaluate.py makes one)')
-  if not isinstance(record, dict) or not isinstance(record.get('tasks'), dict):
-    raise ValueError(f'{path} is not an evaluation record (launch/evaluate.py): no tasks')
-  return scores(record)
+    else:
+      record = run_table.latest_evaluation(path)
+  except (OSError, ValueError) as e:
+    raise ValueError(f'cannot read {getattr(e, "filename", None) or path} '
+                     f'({getattr(e, "strerror", None) or e})') from None
+  if record is None:
+    raise ValueError(f'{path}: no evaluation (eval/<step>.json; launch/evaluate.py makes one)')
+  return scores(record, path)

@@ -89,7 +89,7 @@ def atari_config(name: str, games, variant: dict, *, popart: bool,
   common.apply_recipe(c, variant['recipe'])
   if variant['recipe'] in ('vtrace', 'a2c', 'ppo', 'impala_adam'):
     # 3M agent steps per game: what a 2-core CPU runs in hours; the learning
-    # rate anneals to 0 over it.
+    # rate anneals over it (to 0 unless optimizer.anneal_to says otherwise).
     c.total_env_steps = 3_000_000 * len(games)
   if variant['steps']:
     if variant['steps'] < 0:

@@ -9,7 +9,7 @@ anything. Every other field may change on resume (docs/run_folder.md lists them)
 """
 
 import json
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 # Prefixes of dotted config fields fixed for a run's life: the network, the
 # tasks and their envs (observations and actions), the value outputs and the
@@ -20,6 +20,11 @@ FROZEN = ('network', 'tasks', 'atari', 'popart.enabled', 'popart.start', 'optimi
 # not what (the same parameters, the same function): a run trained on a CPU
 # resumes on a GPU.
 FREE = ('network.kernels', 'network.dtype')
+# Fields added after runs were saved whose later non-default values change
+# what a resumed run does: the value a run saved before the field had. A
+# saved config without one of these compares as if it held that value, so
+# setting it on resume is a change the log names.
+BEFORE_FIELD_EXISTED = {'optimizer.anneal_to': 0.0}
 
 
 def flatten(tree: Any, prefix: str = '') -> Dict[str, Any]:
@@ -58,6 +63,7 @@ def _differences(saved: Dict[str, Any], new: Dict[str, Any]) -> List[Tuple[str, 
   # started (run_loading gives it the value that keeps old runs' behaviour):
   # not a change.
   missing = object()
+  saved = {**{f: v for f, v in BEFORE_FIELD_EXISTED.items() if f in new}, **saved}
   out = []
   for field in sorted(saved):
     old_value, new_value = saved[field], new.get(field, missing)
@@ -75,8 +81,9 @@ def compare(saved: Dict[str, Any], config) -> Tuple[List[Tuple], List[Tuple]]:
   """The fields a resume changes, split by whether they may change.
 
   `workdir` is not compared. A field the saved config lacks (added to the
-  configs after the run started) is no change; a field the new config lacks
-  is one, with new value None.
+  configs after the run started) is no change, except those in
+  BEFORE_FIELD_EXISTED, which compare as their value then; a field the new
+  config lacks is one, with new value None.
 
   Args:
     saved: the saved config, as config.json holds it.
@@ -144,7 +151,7 @@ def describe(diffs: List[Tuple]) -> str:
 
 
 def schedule_note(allowed, update: int, schedule, env_steps_per_update: int,
-                  anneal_to: float = 0.0) -> str:
+                  anneal_to: float = 0.0, learning_rate: Optional[float] = None) -> str:
   """The line that says how a new total_env_steps moves the learning rate.
 
   The rate anneals linearly to 0 (or to `optimizer.anneal_to` x its base)
@@ -161,6 +168,9 @@ def schedule_note(allowed, update: int, schedule, env_steps_per_update: int,
     env_steps_per_update: env steps per learner update in the new config.
     anneal_to: the new config's optimizer.anneal_to (the saved one, where it
       changed, is in `allowed`).
+    learning_rate: the new config's base rate (the saved one, where it
+      changed, is in `allowed`); None: the schedule's rate at update 0,
+      which a warmup lowers.
 
   Returns:
     The line, or '' when total_env_steps did not change.
@@ -169,7 +179,8 @@ def schedule_note(allowed, update: int, schedule, env_steps_per_update: int,
   if 'total_env_steps' not in changed:
     return ''
   old_total, new_total = changed['total_env_steps']
-  old_rate = float(changed.get('learning_rate', (schedule(0),))[0])
+  base = schedule(0) if learning_rate is None else learning_rate
+  old_rate = float(changed.get('learning_rate', (base,))[0])
   # Env steps per update as saved (batch_size and unroll_length may change too).
   per_update = env_steps_per_update
   for field in ('batch_size', 'unroll_length'):

@@ -48,6 +48,16 @@ def _thresholds(items):
   return out
 
 
+def _parse_flags(argv):
+  """absl's flag parser with a bad flag in one line and exit status 2 (not 1,
+  which says a task missed the bar)."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
+
+
 def main(argv):
   labels = _LABELS.value or ['run', 'baseline']
   try:
@@ -70,4 +80,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=_parse_flags)

@@ -116,7 +116,8 @@ class Run:
     """How a resume changed the learning-rate schedule (a line), or None (needs `start()`)."""
     return resume.schedule_note(self._allowed, self.trainer.version, self.trainer.schedule,
                                 self.plan.env_steps_per_update,
-                                float(self.config.optimizer.anneal_to))
+                                float(self.config.optimizer.anneal_to),
+                                float(self.config.learning_rate))
 
   def start_lines(self) -> List[str]:
     """The run's first log lines (needs `start()`).

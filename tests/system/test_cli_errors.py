@@ -307,6 +307,10 @@ def test_eval_verdict_exit_status_says_whether_the_bar_is_met(tmp_path):
   _one_line(_tool('eval_verdict.py'), 'error: give one run (a run folder or an evaluation JSON)')
   out = _tool('eval_verdict.py', str(tmp_path / 'run.json'), '--threshold=Pnog=-15')
   _one_line(out, 'error: threshold for Pnog: not a task of the run (Pong)')
+  # a bad flag value: one line and 2, not absl's FATAL and 1 (which says a task missed the bar)
+  out = _tool('eval_verdict.py', str(tmp_path / 'run.json'), '--within=abc')
+  assert out.returncode == 2 and 'Traceback' not in out.stderr, out.stderr
+  assert out.stderr.strip().startswith('error: flag --within=abc: '), out.stderr
   out = _tool('eval_verdict.py', str(tmp_path / 'nothing'))
   _one_line(out, f'error: {tmp_path / "nothing"}: no evaluation (eval/<step>.json; '
             'launch/evaluate.py makes one)')

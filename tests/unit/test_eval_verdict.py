@@ -97,3 +97,23 @@ def test_load_reads_a_run_folders_newest_evaluation_or_a_file(tmp_path):
     ev.load(str(tmp_path / 'x.json'))
   with pytest.raises(ValueError, match='cannot read'):
     ev.load(str(tmp_path / 'missing.json'))
+
+
+def test_records_that_cannot_be_judged_are_named():
+  with pytest.raises(ValueError, match='e.json is not an evaluation record .*no tasks'):
+    ev.scores({'tasks': {}}, 'e.json')   # nothing to judge is not a pass
+  # one game: no standard error, so no comparison in standard errors
+  one = {'tasks': {'Pong': {'episodes': 1, 'return': {'mean': -20.0, 'sem': None}}}}
+  with pytest.raises(ValueError, match=r'e.json: task Pong has no standard error \(1 game'):
+    ev.scores(one, 'e.json')
+  for entry in ({'episodes': 30}, {'return': {'mean': 1.0, 'sem': 0.1}}, 'text',
+                {'episodes': 30, 'return': {'sem': 0.1}}):
+    with pytest.raises(ValueError, match='e.json: task Pong has no return mean and episode count'):
+      ev.scores({'tasks': {'Pong': entry}}, 'e.json')
+
+
+def test_a_damaged_evaluation_in_a_run_folder_is_named(tmp_path):
+  (tmp_path / 'eval').mkdir()
+  (tmp_path / 'eval' / '100.json').write_text('{not json')
+  with pytest.raises(ValueError, match=f'cannot read {tmp_path}'):
+    ev.load(str(tmp_path))

@@ -65,6 +65,19 @@ def test_schedule_note_gives_the_rate_under_both_totals_with_anneal_to():
       'anneals linearly to 0 over the new total: at learner update 40, where this run resumes, '
       'it is 0.08 (the saved total had 0.06)')
   assert resume.schedule_note([('learning_rate', 0.1, 0.2)], 40, new, 10) == ''
+  # With a warmup the schedule's rate at update 0 is not the base: the base is passed.
+  warm = lambda update: new(update) * min(1.0, (update + 1) / 200)
+  assert resume.schedule_note(allowed, 40, warm, 10, anneal_to=0.5, learning_rate=0.1).endswith(
+      '(the saved total had 0.08)')
+
+
+def test_a_run_saved_before_anneal_to_existed_annealed_to_0():
+  saved = json.loads(cartpole.get_config().to_json_best_effort())
+  del saved['optimizer']['anneal_to']
+  config = cartpole.get_config()
+  assert resume.compare(saved, config) == ([], [])
+  config.optimizer.anneal_to = 0.5
+  assert resume.compare(saved, config) == ([], [('optimizer.anneal_to', 0.0, 0.5)])
 
 
 def test_a_second_lock_names_the_holder_and_a_dead_holders_lock_is_taken_over(tmp_path):
