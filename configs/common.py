@@ -359,3 +359,4 @@ def apply_smoke(c: ml_collections.ConfigDict) -> None:
   c.wandb.mode = 'disabled'
   c.ppo.minibatches = 1         # a batch of a few unrolls may not split further
   c.vtrace.minibatches = 1
+  c.vtrace.balance_tasks = False  # one minibatch: nothing to balance

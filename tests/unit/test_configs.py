@@ -55,7 +55,7 @@ def test_recipes_impala_is_the_default_and_a2c_is_baselines_a2c():
 
 @pytest.mark.parametrize('config,arg,batch,minibatches', [
     ('atari_single', 'game=Pong', 32, 8),               # 2 actors x 16 envs
-    ('atari_popart', '', 36, 9),                        # six games: 12 envs per actor, 3 blocks
+    ('atari_popart', 'slow_start', 36, 9),              # six games: 12 envs per actor, 3 blocks
     ('atari_multitask', 'games=Pong+Carnival', 32, 8),  # two games: 16 envs per actor, 2 blocks
     ('atari_single', 'game=Pong,net=resnet', 32, 8)])
 def test_recipe_vtrace_is_the_atari_default(config, arg, batch, minibatches):
@@ -339,6 +339,53 @@ def test_batch_must_divide_over_learner_devices():
   config.num_learner_devices = 3
   with pytest.raises(ConfigError, match='divisible by the 3 learner devices'):
     validate(config)
+
+
+@pytest.mark.parametrize('arg,batch,minibatches', [
+    ('', 36, 3),                              # six games: 36 / (2 x 6) = 3 minibatches of 12
+    ('games=Pong+Carnival', 32, 8),           # two: 2 x 2 = 4 unrolls each, 32 / 4 = 8
+    ('games=Pong+Breakout+Seaquest', 36, 9),  # three: 6 each wanted, but 4 learner devices hold
+                                              # 9 unrolls: 3 or 9 minibatches; 4 is nearer 6 than 12
+    ('games=Pong', 32, 8)])                   # one: at least about 4 unrolls, as vtrace
+def test_multitask_popart_without_the_slow_start_is_the_atari_popart_default(arg, batch,
+                                                                               minibatches):
+  """[21]: the debiased start, the clip per term, advantages per task,
+  balanced minibatches of about two unrolls of every game, 5e-4 after 200
+  warmup updates, annealed to half (docs/popart_atari.md)."""
+  c = _load('atari_popart', arg)
+  assert (c.batch_size, c.vtrace.minibatches, c.vtrace.balance_tasks) == (batch, minibatches, True)
+  assert (c.popart.start, c.optimizer.clip_by, c.vtrace.normalize_advantages_per) == (
+      'debiased', 'term', 'task')
+  o = c.optimizer
+  assert (c.learning_rate, o.warmup_updates, o.anneal_to) == (5e-4, 200, 0.5)
+  assert (o.name, o.max_grad_norm, c.entropy_cost, c.baseline_cost) == ('adam', 0.5, 0.01, 0.5)
+  validate(c)
+  # Every two-game unroll count splits into the balanced minibatches evenly.
+  two = _load('atari_popart', 'games=Pong+Carnival')
+  assert two.batch_size // two.vtrace.minibatches == 2 * len(two.tasks)
+
+
+def test_slow_start_smoke_and_other_recipes_leave_the_multitask_popart_settings_out():
+  slow = _load('atari_popart', 'slow_start')
+  assert (slow.popart.start, slow.optimizer.clip_by, slow.vtrace.normalize_advantages_per) == (
+      'identity', 'global', 'minibatch')
+  assert (slow.learning_rate, slow.optimizer.warmup_updates, slow.optimizer.anneal_to) == (
+      2.5e-4, 0, 0.0)
+  assert not slow.vtrace.balance_tasks
+  assert slow.total_env_steps == _load('atari_popart', '').total_env_steps == 18_000_000
+  for recipe in ('impala', 'ppo', 'a2c', 'impala_adam'):
+    other = _load('atari_popart', f'recipe={recipe}')
+    assert (other.popart.start, other.optimizer.clip_by) == ('identity', 'global'), recipe
+    assert not other.vtrace.balance_tasks, recipe
+    validate(other)
+  smoke = _load('atari_popart', 'games=Pong+Carnival,smoke')   # one minibatch: nothing to balance
+  assert (smoke.vtrace.minibatches, smoke.vtrace.balance_tasks, smoke.popart.start) == (
+      1, False, 'debiased')
+  validate(smoke)
+  # The clipped arm keeps the vtrace recipe's table.
+  clipped = _load('atari_multitask', 'games=Pong+Carnival')
+  assert (clipped.popart.start, clipped.learning_rate, clipped.vtrace.balance_tasks) == (
+      'identity', 2.5e-4, False)
 
 
 def test_multitask_rewards_and_steps_per_game_variants():
