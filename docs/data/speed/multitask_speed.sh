@@ -4,11 +4,12 @@
 # the six games both with the sizes configs/actor_sizing.py gives and with the 2 EnvPool threads per pool
 # they had before; then the learner alone (launch/benchmark.py --stages=learner) for both configs.
 # Usage: bash docs/data/speed/multitask_speed.sh OUT_DIR   (SECS=150 ROUNDS=2 LEARNER=1 by default;
-# LEARNER=0 skips the learner benchmarks; SIX_BEFORE=0 skips the six games with 2 threads per pool)
+# LEARNER=0 skips the learner benchmarks; SIX_BEFORE=0 skips the six games with 2 threads per pool;
+# SIX_SLOW=1 adds the six games with atari_popart.py:slow_start, the PopArt settings before issue [21])
 set -u
 cd "$(dirname "$0")/../../.."
 OUT=${1:?give an output folder}; mkdir -p "$OUT"
-SECS=${SECS:-150}; ROUNDS=${ROUNDS:-2}; LEARNER=${LEARNER:-1}; SIX_BEFORE=${SIX_BEFORE:-1}
+SECS=${SECS:-150}; ROUNDS=${ROUNDS:-2}; LEARNER=${LEARNER:-1}; SIX_BEFORE=${SIX_BEFORE:-1}; SIX_SLOW=${SIX_SLOW:-0}
 PY=${PY:-python}
 { date -u; nproc; lscpu | grep -E 'Model name|CPU family|^Model:'; uptime; } > "$OUT/machine.txt"
 COMMON="--config.wandb.mode=disabled --config.log.tensorboard=False --config.checkpoint_every_steps=0"
@@ -26,10 +27,14 @@ for r in $(seq 1 $ROUNDS); do
   real pong_r$r configs/atari_single.py:game=Pong
   real six_auto_r$r configs/atari_popart.py
   [ "$SIX_BEFORE" = 1 ] && real six_threads2_r$r configs/atari_popart.py --config.actors.envpool_threads=2
+  [ "$SIX_SLOW" = 1 ] && real six_slow_start_r$r configs/atari_popart.py:slow_start
 done
-[ "$LEARNER" = 1 ] && for cfg in configs/atari_single.py:game=Pong configs/atari_popart.py; do
+LEARNER_CFGS="configs/atari_single.py:game=Pong configs/atari_popart.py"
+[ "$SIX_SLOW" = 1 ] && LEARNER_CFGS="$LEARNER_CFGS configs/atari_popart.py:slow_start"
+[ "$LEARNER" = 1 ] && for cfg in $LEARNER_CFGS; do
+  name=$(basename ${cfg%%:*} .py); [ "${cfg#*:}" = slow_start ] && name=${name}_slow_start
   $PY launch/benchmark.py --config=$cfg --stages=learner --seconds=20 --warmup=5 \
-      --output="$OUT/learner_$(basename ${cfg%%:*} .py).json" > /dev/null 2>&1
+      --output="$OUT/learner_$name.json" > /dev/null 2>&1
 done
 $PY - "$OUT" <<'PYEOF'
 import glob, json, os, statistics, sys
