@@ -127,12 +127,9 @@ def apply_multitask_popart(c: ml_collections.ConfigDict) -> None:
   c.popart.start = 'debiased'
   c.optimizer.clip_by = 'term'
   c.vtrace.normalize_advantages_per = 'task'
-  target = max(4, 2 * tasks)   # unrolls per minibatch
-  # Each learner device cuts its shard into the minibatches: a count that
-  # splits the shard on 1, 2 or 4 learner devices (where they split the batch).
-  shards = [b // d for d in (1, 2, 4) if b % d == 0]
-  c.vtrace.minibatches = min((m for m in range(1, b + 1) if all(s % m == 0 for s in shards)),
-                             key=lambda m: (abs(b / m - target), m))
+  # About two unrolls of every task (at least about 4) per minibatch; each
+  # learner device cuts its shard into them, on 1, 2 or 4 learner devices.
+  c.vtrace.minibatches = common.minibatch_count(b, max(4, 2 * tasks), devices=(1, 2, 4))
   c.vtrace.balance_tasks = c.vtrace.minibatches > 1
   c.learning_rate = 5e-4
   c.optimizer.warmup_updates = 200

@@ -176,6 +176,24 @@ def _impala(c) -> None:
   on almost every update (docs/pong.md, point 3)."""
 
 
+def minibatch_count(batch: int, unrolls: float, devices=(1,)) -> int:
+  """The number of minibatches that cuts `batch` unrolls nearest to
+  `unrolls` each (the fewer on a tie), and that also splits each learner
+  device's shard for every count in `devices` that divides the batch.
+
+  Args:
+    batch: unrolls per learner step (global).
+    unrolls: the wanted unrolls per minibatch.
+    devices: learner-device counts whose shards it must split too.
+
+  Returns:
+    The count, a divisor of every such shard (1 at worst).
+  """
+  shards = [batch // d for d in devices if batch % d == 0]
+  return min((m for m in range(1, batch + 1) if all(s % m == 0 for s in shards)),
+             key=lambda m: (abs(batch / m - unrolls), m))
+
+
 @recipe(RECIPES, 'vtrace')
 def _vtrace(c) -> None:
   """IMPALA's V-trace learner made to learn Pong in 1M agent steps on a
@@ -190,8 +208,7 @@ def _vtrace(c) -> None:
   c.loss.name = 'impala'
   b = c.batch_size
   c.vtrace.epochs = 1
-  c.vtrace.minibatches = min((m for m in range(1, b + 1) if b % m == 0),
-                             key=lambda m: (abs(b / m - 4), m))   # about 4 unrolls each
+  c.vtrace.minibatches = minibatch_count(b, 4)   # about 4 unrolls each
   c.vtrace.normalize_advantages = True
   c.network.centre_frames = c.network.name in torsos.CENTRING_NETWORKS
   c.network.init = 'orthogonal'
