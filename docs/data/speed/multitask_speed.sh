@@ -5,11 +5,12 @@
 # they had before; then the learner alone (launch/benchmark.py --stages=learner) for both configs.
 # Usage: bash docs/data/speed/multitask_speed.sh OUT_DIR   (SECS=150 ROUNDS=2 LEARNER=1 by default;
 # LEARNER=0 skips the learner benchmarks; SIX_BEFORE=0 skips the six games with 2 threads per pool;
-# SIX_SLOW=1 adds the six games with atari_popart.py:slow_start, the PopArt settings before issue [21])
+# SIX_SLOW=1 adds the six games with atari_popart.py:slow_start, the PopArt settings before issue [21];
+# PONG_TERM=1 adds Pong with the six games' clip per term (optimizer.clip_by=term), the same learner cost)
 set -u
 cd "$(dirname "$0")/../../.."
 OUT=${1:?give an output folder}; mkdir -p "$OUT"
-SECS=${SECS:-150}; ROUNDS=${ROUNDS:-2}; LEARNER=${LEARNER:-1}; SIX_BEFORE=${SIX_BEFORE:-1}; SIX_SLOW=${SIX_SLOW:-0}
+SECS=${SECS:-150}; ROUNDS=${ROUNDS:-2}; LEARNER=${LEARNER:-1}; SIX_BEFORE=${SIX_BEFORE:-1}; SIX_SLOW=${SIX_SLOW:-0}; PONG_TERM=${PONG_TERM:-0}
 PY=${PY:-python}
 { date -u; nproc; lscpu | grep -E 'Model name|CPU family|^Model:'; uptime; } > "$OUT/machine.txt"
 COMMON="--config.wandb.mode=disabled --config.log.tensorboard=False --config.checkpoint_every_steps=0"
@@ -25,15 +26,19 @@ real() {  # name, config, overrides...
 }
 for r in $(seq 1 $ROUNDS); do
   real pong_r$r configs/atari_single.py:game=Pong
+  [ "$PONG_TERM" = 1 ] && real pong_term_r$r configs/atari_single.py:game=Pong --config.optimizer.clip_by=term
   real six_auto_r$r configs/atari_popart.py
   [ "$SIX_BEFORE" = 1 ] && real six_threads2_r$r configs/atari_popart.py --config.actors.envpool_threads=2
   [ "$SIX_SLOW" = 1 ] && real six_slow_start_r$r configs/atari_popart.py:slow_start
 done
 LEARNER_CFGS="configs/atari_single.py:game=Pong configs/atari_popart.py"
 [ "$SIX_SLOW" = 1 ] && LEARNER_CFGS="$LEARNER_CFGS configs/atari_popart.py:slow_start"
+[ "$PONG_TERM" = 1 ] && LEARNER_CFGS="$LEARNER_CFGS configs/atari_single.py:game=Pong@term"
 [ "$LEARNER" = 1 ] && for cfg in $LEARNER_CFGS; do
+  extra=""; case $cfg in *@term) cfg=${cfg%@term}; extra="--config.optimizer.clip_by=term";; esac
   name=$(basename ${cfg%%:*} .py); [ "${cfg#*:}" = slow_start ] && name=${name}_slow_start
-  $PY launch/benchmark.py --config=$cfg --stages=learner --seconds=20 --warmup=5 \
+  [ -n "$extra" ] && name=${name}_term
+  $PY launch/benchmark.py --config=$cfg $extra --stages=learner --seconds=20 --warmup=5 \
       --output="$OUT/learner_$name.json" > /dev/null 2>&1
 done
 $PY - "$OUT" <<'PYEOF'
