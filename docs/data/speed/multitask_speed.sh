@@ -2,7 +2,7 @@
 # Issue [22] item 2: a real six-game run's agent steps/s beside a real Pong run's, on one quiet machine,
 # alternating, each run the first SECS seconds of a fresh training run (stopped with SIGINT), two rounds;
 # the six games both with the sizes configs/actor_sizing.py gives and with the 2 EnvPool threads per pool
-# they had before; then the learner alone (launch/benchmark.py --stages=learner) for both configs.
+# they had before; then the learner alone (launch/benchmark.py --stages=learner) for each config.
 # Usage: bash docs/data/speed/multitask_speed.sh OUT_DIR   (SECS=150 ROUNDS=2 LEARNER=1 by default;
 # LEARNER=0 skips the learner benchmarks; SIX_BEFORE=0 skips the six games with 2 threads per pool;
 # SIX_SLOW=1 adds the six games with atari_popart.py:slow_start, the PopArt settings before issue [21];
@@ -24,21 +24,22 @@ real() {  # name, config, overrides...
   echo "$name: $(grep -m1 '^actors:' "$OUT/$name.log")"
   rm -rf $w
 }
+# The measurements, each "name|config|override": one list for the real runs and the learner alone.
+RUNS=("pong|configs/atari_single.py:game=Pong|")
+[ "$PONG_TERM" = 1 ] && RUNS+=("pong_term|configs/atari_single.py:game=Pong|--config.optimizer.clip_by=term")
+RUNS+=("six_auto|configs/atari_popart.py|")
+[ "$SIX_BEFORE" = 1 ] && RUNS+=("six_threads2|configs/atari_popart.py|--config.actors.envpool_threads=2")
+[ "$SIX_SLOW" = 1 ] && RUNS+=("six_slow_start|configs/atari_popart.py:slow_start|")
 for r in $(seq 1 $ROUNDS); do
-  real pong_r$r configs/atari_single.py:game=Pong
-  [ "$PONG_TERM" = 1 ] && real pong_term_r$r configs/atari_single.py:game=Pong --config.optimizer.clip_by=term
-  real six_auto_r$r configs/atari_popart.py
-  [ "$SIX_BEFORE" = 1 ] && real six_threads2_r$r configs/atari_popart.py --config.actors.envpool_threads=2
-  [ "$SIX_SLOW" = 1 ] && real six_slow_start_r$r configs/atari_popart.py:slow_start
+  for run in "${RUNS[@]}"; do
+    IFS='|' read -r name cfg extra <<< "$run"
+    real ${name}_r$r "$cfg" $extra
+  done
 done
-LEARNER_CFGS="configs/atari_single.py:game=Pong configs/atari_popart.py"
-[ "$SIX_SLOW" = 1 ] && LEARNER_CFGS="$LEARNER_CFGS configs/atari_popart.py:slow_start"
-[ "$PONG_TERM" = 1 ] && LEARNER_CFGS="$LEARNER_CFGS configs/atari_single.py:game=Pong@term"
-[ "$LEARNER" = 1 ] && for cfg in $LEARNER_CFGS; do
-  extra=""; case $cfg in *@term) cfg=${cfg%@term}; extra="--config.optimizer.clip_by=term";; esac
-  name=$(basename ${cfg%%:*} .py); [ "${cfg#*:}" = slow_start ] && name=${name}_slow_start
-  [ -n "$extra" ] && name=${name}_term
-  $PY launch/benchmark.py --config=$cfg $extra --stages=learner --seconds=20 --warmup=5 \
+[ "$LEARNER" = 1 ] && for run in "${RUNS[@]}"; do
+  IFS='|' read -r name cfg extra <<< "$run"
+  [ "$name" = six_threads2 ] && continue   # EnvPool threads do not reach the learner
+  $PY launch/benchmark.py --config="$cfg" $extra --stages=learner --seconds=20 --warmup=5 \
       --output="$OUT/learner_$name.json" > /dev/null 2>&1
 done
 $PY - "$OUT" <<'PYEOF'
