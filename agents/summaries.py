@@ -15,6 +15,7 @@ import numpy as np
 
 from agents.action_stats import ActionStats
 from envs import atari
+from rl import popart
 from rl.task_metrics import TASK_COUNT
 
 
@@ -95,7 +96,9 @@ class Summariser:
       'learner_steps', 'sps', 'policy_lag', 'policy_lag_max',
       'actor_env_steps', 'queue_size', per-process counts with several
       processes, the update metrics, 'popart/mu/<task>',
-      'popart/sigma/<task>', 'episode_return/<task>',
+      'popart/sigma/<task>', 'popart/step/<task>' (each task's statistics
+      step per update, the window's mean), 'kl_update_max' (the window's
+      largest update KL), 'episode_return/<task>',
       'episode_length/<task>', 'episodes/<task>', the env's stats per task,
       'hns/<task>' for Atari games with reference scores, the action
       statistics (ActionStats.summary) and 'env/restarts'.
@@ -130,6 +133,14 @@ class Summariser:
       j = i if self._popart else 0
       out[f'popart/mu/{name}'] = float(last['popart/mu'][j])
       out[f'popart/sigma/{name}'] = float(last['popart/sigma'][j])
+    steps = [m[popart.STEP_METRIC] for m in host if popart.STEP_METRIC in m]
+    if steps:   # each task's statistics step per update, the window's mean
+      mean_step = np.mean(steps, axis=0)
+      for i, name in enumerate(plan.task_names):
+        out[f'popart/step/{name}'] = float(mean_step[i])
+    kls = [m['kl_update'] for m in host if 'kl_update' in m]
+    if kls:   # a normaliser that jumps shows as one update's shock, not in the mean
+      out['kl_update_max'] = float(np.max(kls))
     out.update(self._episode_metrics(reports))
     actions, collapsed = self.action_stats.summary(
         plan.task_names, self._action_names, [r['actions'] for r in reports])

@@ -84,7 +84,8 @@ def loss_config(run: RunConfig, popart: PopArtConfig, optimizer: OptimizerConfig
       discount=run.discount, baseline_cost=run.baseline_cost, entropy_cost=run.entropy_cost,
       reward_mode=run.reward_mode, popart_enabled=popart.enabled, popart_beta=popart.beta,
       reduction=run.loss_reduction, name=learner_name, settings=learner_settings,
-      num_tasks=len(run.tasks), clip_per_term=optimizer.clip_by == 'term')
+      num_tasks=len(run.tasks), clip_per_term=optimizer.clip_by == 'term',
+      popart_per_sample=popart.step_per == 'sample')
 
 
 def make_spec(groups: Dict[str, Any], learner_settings: Any, plan: RunPlan) -> RunSpec:

@@ -45,6 +45,8 @@ class LossConfig(NamedTuple):
   # clip, then add them (the config's optimizer.clip_by='term'; V-trace
   # only), instead of clipping their sum in the optimiser.
   clip_per_term: bool = False
+  # PopArt's step per valid target (popart.step_per='sample') instead of per update.
+  popart_per_sample: bool = False
 
 
 class Learner(NamedTuple):

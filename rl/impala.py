@@ -242,7 +242,8 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
 
     task_tm1 = e.value_idx[:-1]
     if cfg.popart_enabled:
-      new_stats = popart.update_stats(stats, vs, task_tm1, mask, cfg.popart_beta, axis_name)
+      new_stats, stats_step = popart.update_stats_and_step(
+          stats, vs, task_tm1, mask, cfg.popart_beta, axis_name, cfg.popart_per_sample)
     else:
       new_stats = stats
     # The loss the rescaled network would see (outputs preserved).
@@ -309,6 +310,8 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
     # natural weight against the entropy bonus.
     metrics['pg_advantage_rms'] = jnp.sqrt(metrics['pg_advantage_rms'])
     metrics.update(health.metrics(e.unit_max, log_pi, mask, axis_name))
+    if cfg.popart_enabled:
+      metrics[popart.STEP_METRIC] = stats_step
     if num_tasks > 1:
       metrics.update(task_metrics(value_error_sq, norm_target, raw_advantage, mask, task,
                                   num_tasks, axis_name))

@@ -10,8 +10,8 @@ the unnormalised outputs are unchanged ("preserve outputs").
 The statistics are a dict {'mu': [K], 'nu': [K]}, stored in the Flax variable
 collection `popart` of the network's value head. With the debiased start
 (`popart.start='debiased'`) they also hold 'weight' [K], each task's
-debiasing term 1 - (1 - beta)^t after t updates of that task (the learner
-adds it; the network does not read it).
+debiasing term 1 - (1 - beta)^t after t steps of beta (updates, or targets
+with the per-sample rule; the learner adds it; the network does not read it).
 
 Two starts (`STARTS`):
 - 'identity' (the paper's): mu 0, nu 1, then mu <- (1 - beta) mu + beta m
@@ -23,10 +23,16 @@ Two starts (`STARTS`):
   statistics become that batch's), about 1/t while t << 1 / beta (the
   mean of the batches so far, as a count-based normaliser), and beta
   after (the paper's rule).
+
+Two step rules (`STEP_RULES`, `popart.step_per`): beta per update on each
+task's batch mean ('batch', the seed's), or beta per valid target
+('sample', rlax `art` and the paper's equation 6), 1 - (1 - beta)^n per
+update for n targets of the task: at beta 3e-4 a task with 640 targets in a
+batch moves 0.175 of the way per update, not 0.0003.
 """
 
 import dataclasses
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +45,13 @@ SIGMA_MAX = 1e6
 Stats = Dict[str, jax.Array]
 
 STARTS = ('identity', 'debiased')
+# How far one update moves a task's statistics (`popart.step_per`): a step of
+# beta per update on the batch mean (the seed's rule), or a step of beta per
+# valid target, 1 - (1 - beta)^n for n targets (rlax `art`, the paper's eq. 6).
+STEP_RULES = ('batch', 'sample')
+# The loss's metric of each task's step this update [K] (0 without targets);
+# rl/task_metrics.mean_metrics combines an update's steps, 1 - prod(1 - s).
+STEP_METRIC = 'popart/step'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,12 +65,19 @@ class PopArtConfig:
       'identity', "'identity' (mu 0, sigma 1, then beta: the paper's) or 'debiased' (each "
       "task's first batch sets its statistics, step beta / (1 - (1 - beta)^t) after)",
       one_of(STARTS))
+  step_per: str = setting(
+      'batch', "'batch': each task's statistics take one step of beta per update toward its "
+      "batch mean; 'sample': a step of beta per valid target, 1 - (1 - beta)^n for its n "
+      'targets in the global batch (rlax art)', one_of(STEP_RULES))
 
   def problem(self):
     """A start other than 'identity' needs PopArt on."""
     if self.start != 'identity' and not self.enabled:
       return ('start', f'{self.start!r} needs popart.enabled=True (without PopArt there are '
               'no statistics to start)')
+    if self.step_per != 'batch' and not self.enabled:
+      return ('step_per', f'{self.step_per!r} needs popart.enabled=True (without PopArt there '
+              'are no statistics to move)')
     return None
 
 
@@ -178,17 +198,42 @@ def unnormalize_all(stats: Stats, n: jax.Array) -> jax.Array:
 
 
 def update_stats(stats: Stats, targets: jax.Array, task_ids: jax.Array,
-                 mask: jax.Array, beta: float,
-                 axis_name: Optional[str] = None) -> Stats:
-  """One PopArt step per task, on the batch mean of that task's targets.
+                 mask: jax.Array, beta: float, axis_name: Optional[str] = None,
+                 per_sample: bool = False) -> Stats:
+  """The statistics after one update's step (`update_stats_and_step`).
 
-  mu_i <- (1 - beta) mu_i + beta * mean(targets of task i), likewise nu_i with
-  the squared targets. The means run over every valid target of task i in the
-  global batch (summed across `axis_name` devices), so the step is beta per
-  update whatever the batch size; rlax.art instead sums its per-sample steps.
-  Tasks with no valid target in the batch keep their statistics. With a
-  'weight' in `stats` (the debiased start) the step of task i is
-  beta / w_i', where w_i' = (1 - beta) w_i + beta is its new weight.
+  Args:
+    stats: PopArt statistics of K tasks.
+    targets: value targets in unnormalised units, any shape.
+    task_ids: int task of each target, the shape of targets.
+    mask: 1 for valid targets, 0 otherwise, the shape of targets.
+    beta: the step size.
+    axis_name: the devices the batch spans; None for one device.
+    per_sample: the per-sample rule ('sample' of STEP_RULES) instead of the
+      per-batch rule.
+
+  Returns:
+    The new statistics, with the keys of `stats`.
+  """
+  return update_stats_and_step(stats, targets, task_ids, mask, beta, axis_name, per_sample)[0]
+
+
+def update_stats_and_step(stats: Stats, targets: jax.Array, task_ids: jax.Array,
+                          mask: jax.Array, beta: float, axis_name: Optional[str] = None,
+                          per_sample: bool = False) -> Tuple[Stats, jax.Array]:
+  """One PopArt step per task toward the batch mean of that task's targets.
+
+  mu_i <- (1 - a_i) mu_i + a_i * mean(targets of task i), likewise nu_i with
+  the squared targets, where the means run over every valid target of task i
+  in the global batch (summed across `axis_name` devices). The per-batch rule
+  takes a_i = beta whatever the batch size (the seed's PopArt). The per-sample
+  rule takes a_i = 1 - (1 - beta)^n_i for the task's n_i valid targets: n_i
+  steps of beta on targets equal to their mean (the paper's equation 6 per
+  sample; rlax.art sums the n_i steps, n_i beta, which agrees to first order
+  in n_i beta and exactly at n_i = 1). Tasks with no valid target keep their
+  statistics. With a 'weight' in `stats` (the debiased start) the weight
+  moves as a moment of the constant 1, w_i' = (1 - a_i) w_i + a_i, and the
+  step is a_i / w_i'.
 
   See "Learning values across many orders of magnitude" by van Hasselt et al.
   2016 (https://arxiv.org/abs/1602.07714) and "Multi-task Deep Reinforcement
@@ -201,9 +246,11 @@ def update_stats(stats: Stats, targets: jax.Array, task_ids: jax.Array,
     mask: 1 for valid targets, 0 otherwise, the shape of targets.
     beta: the step size.
     axis_name: the devices the batch spans; None for one device.
+    per_sample: the per-sample rule instead of the per-batch rule.
 
   Returns:
-    The new statistics, with the keys of `stats`.
+    (new statistics with the keys of `stats`, step [K]): the step each
+    task's moments took this update, 0 for a task without targets.
   """
   num_tasks = stats['mu'].shape[0]
   weights = jax.nn.one_hot(task_ids, num_tasks) * mask[..., None]
@@ -215,15 +262,17 @@ def update_stats(stats: Stats, targets: jax.Array, task_ids: jax.Array,
     count, sum1, sum2 = jax.lax.psum((count, sum1, sum2), axis_name)
   present = count > 0
   safe_count = jnp.maximum(count, 1.0)
+  # 1 - (1 - beta)^n without the rounding of a power near 1.
+  alpha = -jnp.expm1(count * jnp.log1p(-beta)) if per_sample else jnp.full_like(count, beta)
   new = {}
-  step = beta
+  step = alpha
   if 'weight' in stats:
-    weight = (1 - beta) * stats['weight'] + beta
-    step = beta / weight
+    weight = (1 - alpha) * stats['weight'] + alpha
+    step = alpha / jnp.where(present, weight, 1.0)
     new['weight'] = jnp.where(present, weight, stats['weight'])
   new['mu'] = jnp.where(present, (1 - step) * stats['mu'] + step * sum1 / safe_count, stats['mu'])
   new['nu'] = jnp.where(present, (1 - step) * stats['nu'] + step * sum2 / safe_count, stats['nu'])
-  return new
+  return new, jnp.where(present, step, 0.0)
 
 
 def preserve_outputs(head_params: Dict[str, jax.Array], old: Stats,

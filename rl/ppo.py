@@ -204,8 +204,10 @@ def targets_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = N
     advantage = (policy_target - e.values[:-1]) * mask
 
     task = e.value_idx[:-1]
-    new_stats = (popart.update_stats(stats, value_target, task, mask, cfg.popart_beta, axis_name)
-                 if cfg.popart_enabled else stats)
+    new_stats, stats_step = (
+        popart.update_stats_and_step(stats, value_target, task, mask, cfg.popart_beta,
+                                     axis_name, cfg.popart_per_sample)
+        if cfg.popart_enabled else (stats, None))
     t = Targets(advantage=popart.scale(new_stats, advantage, task),
                 norm_target=popart.normalize(new_stats, value_target, task),
                 old_norm_value=popart.rescaled_value(stats, new_stats, e.n[:-1], task),
@@ -221,6 +223,8 @@ def targets_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = N
     count = ac.num_valid(mask, axis_name)
     metrics = {k: v / count for k, v in ac.global_sum(sums, axis_name).items()}
     metrics.update(health.metrics(e.unit_max, log_pi, mask, axis_name))
+    if cfg.popart_enabled:
+      metrics[popart.STEP_METRIC] = stats_step
     return new_stats, t, metrics
 
   return targets

@@ -11,6 +11,7 @@ from typing import Optional
 import jax.numpy as jnp
 
 from rl import actor_critic as ac
+from rl import popart
 
 TASK_COUNT = 'task/count'
 
@@ -53,8 +54,9 @@ def mean_metrics(step_metrics: dict) -> dict:
   """An update's metrics from those of its optimiser steps.
 
   Per-task metrics ('task/...') are weighted by each task's valid steps in
-  each step, so a minibatch without a task does not pull its mean to 0; the
-  others are plain means.
+  each step, so a minibatch without a task does not pull its mean to 0;
+  PopArt's steps [K] combine as steps taken one after another,
+  1 - prod(1 - s); the others are plain means.
 
   Args:
     step_metrics: metric name -> array with a leading axis of optimiser
@@ -64,6 +66,8 @@ def mean_metrics(step_metrics: dict) -> dict:
     The metrics without the leading axis; TASK_COUNT is summed over steps.
   """
   out = {k: jnp.mean(x, axis=0) for k, x in step_metrics.items() if not k.startswith('task/')}
+  if popart.STEP_METRIC in step_metrics:   # the update's move: its steps one after another
+    out[popart.STEP_METRIC] = 1.0 - jnp.prod(1.0 - step_metrics[popart.STEP_METRIC], axis=0)
   if TASK_COUNT in step_metrics:
     count = step_metrics[TASK_COUNT]
     total = jnp.maximum(jnp.sum(count, axis=0), 1.0)
