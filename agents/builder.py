@@ -18,6 +18,7 @@ from agents import learner as learner_lib
 from agents.rollout import example_observation
 from networks import agent as agent_net
 from rl import impala, optimizers, popart
+from rl import value_classification as vc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,12 +74,15 @@ def build_agent(spec, num_actions: int, observation_spec: Dict[str, tuple],
   """
   plan, run = spec.plan, spec.run
   network = agent_net.make_network(spec.network, num_actions, plan.num_values, plan.num_tasks,
-                                   platform=plan.learner_devices[0].platform)
+                                   platform=plan.learner_devices[0].platform, value=spec.value)
   variables = agent_net.init_variables(network, jax.random.key(run.seed),
                                        example_observation(observation_spec),
                                        init=spec.network.init)
   if spec.popart.enabled:   # the debiased start keeps a weight per task beside mu and nu
     stats = popart.with_start(variables['popart'][agent_net.VALUE_HEAD], spec.popart.start)
+    variables = {**variables, 'popart': {**variables['popart'], agent_net.VALUE_HEAD: stats}}
+  elif spec.value.categorical:   # each task's return range for its advantage scale
+    stats = {**variables['popart'][agent_net.VALUE_HEAD], **vc.init_range(plan.num_tasks)}
     variables = {**variables, 'popart': {**variables['popart'], agent_net.VALUE_HEAD: stats}}
   optimizer, schedule = optimizers.optimizer_from_settings(
       spec.optimizer, run.learning_rate, run.entropy_cost, plan.total_learner_steps,

@@ -22,6 +22,7 @@ from rl import algorithms
 from rl.optimizers import OptimizerConfig
 from rl.popart import PopArtConfig
 from rl.rewards import REWARD_MODES
+from rl.value_classification import ValueConfig
 
 LOSS_REDUCTIONS = ('sum', 'mean')
 
@@ -100,12 +101,12 @@ def groups() -> Tuple[Tuple[str, type], ...]:
   Returns:
     (group name, settings class) pairs, in order: 'loss' (the learner's
     choice), each registered learner's own group (rl/algorithms.py), then
-    optimizer, popart, network, actors, log, wandb, pbt and distributed.
+    optimizer, popart, value, network, actors, log, wandb, pbt and distributed.
   """
   learners = tuple((learner.config_group, learner.settings_type)
                    for learner in map(algorithms.get, algorithms.names()))
   return (('loss', algorithms.LossChoice), *learners, ('optimizer', OptimizerConfig),
-          ('popart', PopArtConfig), ('network', NetworkConfig), ('actors', ActorsConfig),
+          ('popart', PopArtConfig), ('value', ValueConfig), ('network', NetworkConfig), ('actors', ActorsConfig),
           ('log', LogConfig), ('wandb', WandbConfig), ('pbt', PBTConfig),
           ('distributed', DistributedConfig))
 

@@ -14,7 +14,8 @@ from typing import Any, Dict, List, Optional, Tuple
 # Prefixes of dotted config fields fixed for a run's life: the network, the
 # tasks and their envs (observations and actions), the value outputs and the
 # optimiser state's structure.
-FROZEN = ('network', 'tasks', 'atari', 'popart.enabled', 'popart.start', 'optimizer.name',
+FROZEN = ('network', 'value.head', 'value.bins', 'tasks', 'atari', 'popart.enabled',
+          'popart.start', 'optimizer.name',
           'optimizer.momentum', 'optimizer.clip_by')
 # Fields under FROZEN that may change all the same: how the network computes,
 # not what (the same parameters, the same function): a run trained on a CPU

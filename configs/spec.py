@@ -22,6 +22,7 @@ from rl import algorithms
 from rl.actor_critic import Learner, LossConfig
 from rl.optimizers import OptimizerConfig
 from rl.popart import PopArtConfig
+from rl.value_classification import ValueConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +34,7 @@ class RunSpec:
     loss: what the learner's loss reads, the learner's own settings in it.
     optimizer: the optimiser's group.
     popart: PopArt's group.
+    value: the value head's group.
     network: the network's group.
     actors: the actors' group.
     log: the logging cadences and sinks.
@@ -45,6 +47,7 @@ class RunSpec:
   loss: LossConfig
   optimizer: OptimizerConfig
   popart: PopArtConfig
+  value: ValueConfig
   network: NetworkConfig
   actors: ActorsConfig
   log: LogConfig
@@ -65,7 +68,8 @@ class RunSpec:
 
 
 def loss_config(run: RunConfig, popart: PopArtConfig, optimizer: OptimizerConfig,
-                learner_settings: Any, learner_name: str) -> LossConfig:
+                learner_settings: Any, learner_name: str,
+                value: ValueConfig = ValueConfig()) -> LossConfig:
   """The LossConfig of a run's settings.
 
   Args:
@@ -76,6 +80,7 @@ def loss_config(run: RunConfig, popart: PopArtConfig, optimizer: OptimizerConfig
       the loss's step).
     learner_settings: the learner's own settings (its group, read).
     learner_name: `loss.name`.
+    value: the value head's settings.
 
   Returns:
     The LossConfig the learners read.
@@ -85,7 +90,7 @@ def loss_config(run: RunConfig, popart: PopArtConfig, optimizer: OptimizerConfig
       reward_mode=run.reward_mode, popart_enabled=popart.enabled, popart_beta=popart.beta,
       reduction=run.loss_reduction, name=learner_name, settings=learner_settings,
       num_tasks=len(run.tasks), clip_per_term=optimizer.clip_by == 'term',
-      popart_per_sample=popart.step_per == 'sample')
+      popart_per_sample=popart.step_per == 'sample', value=value)
 
 
 def make_spec(groups: Dict[str, Any], learner_settings: Any, plan: RunPlan) -> RunSpec:
@@ -93,7 +98,7 @@ def make_spec(groups: Dict[str, Any], learner_settings: Any, plan: RunPlan) -> R
 
   Args:
     groups: the config's groups as configs/validation.read_groups reads
-      them ('' for the top-level fields, 'loss', 'optimizer', 'popart',
+      them ('' for the top-level fields, 'loss', 'optimizer', 'popart', 'value',
       'network', 'actors', 'log', 'wandb', 'distributed', 'atari').
     learner_settings: the chosen learner's own settings (its group, read).
     plan: the config's RunPlan.
@@ -103,8 +108,9 @@ def make_spec(groups: Dict[str, Any], learner_settings: Any, plan: RunPlan) -> R
   """
   run, popart, optimizer = groups[''], groups['popart'], groups['optimizer']
   return RunSpec(
-      run=run, loss=loss_config(run, popart, optimizer, learner_settings, groups['loss'].name),
-      optimizer=optimizer, popart=popart, network=groups['network'], actors=groups['actors'],
+      run=run, loss=loss_config(run, popart, optimizer, learner_settings, groups['loss'].name,
+                                groups['value']),
+      optimizer=optimizer, popart=popart, value=groups['value'], network=groups['network'], actors=groups['actors'],
       log=groups['log'], wandb=groups['wandb'], distributed=groups['distributed'],
       atari=groups['atari'], plan=plan)
 

@@ -242,6 +242,14 @@ def _check_across(config, groups) -> None:
   if groups['optimizer'].clip_by == 'term' and config.loss.name != impala.NAME:
     raise ConfigError('optimizer.clip_by', f"'term' is implemented for loss.name={impala.NAME!r} "
                       f'(V-trace), not {config.loss.name!r}; use clip_by=global')
+  if groups['value'].categorical and config.loss.name != impala.NAME:
+    raise ConfigError('value.head', f"{groups['value'].head!r} is implemented for "
+                      f'loss.name={impala.NAME!r} (V-trace), not {config.loss.name!r}; use '
+                      "value.head='scalar'")
+  if groups['value'].categorical and config.reward_mode == 'h':
+    raise ConfigError('value.head', f"{groups['value'].head!r} learns values on its own support "
+                      "(PopArt's units, or symlog without PopArt); reward_mode='h' would "
+                      "transform them twice: use reward_mode='none' or 'clip'")
   if config.loss.name == ppo.NAME and config.ppo.split == 'steps' and network.recurrent:
     raise ConfigError('ppo.split', "'steps' shuffles single steps, which a recurrent network "
                       "cannot take (its state runs along the unroll); use 'unrolls'")

@@ -24,7 +24,8 @@ from infra import settings as settings_lib
 from networks import init as init_lib
 from networks.attention import AttentionCore
 from networks.core import ResettingLSTM
-from networks.heads import POPART_COLLECTION, PolicyHead, PopArtValueHead
+from networks.heads import (POPART_COLLECTION, VALUE_LOGITS_COLLECTION, CategoricalValueHead,
+                            PolicyHead, PopArtValueHead)
 from networks.network_config import DTYPES, NetworkConfig
 from networks.torsos import CONV_NETWORKS, OBS_KEYS, TORSOS
 
@@ -113,6 +114,10 @@ class AgentNetwork(nn.Module):
   kernels: str = 'auto'
   # The torso's computation dtype (compute_dtype); its output is float32.
   dtype: Any = jnp.float32
+  # A categorical value head of this many bins on [-value_limit, value_limit]
+  # (networks/heads.CategoricalValueHead); 0: the scalar PopArt head.
+  value_bins: int = 0
+  value_limit: float = 10.0
 
   @nn.compact
   def __call__(self, obs, first, core_state):
@@ -163,7 +168,11 @@ class AgentNetwork(nn.Module):
         x = jnp.concatenate([x, extra], axis=-1)
         x, core_state = ResettingLSTM(self.lstm_size, name='core')(x, first, core_state)
     logits = PolicyHead(self.num_actions, name='policy_head')(x)
-    values, _ = PopArtValueHead(self.num_values, name=VALUE_HEAD)(x)
+    if self.value_bins:
+      values, _ = CategoricalValueHead(self.num_values, self.value_bins, self.value_limit,
+                                       name=VALUE_HEAD)(x)
+    else:
+      values, _ = PopArtValueHead(self.num_values, name=VALUE_HEAD)(x)
     return logits, values, core_state
 
   def _core_extra_inputs(self, obs, t: int, b: int):
@@ -209,7 +218,7 @@ class AgentNetwork(nn.Module):
 
 
 def make_network(network_config, num_actions: int, num_values: int,
-                 num_tasks: int = 1, platform: str = 'cpu') -> AgentNetwork:
+                 num_tasks: int = 1, platform: str = 'cpu', value=None) -> AgentNetwork:
   """The AgentNetwork of the network's settings.
 
   Args:
@@ -221,6 +230,8 @@ def make_network(network_config, num_actions: int, num_values: int,
     num_tasks: the number of tasks (mean frames when centring).
     platform: the learner devices' platform; it resolves network.dtype
       'auto' (compute_dtype).
+    value: the value head's settings (rl/value_classification.ValueConfig);
+      None: the scalar head.
 
   Returns:
     The AgentNetwork (a module definition: no parameters).
@@ -237,7 +248,9 @@ def make_network(network_config, num_actions: int, num_values: int,
       num_actions=num_actions, num_values=num_values, lstm_size=c.lstm_size,
       core_extra_inputs=bool(c.core_extra_inputs), extra_inputs=tuple(c.extra_inputs),
       centre_frames=bool(c.centre_frames), num_tasks=num_tasks, kernels=c.kernels,
-      dtype=compute_dtype(c.dtype, platform))
+      dtype=compute_dtype(c.dtype, platform),
+      value_bins=value.bins if value is not None and value.categorical else 0,
+      value_limit=value.limit if value is not None else 10.0)
   if network.torso == 'attention':
     network._check_attention()
   return network
@@ -275,7 +288,8 @@ def init_variables(network: AgentNetwork, rng, obs_example, batch: int = 1,
     obs = jax.tree.map(lambda x: jnp.broadcast_to(x, (1, batch) + x.shape), obs_example)
     first = jnp.ones((1, batch), bool)
     variables = network.init(rng, obs, first, network.initial_state(batch))
-    variables = {k: v for k, v in variables.items() if k != HEALTH_COLLECTION}
+    variables = {k: v for k, v in variables.items()
+                 if k not in (HEALTH_COLLECTION, VALUE_LOGITS_COLLECTION)}
     init_key = jax.random.fold_in(rng, 1)
     return {**variables, 'params': init_lib.apply_init(
         variables['params'], init, init_key, policy_head='policy_head', value_head=VALUE_HEAD,
@@ -296,15 +310,23 @@ def apply_fn(network: AgentNetwork, with_health: bool = False):
   Returns:
     apply(params, popart_stats, obs, first, core_state) -> (logits
     [T, B, A], normalised values [T, B, K], core state), with the health
-    dict as a fourth output when `with_health`. `popart_stats` is the value
-    head's {'mu', 'nu'}.
+    dict as a fourth output when `with_health`; a categorical value head
+    adds its logits [T, B, K, bins] as a fifth (the fourth None without
+    health). `popart_stats` is the value head's {'mu', 'nu'}.
   """
+  categorical = bool(network.value_bins)
+  collections = [HEALTH_COLLECTION] * with_health + [VALUE_LOGITS_COLLECTION] * categorical
+
   def apply(params, stats, obs, first, core_state):
     variables = {'params': params, POPART_COLLECTION: {VALUE_HEAD: stats}}
-    if not with_health:
+    if not collections:
       return network.apply(variables, obs, first, core_state)
-    out, sown = network.apply(variables, obs, first, core_state, mutable=[HEALTH_COLLECTION])
-    return (*out, flatten_health(sown.get(HEALTH_COLLECTION, {})))
+    out, sown = network.apply(variables, obs, first, core_state, mutable=collections)
+    health = flatten_health(sown.get(HEALTH_COLLECTION, {})) if with_health else None
+    if not categorical:
+      return (*out, health)
+    value_logits = sown[VALUE_LOGITS_COLLECTION][VALUE_HEAD]['sown'][0]
+    return (*out, health, value_logits)
   return apply
 
 

@@ -2,10 +2,15 @@
 arXiv 1809.04474)."""
 
 import flax.linen as nn
+import jax
 
+from networks.init import VALUE_LOGITS
 from rl import popart
+from rl import value_classification as vc
 
 POPART_COLLECTION = 'popart'
+# The collection a categorical value head sows its logits [..., K, bins] into.
+VALUE_LOGITS_COLLECTION = 'value_logits'
 
 
 class PopArtValueHead(nn.Module):
@@ -43,6 +48,57 @@ class PopArtValueHead(nn.Module):
     stats = {'mu': mu.value, 'nu': nu.value}
     unnormalised = popart.unnormalize_all(stats, normalised)
     return normalised, unnormalised
+
+
+class CategoricalValueHead(nn.Module):
+  """One categorical value per task over a fixed support, with PopArt's
+  statistics beside it (rl/value_classification.py).
+
+  A Dense layer VALUE_LOGITS (zeros at the start: a uniform distribution)
+  gives logits [..., K, bins], sown into VALUE_LOGITS_COLLECTION for the
+  cross-entropy. Each task's normalised value is n_k = kernel_k m_k +
+  bias_k, where m_k is the softmax's mean over the support and kernel [K]
+  (ones) and bias [K] (zeros) are a per-task affine: PopArt rescales them
+  as it rescales a Dense head (rl/popart.preserve_outputs), so sigma n + mu
+  is unchanged when the statistics move, while the categorical stays on
+  its support in the new normalised units. The squared error between n and
+  the normalised target trains the affine alone (m is stopped from
+  gradients here), which brings it back to the identity as the
+  categorical learns the moved targets.
+
+  Attributes:
+    num_values: K, one value per task.
+    bins: bins of the support.
+    limit: the support is `bins` centres on [-limit, limit].
+  """
+  num_values: int
+  bins: int
+  limit: float
+
+  @nn.compact
+  def __call__(self, x):
+    """The value outputs of features `x`.
+
+    Args:
+      x: features [..., F].
+
+    Returns:
+      (normalised values n(x) [..., K], unnormalised values sigma n(x) + mu
+      [..., K]).
+    """
+    logits = nn.Dense(self.num_values * self.bins, kernel_init=nn.initializers.zeros,
+                      name=VALUE_LOGITS)(x)
+    logits = logits.reshape(x.shape[:-1] + (self.num_values, self.bins))
+    self.sow(VALUE_LOGITS_COLLECTION, 'sown', logits)
+    categorical = vc.mean(logits, vc.support(self.bins, self.limit))
+    kernel = self.param('kernel', nn.initializers.ones, (self.num_values,))
+    bias = self.param('bias', nn.initializers.zeros, (self.num_values,))
+    init = popart.init_stats(self.num_values)
+    mu = self.variable(POPART_COLLECTION, 'mu', lambda: init['mu'])
+    nu = self.variable(POPART_COLLECTION, 'nu', lambda: init['nu'])
+    normalised = kernel * jax.lax.stop_gradient(categorical) + bias
+    stats = {'mu': mu.value, 'nu': nu.value}
+    return normalised, popart.unnormalize_all(stats, normalised)
 
 
 class PolicyHead(nn.Module):

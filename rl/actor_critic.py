@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from infra import settings as settings_lib
 from rl import popart
 from rl import rewards as rewards_lib
+from rl import value_classification as vc
 from rl.types import Unroll
 
 
@@ -47,6 +48,8 @@ class LossConfig(NamedTuple):
   clip_per_term: bool = False
   # PopArt's step per valid target (popart.step_per='sample') instead of per update.
   popart_per_sample: bool = False
+  # The value head and its loss (rl/value_classification.ValueConfig); None: a scalar head.
+  value: Any = None
 
 
 class Learner(NamedTuple):
@@ -118,6 +121,7 @@ class Evaluation(NamedTuple):
   log_mu_a: jax.Array      # [T, B]
   rewards: jax.Array       # [T, B] after the reward transform
   unit_max: Optional[jax.Array]  # the network's health output, when asked for
+  value_logits: Optional[jax.Array] = None  # [T + 1, B, bins] a categorical head's, per step's head
 
 
 def value_index(cfg: LossConfig, task_id: jax.Array) -> jax.Array:
@@ -132,6 +136,17 @@ def value_index(cfg: LossConfig, task_id: jax.Array) -> jax.Array:
     the same shape and dtype (head 0).
   """
   return task_id if cfg.popart_enabled else jnp.zeros_like(task_id)
+
+
+def value_settings(cfg: LossConfig) -> vc.ValueConfig:
+  """The value head's settings of a LossConfig (a scalar head when unset)."""
+  return cfg.value if cfg.value is not None else vc.ValueConfig()
+
+
+def symlog_values(cfg: LossConfig) -> bool:
+  """Whether values are learnt in symlog space: a categorical head without
+  PopArt (rl/value_classification.py)."""
+  return value_settings(cfg).categorical and not cfg.popart_enabled
 
 
 def take(x: jax.Array, index: jax.Array) -> jax.Array:
@@ -153,14 +168,16 @@ def evaluate_unroll(apply_fn: Callable, cfg: LossConfig, params, stats: popart.S
 
   Each step's value is read from its task's head (`value_index`),
   unnormalised with the PopArt statistics and, for reward mode 'h', mapped out
-  of h-space to reward units. Log-probabilities are taken for the T
+  of h-space to reward units (out of symlog space for a categorical head
+  without PopArt, `symlog_values`). Log-probabilities are taken for the T
   transitions (rows 0..T-1); the rewards are transformed as
   `cfg.reward_mode` says. Nothing is stopped from gradients here.
 
   Args:
     apply_fn: `apply_fn(params, stats, obs, first, core_state)` returns logits
       [T + 1, B, A], normalised values [T + 1, B, K] and, with health, the
-      units' maxima as its fourth output.
+      units' maxima as its fourth output; a categorical head's logits
+      [T + 1, B, K, bins] as its fifth.
     cfg: the loss settings.
     params: the network's parameters.
     stats: the PopArt statistics (rl/popart.py).
@@ -169,7 +186,8 @@ def evaluate_unroll(apply_fn: Callable, cfg: LossConfig, params, stats: popart.S
   Returns:
     An Evaluation: n, values, raw_values and value_idx [T + 1, B]; log_pi and
     log_mu [T, B, A]; log_pi_a, log_mu_a and rewards [T, B]; unit_max when
-    `apply_fn` gives it, else None.
+    `apply_fn` gives it, else None; value_logits [T + 1, B, bins] (each
+    step's head) for a categorical head, else None.
 
   Raises:
     AssertionError: the logits' leading shape is not the actions' [T + 1, B].
@@ -180,8 +198,16 @@ def evaluate_unroll(apply_fn: Callable, cfg: LossConfig, params, stats: popart.S
   chex.assert_shape(logits, batch.action.shape + (None,))
   value_idx = value_index(cfg, batch.task_id)
   n = take(norm_values, value_idx)
+  value_logits = None
+  if len(out) > 4:   # a categorical head: each step's head's logits
+    value_logits = jnp.take_along_axis(out[4], value_idx[..., None, None], axis=-2)[..., 0, :]
   values = popart.unnormalize(stats, n, value_idx)
-  raw_values = rewards_lib.h_inv(values) if cfg.reward_mode == 'h' else values
+  if cfg.reward_mode == 'h':
+    raw_values = rewards_lib.h_inv(values)
+  elif symlog_values(cfg):
+    raw_values = vc.symexp(values)
+  else:
+    raw_values = values
   log_pi = jax.nn.log_softmax(logits[:-1])
   log_mu = jax.nn.log_softmax(batch.behaviour_logits[:-1])
   action = batch.action[:-1]
@@ -189,7 +215,7 @@ def evaluate_unroll(apply_fn: Callable, cfg: LossConfig, params, stats: popart.S
       n=n, values=values, raw_values=raw_values, value_idx=value_idx,
       log_pi=log_pi, log_mu=log_mu, log_pi_a=take(log_pi, action), log_mu_a=take(log_mu, action),
       rewards=rewards_lib.transform_rewards(batch.reward[:-1], cfg.reward_mode),
-      unit_max=unit_max)
+      unit_max=unit_max, value_logits=value_logits)
 
 
 def episode_aware(raw_values, rewards, discounts, first, gamma):

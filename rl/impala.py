@@ -26,6 +26,7 @@ from rl import minibatches
 from rl import popart
 from rl import rewards as rewards_lib
 from rl import sgd
+from rl import value_classification as vc
 from rl.task_metrics import mean_metrics, task_metrics
 from rl.actor_critic import LossConfig, LossOutput
 from rl.types import Unroll
@@ -193,7 +194,12 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
   policy-gradient term is -min(rho_s, 1) (q_s - V(x_s)) / sigma_i
   log pi(a_s|x_s), its advantage stopped from gradients and optionally
   normalised (VTraceConfig); the entropy bonus is weighted by the entropy
-  cost. Terms are summed over time and batch, or with cfg.reduction 'mean'
+  cost. A categorical value head (cfg.value, rl/value_classification.py)
+  adds the cross-entropy of its logits against the normalised target
+  projected on its support to the value term (the squared error then trains
+  only its affine); without PopArt its values and targets are in symlog
+  space and the advantages are divided by each task's max(1, P95 - P5) of
+  its value targets instead of sigma_i. Terms are summed over time and batch, or with cfg.reduction 'mean'
   divided by the global batch's number of valid steps.
 
   See Espeholt et al. 2018 (https://arxiv.org/abs/1802.01561) and, for
@@ -228,6 +234,9 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
   normalize_advantages = v.normalize_advantages
   per = v.normalize_advantages_per
   num_tasks = cfg.num_tasks
+  value = ac.value_settings(cfg)
+  symlog = ac.symlog_values(cfg)
+  centres = vc.support(value.bins, value.limit) if value.categorical else None
 
   def loss(params, stats: popart.Stats, batch: Unroll, entropy_cost=None,
            advantage_moments: Optional[ac.TaskMoments] = None):
@@ -241,21 +250,32 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
     e, rhos, vs, qs, mask = t.evaluation, t.rhos, t.vs, t.qs, t.mask
 
     task_tm1 = e.value_idx[:-1]
+    task = batch.task_id[:-1]   # each step's task (not its value head: that is 0 without PopArt)
     if cfg.popart_enabled:
       new_stats, stats_step = popart.update_stats_and_step(
           stats, vs, task_tm1, mask, cfg.popart_beta, axis_name, cfg.popart_per_sample)
+    elif symlog:   # each task's return range, for its advantage scale
+      new_stats = vc.update_return_range(stats, t.raw_vs, task, mask, value.range_rate, axis_name)
     else:
       new_stats = stats
     # The loss the rescaled network would see (outputs preserved).
     norm_value = popart.rescaled_value(stats, new_stats, e.n[:-1], task_tm1)
     norm_target = popart.normalize(new_stats, vs, task_tm1)
-    baseline_loss = 0.5 * jnp.sum(mask * (norm_target - norm_value) ** 2)
+    value_steps = 0.5 * (norm_target - norm_value) ** 2
+    if value.categorical:
+      # Cross-entropy against the normalised target projected on the support;
+      # the squared error above then trains only the head's affine.
+      value_ce = vc.cross_entropy(e.value_logits[:-1], vc.project(
+          value.head, jax.lax.stop_gradient(norm_target), centres, value.sigma_ratio))
+      value_steps = value_steps + value_ce
+    baseline_loss = jnp.sum(mask * value_steps)
 
-    # rho_s (q_s - V(x_s)) / sigma_i: the per-task normalised advantage.
-    pg_advantage = popart.scale(new_stats, t.advantage, task_tm1)
+    if symlog:   # rho_s (q_s - V(x_s)) / max(1, P95 - P5) of the task, reward units
+      pg_advantage = t.advantage / vc.advantage_scale(new_stats)[task]
+    else:        # rho_s (q_s - V(x_s)) / sigma_i: the per-task normalised advantage
+      pg_advantage = popart.scale(new_stats, t.advantage, task_tm1)
     raw_advantage = pg_advantage
     raw_advantage_sq = jnp.sum(mask * pg_advantage ** 2)
-    task = batch.task_id[:-1]   # each step's task (not its value head: that is 0 without PopArt)
     if normalize_advantages and per == 'task_batch' and advantage_moments is not None:
       # Each task's steps with its moments over the whole batch (reward
       # units: a per-task normalisation does not see the task's sigma).
@@ -285,7 +305,7 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
     # The same loss by term and task ([3, K]): it sums to `reduced`.
     by_task = jnp.stack([
         ac.task_sums(pg_steps, mask, task, num_tasks),
-        cfg.baseline_cost * 0.5 * ac.task_sums(value_error_sq, mask, task, num_tasks),
+        cfg.baseline_cost * ac.task_sums(value_steps, mask, task, num_tasks),
         -entropy_weight * ac.task_sums(entropy, mask, task, num_tasks)]) / divisor
     log_mu, log_pi = e.log_mu, e.log_pi
     sums = {
@@ -312,6 +332,8 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
     metrics.update(health.metrics(e.unit_max, log_pi, mask, axis_name))
     if cfg.popart_enabled:
       metrics[popart.STEP_METRIC] = stats_step
+    if value.categorical:
+      metrics['loss/value_ce'] = ac.global_sum(jnp.sum(mask * value_ce), axis_name) / num_valid
     if num_tasks > 1:
       metrics.update(task_metrics(value_error_sq, norm_target, raw_advantage, mask, task,
                                   num_tasks, axis_name))
@@ -332,6 +354,7 @@ class Targets(NamedTuple):
   mask: jax.Array        # [T, B] 1 for real transitions
   advantage: jax.Array   # [T, B] min(rho_s, 1) (q_s - V(x_s)), before PopArt's scaling;
                          # stopped from gradients
+  raw_vs: jax.Array      # [T, B] the value targets in reward units
 
 
 def _targets(apply_fn: Callable, cfg: LossConfig, params, stats: popart.Stats,
@@ -341,10 +364,15 @@ def _targets(apply_fn: Callable, cfg: LossConfig, params, stats: popart.Stats,
   rhos = jnp.exp(jax.lax.stop_gradient(e.log_pi_a) - e.log_mu_a)
   vs, qs, mask = episode_aware_vtrace(e.raw_values, e.rewards, batch.discount[:-1],
                                       batch.first, rhos, cfg.discount)
+  raw_vs = vs
   if cfg.reward_mode == 'h':
     vs, qs = rewards_lib.h(vs), rewards_lib.h(qs)
-  advantage = jax.lax.stop_gradient(jnp.minimum(rhos, 1.0) * (qs - e.values[:-1]))
-  return Targets(e, rhos, vs, qs, mask, advantage)
+  if ac.symlog_values(cfg):   # value targets in symlog space, advantages in reward units
+    advantage = jnp.minimum(rhos, 1.0) * (qs - e.raw_values[:-1])
+    vs = vc.symlog(vs)
+  else:
+    advantage = jnp.minimum(rhos, 1.0) * (qs - e.values[:-1])
+  return Targets(e, rhos, vs, qs, mask, jax.lax.stop_gradient(advantage), raw_vs)
 
 
 def advantage_moments_fn(apply_fn: Callable, cfg: LossConfig,

@@ -346,8 +346,11 @@ def rescale_head_grads(grads: Dict[str, Any], value_head: str, old: Stats, new: 
     new: the statistics after it.
 
   Returns:
-    `grads` with the value head's entries scaled by sigma' / sigma per task;
-    the others unchanged.
+    `grads` with the value head's 'kernel' and 'bias' scaled by sigma' /
+    sigma per task; the rest unchanged (a categorical head's logits layer,
+    which the rescale does not touch).
   """
   ratio = sigma(new) / sigma(old)
-  return {**grads, value_head: jax.tree.map(lambda g: g * ratio, grads[value_head])}
+  head = grads[value_head]
+  return {**grads, value_head: {**head, 'kernel': head['kernel'] * ratio,
+                                'bias': head['bias'] * ratio}}
