@@ -50,9 +50,11 @@ class ParamsStore:
 
 @dataclasses.dataclass
 class UnrollBlock:
-  """An actor's unroll of all its envs, tagged with the params version used."""
+  """An actor's unroll of all its envs, tagged with the params version used
+  and the actor that made it."""
   unroll: Unroll
   params_version: int
+  actor_id: int = 0
 
 
 def make_act_fn(network):
@@ -143,6 +145,7 @@ class Actor(threading.Thread):
                timer: StageTimer, stop: threading.Event, unroll_length: int,
                device: jax.Device, seed: int, wait_for_learner: bool = False):
     super().__init__(name=f'actor-{actor_id}', daemon=True)
+    self.actor_id = actor_id
     self._env, self._act = env, act_fn
     self._initial_state = initial_state
     self._store, self._unrolls, self._episodes = store, unrolls, episodes
@@ -222,7 +225,7 @@ class Actor(threading.Thread):
       t += 1
       if t == self._length:
         core = jax.tree.map(np.asarray, start_state)
-        self._put(UnrollBlock(buf.to_unroll(core), version))
+        self._put(UnrollBlock(buf.to_unroll(core), version, self.actor_id))
         if self._wait_for_learner:
           self._wait_for_room()
         new = _Buffers(self._length, n, env.num_actions, env.observation_spec)

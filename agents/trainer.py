@@ -153,7 +153,11 @@ class Trainer:
   def next_batch(self) -> Tuple[Unroll, List[int]]:
     """The next learner batch from the actors' blocks.
 
-    Waits for plan.blocks_per_batch blocks, checking the actors at each.
+    Waits for plan.blocks_per_batch blocks, checking the actors at each,
+    and puts them in actor order (oldest first for one actor): which actor's
+    block arrives first is a race between threads, and the block order
+    decides which unrolls share a minibatch, so a seed's first updates no
+    longer depend on it.
 
     Returns:
       (the batch, an Unroll of host arrays (concat_blocks), each block's
@@ -163,6 +167,7 @@ class Trainer:
       ActorFailed: an actor failed or stopped.
     """
     blocks = [self._next_block() for _ in range(self.plan.blocks_per_batch)]
+    blocks.sort(key=lambda b: (b.actor_id, b.params_version))   # stable: arrival order within
     return concat_blocks(blocks), [self.version - b.params_version for b in blocks]
 
   def step(self, unroll: Unroll) -> Dict:

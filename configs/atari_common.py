@@ -27,7 +27,8 @@ def atari_group() -> ml_collections.ConfigDict:
 
 
 def atari_config(name: str, games, variant: dict, *, popart: bool,
-                 reward_mode: str, multitask_popart: bool = False) -> ml_collections.ConfigDict:
+                 reward_mode: str, multitask_popart: bool = False,
+                 multitask_tuning: bool = False) -> ml_collections.ConfigDict:
   """A full IMPALA Atari config for `games`.
 
   One task per game, named for it, with task ids in the order given; the
@@ -39,7 +40,8 @@ def atari_config(name: str, games, variant: dict, *, popart: bool,
   a2c, ppo and impala_adam, or `variant['steps']` per game where that is
   set. With `multitask_popart` and the vtrace recipe,
   `apply_multitask_popart` after the budget (so its learning-rate schedule
-  anneals over it) and before smoke.
+  anneals over it) and before smoke; with `multitask_tuning` (an arm without
+  PopArt) `apply_multitask_tuning` alone, the same way.
 
   Args:
     name: the config's name (config_name).
@@ -50,6 +52,7 @@ def atari_config(name: str, games, variant: dict, *, popart: bool,
     reward_mode: the config's reward_mode ('clip', 'none' or 'h').
     multitask_popart: apply `apply_multitask_popart` (with the vtrace
       recipe only; the other recipes keep their own tables).
+    multitask_tuning: apply `apply_multitask_tuning` (the vtrace recipe only).
 
   Returns:
     The config (ml_collections.ConfigDict).
@@ -101,6 +104,8 @@ def atari_config(name: str, games, variant: dict, *, popart: bool,
     c.total_env_steps = variant['steps'] * len(games)   # the learning rate anneals over it
   if multitask_popart and variant['recipe'] == 'vtrace':
     apply_multitask_popart(c)
+  elif multitask_tuning and variant['recipe'] == 'vtrace':
+    apply_multitask_tuning(c)
   if variant['smoke']:
     common.apply_smoke(c)
   return c
@@ -109,22 +114,32 @@ def atari_config(name: str, games, variant: dict, *, popart: bool,
 def apply_multitask_popart(c: ml_collections.ConfigDict) -> None:
   """Multi-task PopArt without the slow start, on the vtrace recipe ([21]).
 
-  What the separating runs of docs/popart_atari.md kept, in place: PopArt
-  statistics that take their scale from the first batches (the debiased
-  start), the 0.5 clip applied to the policy and the value term each
-  (`optimizer.clip_by='term'`), advantages normalised per task, minibatches
-  that hold about two unrolls of every task, dealt out evenly (at least
-  about 4 unrolls each: six games' batch of 36 gives 3 minibatches of 12,
-  two games' 32 gives 8 of 4; a count that splits the batch on 1, 2 or 4
-  learner devices), learning rate 5e-4 after a warmup of 200
-  updates, annealed to half of it (not to 0) over the budget. Measured
-  against clipped rewards on two and six games in docs/popart_atari.md.
+  `apply_multitask_tuning`, and PopArt statistics that take their scale from
+  the first batches (the debiased start). Measured against clipped rewards
+  on two and six games in docs/popart_atari.md.
+
+  Args:
+    c: a config with its tasks, batch and vtrace recipe set (unlocked).
+  """
+  apply_multitask_tuning(c)
+  c.popart.start = 'debiased'
+
+
+def apply_multitask_tuning(c: ml_collections.ConfigDict) -> None:
+  """What the separating runs of [21] kept for several tasks on the vtrace
+  recipe, and what every multi-task arm takes alike ([26]): the 0.5 clip
+  applied to the policy and the value term each (`optimizer.clip_by='term'`),
+  advantages normalised per task, minibatches that hold about two unrolls
+  of every task, dealt out evenly (at least about 4 unrolls each: six games'
+  batch of 36 gives 3 minibatches of 12, two games' 32 gives 8 of 4; a count
+  that splits the batch on 1, 2 or 4 learner devices), learning rate 5e-4
+  after a warmup of 200 updates, annealed to half of it (not to 0) over the
+  budget.
 
   Args:
     c: a config with its tasks, batch and vtrace recipe set (unlocked).
   """
   tasks, b = len(c.tasks), c.batch_size
-  c.popart.start = 'debiased'
   c.optimizer.clip_by = 'term'
   c.vtrace.normalize_advantages_per = 'task'
   # About two unrolls of every task (at least about 4) per minibatch; each

@@ -12,10 +12,17 @@ unclipped (without PopArt: the comparison that shows what PopArt is for).
 
 Variants: games=<Game>+<Game>..., rewards=clip|none, steps=<agent steps per
 game>, net=shallow|resnet|attention, lstm,
-recipe=vtrace|ppo|impala|impala_adam|a2c, smoke. The default recipe is
+recipe=vtrace|ppo|impala|impala_adam|a2c, plain, smoke. The default recipe is
 vtrace (configs/common.py apply_recipe), IMPALA's V-trace learner with
 minibatch steps and centred frames: on Pong alone it passed -15 at about
 0.5M agent steps (docs/pong.md). recipe=impala is IMPALA's own table.
+
+With the vtrace recipe the arm is tuned as the PopArt arm is
+(atari_common.apply_multitask_tuning, [26]): the clip per term, advantages
+per task, balanced minibatches of about two unrolls per game, 5e-4 with a
+warmup, annealed to half. `plain` leaves them out: the vtrace recipe's
+table as it is (2.5e-4 annealed to 0, one global clip, advantages per
+minibatch), the clipped runs before [26].
 """
 
 from configs import atari_common, common
@@ -36,7 +43,9 @@ def get_config(arg=None):
       SEED_GAMES), rewards ('clip' or 'none'; 'clip'), steps (agent steps
       per game; 0 keeps the recipe's budget), net ('shallow', 'resnet' or
       'attention'; 'shallow'), lstm (an LSTM core for the CNNs; off),
-      recipe (common.RECIPES; 'vtrace') and smoke (common.apply_smoke; off).
+      recipe (common.RECIPES; 'vtrace'), plain (leave out
+      atari_common.apply_multitask_tuning; off) and smoke
+      (common.apply_smoke; off).
 
   Returns:
     The config (ml_collections.ConfigDict), named 'atari_multitask', or
@@ -48,9 +57,11 @@ def get_config(arg=None):
       recipe, steps).
   """
   variant = common.parse_variant(
-      arg, atari_common.variant_defaults(games=atari_common.SEED_GAMES, rewards='clip'))
+      arg, atari_common.variant_defaults(games=atari_common.SEED_GAMES, rewards='clip',
+                                         plain=False))
   if variant['rewards'] not in REWARDS:
     raise ValueError(f'unknown rewards={variant["rewards"]!r}; choose one of {", ".join(REWARDS)}')
   name = 'atari_multitask' + ('_unclipped' if variant['rewards'] == 'none' else '')
   return atari_common.atari_config(name, variant['games'], variant,
-                                   popart=False, reward_mode=variant['rewards'])
+                                   popart=False, reward_mode=variant['rewards'],
+                                   multitask_tuning=not variant['plain'])

@@ -56,7 +56,7 @@ def test_recipes_impala_is_the_default_and_a2c_is_baselines_a2c():
 @pytest.mark.parametrize('config,arg,batch,minibatches', [
     ('atari_single', 'game=Pong', 32, 8),               # 2 actors x 16 envs
     ('atari_popart', 'slow_start', 36, 9),              # six games: 12 envs per actor, 3 blocks
-    ('atari_multitask', 'games=Pong+Carnival', 32, 8),  # two games: 16 envs per actor, 2 blocks
+    ('atari_multitask', 'games=Pong+Carnival,plain', 32, 8),  # two games: 16 envs per actor
     ('atari_single', 'game=Pong,net=resnet', 32, 8)])
 def test_recipe_vtrace_is_the_atari_default(config, arg, batch, minibatches):
   """V-trace with minibatches of about 4 unrolls, normalised advantages and
@@ -382,10 +382,21 @@ def test_slow_start_smoke_and_other_recipes_leave_the_multitask_popart_settings_
   assert (smoke.vtrace.minibatches, smoke.vtrace.balance_tasks, smoke.popart.start) == (
       1, False, 'debiased')
   validate(smoke)
-  # The clipped arm keeps the vtrace recipe's table.
+  # The clipped arm is tuned alike ([26]), without PopArt's start; `plain`
+  # keeps the vtrace recipe's table.
   clipped = _load('atari_multitask', 'games=Pong+Carnival')
-  assert (clipped.popart.start, clipped.learning_rate, clipped.vtrace.balance_tasks) == (
-      'identity', 2.5e-4, False)
+  popart_arm = _load('atari_popart', 'games=Pong+Carnival')
+  shared = lambda c: (c.learning_rate, c.optimizer.warmup_updates, c.optimizer.anneal_to,
+                      c.optimizer.clip_by, c.vtrace.normalize_advantages_per,
+                      c.vtrace.minibatches, c.vtrace.balance_tasks, c.batch_size,
+                      c.total_env_steps)
+  assert shared(clipped) == shared(popart_arm)
+  assert (clipped.popart.enabled, clipped.popart.start, clipped.reward_mode) == (
+      False, 'identity', 'clip')
+  validate(clipped)
+  plain = _load('atari_multitask', 'games=Pong+Carnival,plain')
+  assert (plain.popart.start, plain.learning_rate, plain.vtrace.balance_tasks,
+          plain.optimizer.clip_by) == ('identity', 2.5e-4, False, 'global')
 
 
 def test_multitask_rewards_and_steps_per_game_variants():

@@ -28,7 +28,7 @@ if [ "$phase" = start ]; then
   launch() { name=$1; n=$2; shift 2
     setsid nohup nice -n $n $PY launch/train.py "$@" $COMMON --config.workdir=$W/$name > $W/$name.log 2>&1 < /dev/null & }
   launch a2_s1 0 $PA --config.popart.start=debiased --config.optimizer.clip_by=term --config.seed=1 --config.actors.envpool_threads=4
-  launch clipped_s1 0 --config=configs/atari_multitask.py:games=Pong+Carnival,steps=1500000$V --config.seed=1 --config.actors.envpool_threads=4
+  launch clipped_s1 0 --config=configs/atari_multitask.py:games=Pong+Carnival,steps=1500000$V,plain --config.seed=1 --config.actors.envpool_threads=4
   launch adv_task 5 $PA --config.vtrace.normalize_advantages_per=task --config.pause_at_env_steps=${PAUSE:-1500000} --config.actors.envpool_threads=2
   launch clipterm 5 $PA --config.optimizer.clip_by=term --config.pause_at_env_steps=${PAUSE:-1500000} --config.actors.envpool_threads=2
 fi
