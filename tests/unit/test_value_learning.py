@@ -67,3 +67,31 @@ def test_categorical_head_learns_values_of_very_different_scales(head, popart_en
     error = np.sqrt(np.mean((np.asarray(values)[own] - truth[own]) ** 2))
     # Within a tenth of the values' spread (scale), for both scales at once.
     assert error < 0.1 * scale, (task, error, scale)
+
+
+def test_categorical_update_on_four_devices_equals_one_device():
+  assert len(jax.devices()) >= 4, 'conftest should fake 4 CPU devices'
+  value = vc.ValueConfig(head='hl_gauss', bins=21, limit=5.0)
+  net_cfg = ml_collections.ConfigDict({'name': 'mlp', 'lstm_size': 0, 'torso_kwargs': {},
+                                       'core_extra_inputs': False})
+  network = agent_net.make_network(net_cfg, num_actions=A, num_values=2, value=value)
+  variables = agent_net.init_variables(network, jax.random.key(0),
+                                       {'state': np.zeros(4, np.float32)})
+  cfg = actor_critic.LossConfig(discount=0.9, baseline_cost=0.5, entropy_cost=0.01,
+                                reward_mode='none', popart_enabled=True, popart_beta=0.1,
+                                num_tasks=2, value=value, popart_per_sample=True)
+  optimizer, schedule = optimizers.make_optimizer(1e-3, 100, 40.0, 0.99, 1e-5, 0.0, name='adam')
+  out = []
+  for devices in (jax.devices()[:1], jax.devices()[:4]):
+    mesh = learner.make_mesh(devices)
+    update = learner.build_update(agent_net.apply_fn(network), optimizer, schedule, cfg,
+                                  agent_net.VALUE_HEAD, mesh)
+    state, rng = learner.init_state(variables, optimizer, mesh), np.random.default_rng(0)
+    for _ in range(2):
+      state, metrics = update(state, learner.shard_batch(_batch(rng), mesh))
+    out.append((jax.device_get(state), jax.device_get(metrics)))
+  (one, m1), (four, m4) = out
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6),
+               (one.params, one.popart), (four.params, four.popart))
+  np.testing.assert_allclose(m1['loss/value_ce'], m4['loss/value_ce'], rtol=1e-5)
+  assert not np.allclose(one.popart[agent_net.VALUE_HEAD]['mu'], 0.0)
