@@ -26,8 +26,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-# The Dense layer of a categorical value head (networks/heads.py), which keeps its zero init.
-VALUE_LOGITS = 'logits'
+from rl.value_classification import LOGITS as VALUE_LOGITS  # keeps its zero init
 
 INITS = ('lecun', 'orthogonal')
 

@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from infra.settings import boolean, one_of, setting, within
+from rl import value_classification as vc
 
 SIGMA_MIN = 1e-4
 SIGMA_MAX = 1e6
@@ -315,6 +316,34 @@ def rescaled_value(old: Stats, new: Stats, n: jax.Array, task_ids: jax.Array) ->
   return (sigma(old)[task_ids] * n + old['mu'][task_ids] - new['mu'][task_ids]) / sigma(new)[task_ids]
 
 
+def preserved_from(old: Stats, new: Stats) -> Stats:
+  """The statistics a categorical head's outputs are preserved from.
+
+  `old`, except for a task taking its first step under the debiased start
+  (weight 0): its statistics were the placeholder mu 0, sigma 1, under which
+  the head has learnt nothing, and rescaling its affine from them would
+  leave it off by the task's scale (1 / sigma) until the optimiser brings
+  it back. Such a task's affine is left as it is (its old statistics taken
+  as the new).
+
+  Args:
+    old: the statistics before the step.
+    new: the statistics after it.
+
+  Returns:
+    Statistics with the keys of `old`.
+  """
+  if 'weight' not in old:
+    return old
+  first = old['weight'] == 0
+  return {key: jnp.where(first, new[key], value) if key in new else value
+          for key, value in old.items()}
+
+
+def _categorical(head_params) -> bool:
+  return vc.LOGITS in head_params
+
+
 def rescale_head(params: Dict[str, Any], value_head: str, old: Stats, new: Stats) -> Dict[str, Any]:
   """Network params with the value head rescaled for new statistics.
 
@@ -325,10 +354,13 @@ def rescale_head(params: Dict[str, Any], value_head: str, old: Stats, new: Stats
     new: the statistics to rescale it to.
 
   Returns:
-    `params` with `params[value_head]` rescaled (`preserve_outputs`); the
-    other params unchanged.
+    `params` with `params[value_head]` rescaled (`preserve_outputs`; for a
+    categorical head from `preserved_from(old, new)`); the other params
+    unchanged.
   """
-  return {**params, value_head: preserve_outputs(params[value_head], old, new)}
+  head = params[value_head]
+  old = preserved_from(old, new) if _categorical(head) else old
+  return {**params, value_head: preserve_outputs(head, old, new)}
 
 
 def rescale_head_grads(grads: Dict[str, Any], value_head: str, old: Stats, new: Stats
@@ -347,10 +379,12 @@ def rescale_head_grads(grads: Dict[str, Any], value_head: str, old: Stats, new: 
 
   Returns:
     `grads` with the value head's 'kernel' and 'bias' scaled by sigma' /
-    sigma per task; the rest unchanged (a categorical head's logits layer,
-    which the rescale does not touch).
+    sigma per task (sigma of `preserved_from(old, new)` for a categorical
+    head); the rest unchanged (a categorical head's logits layer, which the
+    rescale does not touch).
   """
-  ratio = sigma(new) / sigma(old)
   head = grads[value_head]
+  old = preserved_from(old, new) if _categorical(head) else old
+  ratio = sigma(new) / sigma(old)
   return {**grads, value_head: {**head, 'kernel': head['kernel'] * ratio,
                                 'bias': head['bias'] * ratio}}

@@ -39,10 +39,10 @@ import optax
 from infra.settings import at_least, boolean, integer, one_of, positive, setting, within
 from rl import actor_critic as ac
 from rl import health
-from rl import impala
 from rl import popart
 from rl import rewards as rewards_lib
 from rl import sgd
+from rl import vtrace
 from rl.actor_critic import LossConfig, LossOutput
 from rl.types import Unroll
 
@@ -196,7 +196,7 @@ def targets_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = N
     else:
       rhos = jnp.exp(e.log_pi_a - e.log_mu_a)
       # v_s for the value, q_s = r_s + gamma v_{s+1} for the policy (IMPALA's).
-      value_target, policy_target, mask = impala.episode_aware_vtrace(
+      value_target, policy_target, mask = vtrace.episode_aware_vtrace(
           e.raw_values, e.rewards, batch.discount[:-1], batch.first, rhos, cfg.discount,
           lambda_=p.gae_lambda)
     if cfg.reward_mode == 'h':  # targets and advantages live where the values do

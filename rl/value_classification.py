@@ -32,6 +32,9 @@ import jax.numpy as jnp
 from infra.settings import integer, one_of, positive, setting, within
 
 HEADS = ('scalar', 'hl_gauss', 'two_hot')
+# The name of a categorical head's Dense layer in its params (the head's
+# affine beside it is 'kernel' and 'bias', as a Dense head's).
+LOGITS = 'logits'
 PROJECTIONS = HEADS[1:]
 # The return-range statistics (per task) kept beside PopArt's without PopArt.
 RANGE_KEYS = ('return_p5', 'return_p95')

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rl import actor_critic, impala, popart
+from rl import actor_critic, impala, popart, vtrace
 from rl.task_metrics import mean_metrics
 from rl.types import Unroll
 
@@ -177,8 +177,8 @@ def test_normalize_per_task_by_hand():
                              rtol=1e-5, atol=1e-6)
 
 
-def _two_task_config(**vtrace):
-  return _config(False)._replace(num_tasks=2, settings=impala.VTraceConfig(**vtrace))
+def _two_task_config(**fields):
+  return _config(False)._replace(num_tasks=2, settings=impala.VTraceConfig(**fields))
 
 
 def test_advantages_normalised_per_task():
@@ -219,7 +219,7 @@ def test_advantage_moments_are_taken_before_popart_scales_the_advantages():
   stats = {'mu': jnp.asarray([0.0, 10.0]), 'nu': jnp.asarray([1.0, 104.0])}
   cfg = _config()._replace(num_tasks=2, settings=impala.VTraceConfig(
       normalize_advantages=True, normalize_advantages_per='task_batch'))
-  m = impala.advantage_moments_fn(_fixed_apply(logits, n), cfg)(
+  m = vtrace.advantage_moments_fn(_fixed_apply(logits, n), cfg)(
       {'scale': jnp.ones(())}, stats, _batch())
   # q = r + 0.5 v_{s+1}: task 0 [2.5, 3], task 1 [24, 28]; V: task 0 [0, 1],
   # task 1 10 + 2 n = [12, 14]. Advantages: task 0 [2.5, 2] (mean 2.25, std

@@ -14,7 +14,8 @@ from jax.sharding import PartitionSpec as P
 
 from agents import learner
 from networks import agent as agent_net
-from rl import actor_critic, impala, minibatches, optimizers, popart, sgd, task_gradients
+from rl import (actor_critic, impala, minibatches, optimizers, popart, sgd, task_gradients,
+                vtrace)
 from synthetic_unroll import random_unroll
 
 T, B, A, TASKS = 5, 8, 3, 2
@@ -178,7 +179,7 @@ def test_task_batch_normalises_every_minibatch_with_the_whole_batchs_moments():
   close(update('task_batch', 1), update('task', 1))
 
   c = cfg('task_batch', 2)
-  moments = impala.advantage_moments_fn(apply, c)(params, stats, batch)
+  moments = vtrace.advantage_moments_fn(apply, c)(params, stats, batch)
   assert moments.mean.shape == (TASKS,) and np.all(np.asarray(moments.std) > 0)
   loss = impala.loss_fn(apply, c)
   step = sgd.make_sgd_step(lambda p, s, mb, ec: loss(p, s, mb, ec, moments), optimizer,
@@ -205,10 +206,10 @@ def test_task_batch_moments_are_global_over_four_devices():
   params, stats = variables['params'], variables['popart'][agent_net.VALUE_HEAD]
   cfg = _cfg(settings=impala.VTraceConfig(normalize_advantages=True,
                                           normalize_advantages_per='task_batch'))
-  whole = impala.advantage_moments_fn(apply, cfg)(params, stats, batch)
+  whole = vtrace.advantage_moments_fn(apply, cfg)(params, stats, batch)
   mesh = learner.make_mesh(jax.devices()[:4])
   sharded = jax.jit(jax.shard_map(
-      lambda b: impala.advantage_moments_fn(apply, cfg, learner.AXIS)(params, stats, b),
+      lambda b: vtrace.advantage_moments_fn(apply, cfg, learner.AXIS)(params, stats, b),
       mesh=mesh, in_specs=(learner._BATCH_SPECS,), out_specs=P(), check_vma=False))
   four = sharded(learner.shard_batch(batch, mesh))
   np.testing.assert_allclose(four.mean, whole.mean, rtol=1e-5, atol=1e-7)

@@ -236,3 +236,26 @@ def test_network_of_a_categorical_head_gives_its_logits_to_the_loss():
   assert len(out) == 5 and out[3] is None
   assert out[4].shape == (3, 2, 1, spec.value.bins)
   np.testing.assert_allclose(out[1], 0.0, atol=1e-6)   # uniform at the start
+
+
+def test_a_tasks_first_debiased_statistics_leave_the_categorical_affine_alone():
+  _, _, params = _head()
+  old = {'mu': jnp.asarray([0.0, 2.0, 0.0]), 'nu': jnp.asarray([1.0, 13.0, 1.0]),
+         'weight': jnp.asarray([0.0, 0.5, 0.0])}     # tasks 0 and 2 not yet updated
+  new = {'mu': jnp.asarray([100.0, 3.0, 0.0]), 'nu': jnp.asarray([20000.0, 25.0, 1.0]),
+         'weight': jnp.asarray([0.1, 0.55, 0.0])}    # task 2 still absent
+  source = popart.preserved_from(old, new)
+  np.testing.assert_allclose(source['mu'], [100.0, 2.0, 0.0])
+  np.testing.assert_allclose(source['nu'], [20000.0, 13.0, 1.0])
+  rescaled = popart.rescale_head({'value_head': params}, 'value_head', old, new)['value_head']
+  # Task 0 keeps its affine; task 1 is rescaled from sigma 3 to 4, mu 2 to 3.
+  np.testing.assert_allclose(rescaled['kernel'][0], params['kernel'][0], rtol=1e-6)
+  np.testing.assert_allclose(rescaled['kernel'][1], params['kernel'][1] * 3 / 4, rtol=1e-5)
+  np.testing.assert_allclose(rescaled['bias'][1], (3 * params['bias'][1] + 2 - 3) / 4, rtol=1e-5)
+  grads = popart.rescale_head_grads({'value_head': jax.tree.map(jnp.ones_like, params)},
+                                    'value_head', old, new)['value_head']
+  np.testing.assert_allclose(grads['kernel'], [1.0, 4 / 3, 1.0], rtol=1e-5)
+  # A Dense head is rescaled from the placeholder as before.
+  dense = {'kernel': jnp.ones((2, 3)), 'bias': jnp.zeros(3)}
+  out = popart.rescale_head({'v': dense}, 'v', old, new)['v']
+  np.testing.assert_allclose(out['kernel'][0, 0], 1.0 / np.sqrt(20000.0 - 100.0 ** 2), rtol=1e-5)

@@ -9,7 +9,7 @@ Recursion (rho_bar = c_bar = 1):
 import jax.numpy as jnp
 import numpy as np
 
-from rl import impala
+from rl import vtrace
 
 # gamma = 0.5; the episode terminates on the action at t = 1 (gamma_1 = 0).
 VALUES = [1.0, 2.0, 3.0, 4.0, 5.0]        # V(x_0..x_4)
@@ -33,7 +33,7 @@ def _column(x):
 
 
 def test_vtrace_targets_and_advantages_by_hand():
-  vs, qs = impala.vtrace_returns(_column(VALUES), _column(REWARDS), _column(DISCOUNTS),
+  vs, qs = vtrace.vtrace_returns(_column(VALUES), _column(REWARDS), _column(DISCOUNTS),
                                  _column(RHOS))
   np.testing.assert_allclose(vs[:, 0], EXPECTED_VS, rtol=1e-6)
   np.testing.assert_allclose(qs[:, 0], EXPECTED_QS, rtol=1e-6)
@@ -46,7 +46,7 @@ def test_vtrace_is_per_column_of_the_batch():
   rewards = jnp.concatenate([_column(REWARDS), _column(REWARDS) * 0.0], axis=1)
   discounts = jnp.concatenate([_column(DISCOUNTS)] * 2, axis=1)
   rhos = jnp.concatenate([_column(RHOS)] * 2, axis=1)
-  vs, _ = impala.vtrace_returns(values, rewards, discounts, rhos)
+  vs, _ = vtrace.vtrace_returns(values, rewards, discounts, rhos)
   np.testing.assert_allclose(vs[:, 0], EXPECTED_VS, rtol=1e-6)
   np.testing.assert_allclose(vs[:, 1], 0.0, atol=1e-7)
 
@@ -58,7 +58,7 @@ def _episode_aware(discount_flags):
   rewards = _column([1.0, 1.0, 0.0])
   first = jnp.asarray([False, False, False, True])[:, None]
   rhos = _column([1.0, 1.0, 1.0])
-  return impala.episode_aware_vtrace(values, rewards, _column(discount_flags), first,
+  return vtrace.episode_aware_vtrace(values, rewards, _column(discount_flags), first,
                                      rhos, gamma=0.5)
 
 
