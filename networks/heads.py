@@ -1,16 +1,34 @@
-"""Policy head and the multi-task PopArt value head (Hessel et al. 2019,
-arXiv 1809.04474)."""
+"""Policy head and the multi-task PopArt value heads (Hessel et al. 2019,
+arXiv 1809.04474): a Dense one, and a categorical one (value as
+classification, rl/value_classification.py)."""
 
 import flax.linen as nn
 import jax
 
-from networks.init import VALUE_LOGITS
 from rl import popart
 from rl import value_classification as vc
 
 POPART_COLLECTION = 'popart'
 # The collection a categorical value head sows its logits [..., K, bins] into.
 VALUE_LOGITS_COLLECTION = 'value_logits'
+
+
+def normalised_and_unnormalised(head: nn.Module, normalised):
+  """A value head's outputs with its PopArt statistics declared beside them.
+
+  Args:
+    head: the value head (a compact module with a `num_values`), whose
+      `popart` collection holds {'mu': [K], 'nu': [K]}, started at
+      rl/popart.init_stats (mu = 0, nu = 1).
+    normalised: its normalised values n(x) [..., K].
+
+  Returns:
+    (n(x), sigma n(x) + mu), each [..., K].
+  """
+  init = popart.init_stats(head.num_values)
+  stats = {key: head.variable(POPART_COLLECTION, key, lambda k=key: init[k]).value
+           for key in ('mu', 'nu')}
+  return normalised, popart.unnormalize_all(stats, normalised)
 
 
 class PopArtValueHead(nn.Module):
@@ -41,20 +59,14 @@ class PopArtValueHead(nn.Module):
     kernel = self.param('kernel', nn.initializers.lecun_normal(),
                         (x.shape[-1], self.num_values))
     bias = self.param('bias', nn.initializers.zeros, (self.num_values,))
-    init = popart.init_stats(self.num_values)
-    mu = self.variable(POPART_COLLECTION, 'mu', lambda: init['mu'])
-    nu = self.variable(POPART_COLLECTION, 'nu', lambda: init['nu'])
-    normalised = x @ kernel + bias
-    stats = {'mu': mu.value, 'nu': nu.value}
-    unnormalised = popart.unnormalize_all(stats, normalised)
-    return normalised, unnormalised
+    return normalised_and_unnormalised(self, x @ kernel + bias)
 
 
 class CategoricalValueHead(nn.Module):
   """One categorical value per task over a fixed support, with PopArt's
   statistics beside it (rl/value_classification.py).
 
-  A Dense layer VALUE_LOGITS (zeros at the start: a uniform distribution)
+  A Dense layer vc.LOGITS (zeros at the start: a uniform distribution)
   gives logits [..., K, bins], sown into VALUE_LOGITS_COLLECTION for the
   cross-entropy. Each task's normalised value is n_k = kernel_k m_k +
   bias_k, where m_k is the softmax's mean over the support and kernel [K]
@@ -87,18 +99,13 @@ class CategoricalValueHead(nn.Module):
       [..., K]).
     """
     logits = nn.Dense(self.num_values * self.bins, kernel_init=nn.initializers.zeros,
-                      name=VALUE_LOGITS)(x)
+                      name=vc.LOGITS)(x)
     logits = logits.reshape(x.shape[:-1] + (self.num_values, self.bins))
     self.sow(VALUE_LOGITS_COLLECTION, 'sown', logits)
     categorical = vc.mean(logits, vc.support(self.bins, self.limit))
     kernel = self.param('kernel', nn.initializers.ones, (self.num_values,))
     bias = self.param('bias', nn.initializers.zeros, (self.num_values,))
-    init = popart.init_stats(self.num_values)
-    mu = self.variable(POPART_COLLECTION, 'mu', lambda: init['mu'])
-    nu = self.variable(POPART_COLLECTION, 'nu', lambda: init['nu'])
-    normalised = kernel * jax.lax.stop_gradient(categorical) + bias
-    stats = {'mu': mu.value, 'nu': nu.value}
-    return normalised, popart.unnormalize_all(stats, normalised)
+    return normalised_and_unnormalised(self, kernel * jax.lax.stop_gradient(categorical) + bias)
 
 
 class PolicyHead(nn.Module):

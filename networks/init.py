@@ -26,7 +26,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from rl.value_classification import LOGITS as VALUE_LOGITS  # keeps its zero init
+from rl import value_classification as vc
 
 INITS = ('lecun', 'orthogonal')
 
@@ -70,7 +70,8 @@ def apply_init(params: Dict[str, Any], scheme: str, key, *, policy_head: str = '
 
   Kernels are the leaves named 'kernel' of at least 2 dimensions (Dense,
   conv, the value head, the LSTM cell's gates), except a categorical value
-  head's logits (VALUE_LOGITS, zeros); the biases beside them become 0. The key of each kernel is folded from `key` and its position in
+  head's logits (vc.LOGITS: zeros, a uniform start); the biases beside them
+  become 0. The key of each kernel is folded from `key` and its position in
   the sorted tree, so the result depends only on `key` and the tree. Other
   leaves are kept.
 
@@ -95,11 +96,10 @@ def apply_init(params: Dict[str, Any], scheme: str, key, *, policy_head: str = '
   if scheme == 'lecun':
     return params
   flat = flax.traverse_util.flatten_dict(flax.core.unfreeze(params))
-  # A categorical value head's logits keep their zero start (a uniform
-  # distribution, DreamerV3), and their bias.
+  # A categorical value head's logits keep their zero start (DreamerV3), and their bias.
   with_kernel = {path[:-1] for path, value in flat.items()
                  if path[-1] == 'kernel' and value.ndim >= 2
-                 and path[:2] != (value_head, VALUE_LOGITS)}
+                 and path[:2] != (value_head, vc.LOGITS)}
   out = {}
   for i, (path, value) in enumerate(sorted(flat.items())):
     if path[:-1] not in with_kernel:

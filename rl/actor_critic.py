@@ -48,8 +48,8 @@ class LossConfig(NamedTuple):
   clip_per_term: bool = False
   # PopArt's step per valid target (popart.step_per='sample') instead of per update.
   popart_per_sample: bool = False
-  # The value head and its loss (rl/value_classification.ValueConfig); None: a scalar head.
-  value: Any = None
+  # The value head and its loss (rl/value_classification.py); the default: a scalar head.
+  value: vc.ValueConfig = vc.ValueConfig()
 
 
 class Learner(NamedTuple):
@@ -107,6 +107,9 @@ class LossOutput(NamedTuple):
   new_stats: popart.Stats
   metrics: dict
   extras: dict    # per-step intermediates for tests and analysis (dead code under jit)
+  # The statistics the value head's outputs are preserved from when the step
+  # rescales it (rl/sgd.py); None: the statistics the loss started from.
+  preserve_from: Optional[popart.Stats] = None
 
 
 class Evaluation(NamedTuple):
@@ -138,15 +141,10 @@ def value_index(cfg: LossConfig, task_id: jax.Array) -> jax.Array:
   return task_id if cfg.popart_enabled else jnp.zeros_like(task_id)
 
 
-def value_settings(cfg: LossConfig) -> vc.ValueConfig:
-  """The value head's settings of a LossConfig (a scalar head when unset)."""
-  return cfg.value if cfg.value is not None else vc.ValueConfig()
-
-
 def symlog_values(cfg: LossConfig) -> bool:
   """Whether values are learnt in symlog space: a categorical head without
   PopArt (rl/value_classification.py)."""
-  return value_settings(cfg).categorical and not cfg.popart_enabled
+  return cfg.value.categorical and not cfg.popart_enabled
 
 
 def take(x: jax.Array, index: jax.Array) -> jax.Array:

@@ -173,7 +173,7 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
   normalize_advantages = v.normalize_advantages
   per = v.normalize_advantages_per
   num_tasks = cfg.num_tasks
-  value = ac.value_settings(cfg)
+  value = cfg.value
   symlog = ac.symlog_values(cfg)
   centres = vc.support(value.bins, value.limit) if value.categorical else None
 
@@ -280,7 +280,7 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
     extras = {'vs': vs, 'qs': qs, 'mask': mask, 'pg_advantage': pg_advantage,
               'norm_target': norm_target, 'norm_value': norm_value, 'rhos': rhos,
               'log_pi': log_pi}
-    return by_task, LossOutput(reduced, new_stats, metrics, extras)
+    return by_task, LossOutput(reduced, new_stats, metrics, extras, old_stats)
 
   return loss
 

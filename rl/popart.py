@@ -38,7 +38,6 @@ import jax
 import jax.numpy as jnp
 
 from infra.settings import boolean, one_of, setting, within
-from rl import value_classification as vc
 
 SIGMA_MIN = 1e-4
 SIGMA_MAX = 1e6
@@ -201,21 +200,7 @@ def unnormalize_all(stats: Stats, n: jax.Array) -> jax.Array:
 def update_stats(stats: Stats, targets: jax.Array, task_ids: jax.Array,
                  mask: jax.Array, beta: float, axis_name: Optional[str] = None,
                  per_sample: bool = False) -> Stats:
-  """The statistics after one update's step (`update_stats_and_step`).
-
-  Args:
-    stats: PopArt statistics of K tasks.
-    targets: value targets in unnormalised units, any shape.
-    task_ids: int task of each target, the shape of targets.
-    mask: 1 for valid targets, 0 otherwise, the shape of targets.
-    beta: the step size.
-    axis_name: the devices the batch spans; None for one device.
-    per_sample: the per-sample rule ('sample' of STEP_RULES) instead of the
-      per-batch rule.
-
-  Returns:
-    The new statistics, with the keys of `stats`.
-  """
+  """`update_stats_and_step`'s new statistics alone (the same arguments)."""
   return update_stats_and_step(stats, targets, task_ids, mask, beta, axis_name, per_sample)[0]
 
 
@@ -324,7 +309,8 @@ def preserved_from(old: Stats, new: Stats) -> Stats:
   the head has learnt nothing, and rescaling its affine from them would
   leave it off by the task's scale (1 / sigma) until the optimiser brings
   it back. Such a task's affine is left as it is (its old statistics taken
-  as the new).
+  as the new). The IMPALA loss returns these as its LossOutput's
+  `preserve_from`, which rl/sgd.py rescales the head from.
 
   Args:
     old: the statistics before the step.
@@ -340,10 +326,6 @@ def preserved_from(old: Stats, new: Stats) -> Stats:
           for key, value in old.items()}
 
 
-def _categorical(head_params) -> bool:
-  return vc.LOGITS in head_params
-
-
 def rescale_head(params: Dict[str, Any], value_head: str, old: Stats, new: Stats) -> Dict[str, Any]:
   """Network params with the value head rescaled for new statistics.
 
@@ -354,13 +336,10 @@ def rescale_head(params: Dict[str, Any], value_head: str, old: Stats, new: Stats
     new: the statistics to rescale it to.
 
   Returns:
-    `params` with `params[value_head]` rescaled (`preserve_outputs`; for a
-    categorical head from `preserved_from(old, new)`); the other params
-    unchanged.
+    `params` with `params[value_head]` rescaled (`preserve_outputs`); the
+    other params unchanged.
   """
-  head = params[value_head]
-  old = preserved_from(old, new) if _categorical(head) else old
-  return {**params, value_head: preserve_outputs(head, old, new)}
+  return {**params, value_head: preserve_outputs(params[value_head], old, new)}
 
 
 def rescale_head_grads(grads: Dict[str, Any], value_head: str, old: Stats, new: Stats
@@ -379,12 +358,10 @@ def rescale_head_grads(grads: Dict[str, Any], value_head: str, old: Stats, new: 
 
   Returns:
     `grads` with the value head's 'kernel' and 'bias' scaled by sigma' /
-    sigma per task (sigma of `preserved_from(old, new)` for a categorical
-    head); the rest unchanged (a categorical head's logits layer, which the
-    rescale does not touch).
+    sigma per task; the rest unchanged (a categorical head's logits layer,
+    which the rescale does not touch).
   """
   head = grads[value_head]
-  old = preserved_from(old, new) if _categorical(head) else old
   ratio = sigma(new) / sigma(old)
   return {**grads, value_head: {**head, 'kernel': head['kernel'] * ratio,
                                 'bias': head['bias'] * ratio}}

@@ -44,7 +44,8 @@ def make_sgd_step(loss_fn: Callable, optimizer: optax.GradientTransformation, va
   Args:
     loss_fn: `loss_fn(params, stats, minibatch, entropy_cost)` -> (loss, aux),
       `aux` a LossOutput-like tuple with `metrics` (a dict) and, when
-      `moves_statistics`, `new_stats`.
+      `moves_statistics`, `new_stats` (and optionally `preserve_from`, the
+      statistics the head is rescaled from in place of the step's own).
     optimizer: the optimiser (rl/optimizers.py).
     value_head: the top-level param name of the value head.
     axis_name: the learner devices; None for one device.
@@ -91,8 +92,9 @@ def make_sgd_step(loss_fn: Callable, optimizer: optax.GradientTransformation, va
     grads, aux, extra = gradient(params, stats, minibatch, entropy_cost, clip)
     grad_norm = optax.tree.norm(grads)
     if moves_statistics:
-      params = popart.rescale_head(params, value_head, stats, aux.new_stats)
-      grads = popart.rescale_head_grads(grads, value_head, stats, aux.new_stats)
+      old = stats if getattr(aux, 'preserve_from', None) is None else aux.preserve_from
+      params = popart.rescale_head(params, value_head, old, aux.new_stats)
+      grads = popart.rescale_head_grads(grads, value_head, old, aux.new_stats)
     metrics = {**aux.metrics, 'grad_norm': grad_norm,
                'grad_clipped': (grad_norm > clip).astype(jnp.float32), **extra}
     updates, opt_state = optimizer.update(grads, opt_state, params)

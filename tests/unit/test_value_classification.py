@@ -247,15 +247,16 @@ def test_a_tasks_first_debiased_statistics_leave_the_categorical_affine_alone():
   source = popart.preserved_from(old, new)
   np.testing.assert_allclose(source['mu'], [100.0, 2.0, 0.0])
   np.testing.assert_allclose(source['nu'], [20000.0, 13.0, 1.0])
-  rescaled = popart.rescale_head({'value_head': params}, 'value_head', old, new)['value_head']
+  rescaled = popart.rescale_head({'value_head': params}, 'value_head', source, new)['value_head']
   # Task 0 keeps its affine; task 1 is rescaled from sigma 3 to 4, mu 2 to 3.
   np.testing.assert_allclose(rescaled['kernel'][0], params['kernel'][0], rtol=1e-6)
   np.testing.assert_allclose(rescaled['kernel'][1], params['kernel'][1] * 3 / 4, rtol=1e-5)
   np.testing.assert_allclose(rescaled['bias'][1], (3 * params['bias'][1] + 2 - 3) / 4, rtol=1e-5)
   grads = popart.rescale_head_grads({'value_head': jax.tree.map(jnp.ones_like, params)},
-                                    'value_head', old, new)['value_head']
+                                    'value_head', source, new)['value_head']
   np.testing.assert_allclose(grads['kernel'], [1.0, 4 / 3, 1.0], rtol=1e-5)
-  # A Dense head is rescaled from the placeholder as before.
+  # The loss hands these statistics to the optimiser step (LossOutput.preserve_from);
+  # a Dense head is rescaled from the placeholder as before.
   dense = {'kernel': jnp.ones((2, 3)), 'bias': jnp.zeros(3)}
   out = popart.rescale_head({'v': dense}, 'v', old, new)['v']
   np.testing.assert_allclose(out['kernel'][0, 0], 1.0 / np.sqrt(20000.0 - 100.0 ** 2), rtol=1e-5)
