@@ -153,11 +153,9 @@ class Trainer:
   def next_batch(self) -> Tuple[Unroll, List[int]]:
     """The next learner batch from the actors' blocks.
 
-    Waits for plan.blocks_per_batch blocks, checking the actors at each,
-    and puts them in actor order (oldest first for one actor): which actor's
-    block arrives first is a race between threads, and the block order
-    decides which unrolls share a minibatch, so a seed's first updates no
-    longer depend on it.
+    Waits for plan.blocks_per_batch blocks, checking the actors at each, and
+    puts them in actor order: the order decides which unrolls share a
+    minibatch, and the arrival order is a race between threads.
 
     Returns:
       (the batch, an Unroll of host arrays (concat_blocks), each block's
