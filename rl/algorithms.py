@@ -1,11 +1,7 @@
-"""The table of learners: the config's `loss.name` -> its rl/actor_critic.Learner
-(rl/impala.py: V-trace actor-critic; rl/ppo.py: PPO). Everything that depends
-on which learner a run uses asks here.
+"""The table of learners: the config's `loss.name` -> its rl/actor_critic.Learner.
 
-A new loss is one module in rl/ that defines a Learner (its update and its
-settings dataclass, infra/settings.py), plus one line in BUILT_IN; or
-`register(learner)` from anywhere before the config is made
-(configs/common.base_config then holds its settings group).
+A new loss is one module in rl/ that defines a Learner, plus one line in
+BUILT_IN or a `register(learner)` before the config is made.
 """
 
 import dataclasses
@@ -29,10 +25,7 @@ class LossChoice:
 
 
 def register(learner: Learner) -> None:
-  """Adds a learner to the table, under its name.
-
-  Args:
-    learner: the learner; its `config_group` must be in the run's config.
+  """Adds a learner under its name; its `config_group` must be in the config.
 
   Raises:
     ValueError: a learner of that name is registered already.
@@ -43,13 +36,10 @@ def register(learner: Learner) -> None:
 
 
 def unregister(name: str) -> None:
-  """Removes a learner that `register` added.
-
-  Args:
-    name: the learner's name; a name not in the table is ignored.
+  """Removes a learner that `register` added; an unknown name is ignored.
 
   Raises:
-    ValueError: `name` is a built-in learner (those stay).
+    ValueError: `name` is a built-in learner.
   """
   if any(learner.name == name for learner in BUILT_IN):
     raise ValueError(f'{name!r} is built in')
@@ -57,22 +47,12 @@ def unregister(name: str) -> None:
 
 
 def names() -> Tuple[str, ...]:
-  """The learners a config may name.
-
-  Returns:
-    Their names, the built-in ones first.
-  """
+  """The learners a config may name, the built-in ones first."""
   return tuple(_TABLE)
 
 
 def get(name: str) -> Learner:
-  """Looks up a learner by name.
-
-  Args:
-    name: the config's `loss.name`.
-
-  Returns:
-    The learner of that name.
+  """The learner of the config's `loss.name`.
 
   Raises:
     ValueError: no learner has that name; the message names the choices.

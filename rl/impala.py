@@ -1,14 +1,11 @@
-"""IMPALA (Espeholt et al. 2018, arXiv 1802.01561): the V-trace actor-critic
-loss with per-task PopArt (Hessel et al. 2019, arXiv 1809.04474), and how the
-learner uses a batch.
+"""IMPALA: the V-trace actor-critic loss (Espeholt et al. 2018, arXiv
+1802.01561) with per-task PopArt (Hessel et al. 2019, arXiv 1809.04474),
+and the learner's update.
 
-Written for one device's shard of the batch; statistics and counts are summed
-across `axis_name` so every device sees global PopArt updates.
-
-Reduction: losses are summed over time and batch, as in IMPALA's released code
-(its RMSProp epsilon of 0.01 assumes summed gradients), or with
-`reduction='mean'` divided by the global batch's number of valid steps, as in
-A2C's code. Reported loss metrics are per valid step either way.
+Written for one device's shard; statistics and counts are summed across
+`axis_name`. Losses are summed over time and batch as in IMPALA's code (its
+RMSProp epsilon assumes it), or with reduction 'mean' divided by the global
+number of valid steps; metrics are per valid step either way.
 """
 
 import dataclasses
@@ -34,10 +31,8 @@ NAME = 'impala'
 CONFIG_GROUP = 'vtrace'   # the run config's group of VTraceConfig's fields
 
 
-# Over what the policy gradient's advantages are normalised: the whole
-# minibatch; each task's steps in it; or each task's steps with each task's
-# mean and std over the whole batch (its shard on every learner device),
-# taken once per update with the update's first params.
+# What the advantages are normalised over: the minibatch; each task's steps
+# in it; or each task's steps with its moments over the whole batch.
 ADVANTAGE_GROUPS = ('minibatch', 'task', 'task_batch')
 PER_TASK_GROUPS = ('task', 'task_batch')
 
@@ -85,33 +80,13 @@ class VTraceConfig:
 
 
 def settings(cfg: LossConfig) -> VTraceConfig:
-  """The V-trace settings of a LossConfig.
-
-  Args:
-    cfg: the loss settings.
-
-  Returns:
-    `cfg.settings` when it is a VTraceConfig; VTraceConfig's defaults when it
-    holds another learner's settings or None.
-  """
+  """`cfg.settings` when it is a VTraceConfig, else VTraceConfig's defaults."""
   return cfg.settings if isinstance(cfg.settings, VTraceConfig) else VTraceConfig()
 
 
 def batch_split(v: VTraceConfig, per_device_batch: int, unroll_length: int):
-  """Checks that the minibatches cut each learner device's shard evenly.
-
-  Minibatches hold whole unrolls, so `v.minibatches` must divide the unrolls
-  of one learner device.
-
-  Args:
-    v: the settings.
-    per_device_batch: unrolls per learner device.
-    unroll_length: steps per unroll (unused: whole unrolls are split).
-
-  Returns:
-    ('minibatches', why) when the minibatches cannot cut `per_device_batch`
-    evenly; else None.
-  """
+  """('minibatches', why) when `v.minibatches` does not divide the unrolls of
+  one learner device (minibatches hold whole unrolls); else None."""
   del unroll_length
   if per_device_batch % v.minibatches:
     return ('minibatches', f'{v.minibatches} minibatches of whole unrolls do not split the '
@@ -124,50 +99,29 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
             by_term: bool = False) -> Callable:
   """The IMPALA loss: V-trace actor-critic with per-task PopArt.
 
-  On each call the V-trace targets are computed in reward units from the
-  network's own values (stopped from gradients) and, for reward mode 'h',
-  mapped into h-space. With PopArt the statistics take one step on the
-  targets v_s (rl/popart.update_stats), and the value loss 0.5 (target -
-  value)^2 compares the targets normalised with the new statistics against
-  the value the rescaled head would give (outputs preserved). The
-  policy-gradient term is -min(rho_s, 1) (q_s - V(x_s)) / sigma_i
-  log pi(a_s|x_s), its advantage stopped from gradients and optionally
-  normalised (VTraceConfig); the entropy bonus is weighted by the entropy
-  cost. A categorical value head (cfg.value, rl/value_classification.py)
-  adds the cross-entropy of its logits against the normalised target
-  projected on its support to the value term (the squared error then trains
-  only its affine); without PopArt its values and targets are in symlog
-  space and the advantages are divided by each task's max(1, P95 - P5) of
-  its value targets instead of sigma_i. Terms are summed over time and batch, or with cfg.reduction 'mean'
-  divided by the global batch's number of valid steps.
-
-  See Espeholt et al. 2018 (https://arxiv.org/abs/1802.01561) and, for
-  PopArt, Hessel et al. 2019 (https://arxiv.org/abs/1809.04474).
+  Targets v_s come from the network's own values (stopped), in reward units
+  (h-space for reward mode 'h'). With PopArt the statistics step on v_s and
+  the value loss 0.5 (target - value)^2 uses the new statistics with outputs
+  preserved (Hessel et al. 2019). Policy term: -min(rho_s, 1)
+  (q_s - V(x_s)) / sigma_i log pi(a_s|x_s) (Espeholt et al. 2018, sec. 4.2),
+  optionally normalised (VTraceConfig); plus the entropy bonus. A categorical
+  head adds the cross-entropy against the projected target; without PopArt
+  it works in symlog space and scales advantages by each task's
+  max(1, P95 - P5) instead of sigma_i (rl/value_classification.py).
 
   Args:
-    apply_fn: `apply_fn(params, stats, obs, first, core_state)` returns logits
-      [T+1, B, A] and normalised values [T+1, B, K].
-    cfg: the loss settings; `settings(cfg)` gives the V-trace settings.
-    axis_name: the devices the batch spans (statistics, counts and metrics
-      are summed over them); None for one device.
-    by_term: when True the loss is instead a [3, num_tasks] array, the
-      weighted (and reduced) sum of each term of TERMS over each task's steps;
-      its entries add up to the scalar loss, and the gradient of one entry is
-      that term's gradient from that task's steps (the per-term clip,
-      rl/sgd.py; the per-task gradient report, `task_gradient_norms`).
+    apply_fn: as rl/actor_critic.evaluate_unroll's.
+    axis_name: the devices the batch spans; None for one device.
+    by_term: the loss is a [3, num_tasks] array instead: each term of TERMS
+      over each task's steps, summing to the scalar loss (per-term clip,
+      rl/sgd.py; per-task gradient norms).
 
   Returns:
     loss(params, stats, batch, entropy_cost=None, advantage_moments=None)
-    -> (loss, LossOutput). `entropy_cost` (a traced scalar: the optimiser
-    state's, rl/optimizers.py) replaces cfg.entropy_cost when given. With
-    normalize_advantages_per='task_batch', `advantage_moments` (each task's
-    advantage mean and std over the whole batch, `advantage_moments_fn`)
-    normalise the advantages; without them each task's steps of `batch` are
-    normalised on their own, as 'task' does. The LossOutput
-    holds the reduced scalar loss, the new PopArt statistics (the old ones
-    without PopArt), metrics per valid step of the global batch (with the
-    health metrics, and the per-task ones of `task_metrics` when
-    cfg.num_tasks > 1) and per-step extras for tests and analysis.
+    -> (loss, LossOutput). `entropy_cost` (traced, rl/optimizers.py) replaces
+    cfg.entropy_cost; `advantage_moments` (`advantage_moments_fn`) normalise
+    each task's advantages for 'task_batch', else each task's steps of
+    `batch` are normalised on their own.
   """
   v = settings(cfg)
   normalize_advantages = v.normalize_advantages
@@ -217,18 +171,14 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
     raw_advantage = pg_advantage
     raw_advantage_sq = jnp.sum(mask * pg_advantage ** 2)
     if normalize_advantages and per == 'task_batch' and advantage_moments is not None:
-      # Each task's steps with its moments over the whole batch (reward
-      # units: a per-task normalisation does not see the task's sigma).
+      # Reward units: a per-task normalisation does not see the task's sigma.
       pg_advantage = ac.normalize_with(t.advantage, mask, task, advantage_moments)
     elif normalize_advantages and per in PER_TASK_GROUPS:
-      # Each task's steps apart: every task's advantages mean 0, std 1,
-      # however its rewards are scaled and however well its values fit
-      # ('task_batch' without moments given: this batch is the whole batch).
+      # ('task_batch' without moments: this batch is the whole batch.)
       pg_advantage = ac.normalize_per_task(pg_advantage, mask, task, num_tasks, axis_name)
     elif normalize_advantages:
-      # Per (mini)batch, over the valid steps of every device: the policy
-      # term keeps a fixed size against the entropy bonus and the value
-      # loss while the advantages shrink as the value fits (docs/pong.md).
+      # The policy term keeps its size against the entropy and value terms
+      # while the advantages shrink as the value fits.
       pg_advantage = ac.normalize(pg_advantage, mask, axis_name)
     pg_steps = -mask * pg_advantage * e.log_pi_a
     pg_loss = jnp.sum(pg_steps)
@@ -258,8 +208,7 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
         'pg_advantage_rms': raw_advantage_sq,  # a mean square until the root below
         # Share of steps whose importance weight the V-trace clip at 1 cuts.
         'rho_clipped': jnp.sum(mask * (rhos > 1.0 + 1e-3)),
-        # KL(mu || pi): how far the learner's policy has moved from the
-        # behaviour policy that acted (policy lag times update size).
+        # KL(mu || pi): the policy lag times the update size.
         'kl_behaviour': jnp.sum(mask * jnp.sum(
             jnp.exp(log_mu) * (log_mu - jax.lax.stop_gradient(log_pi)), axis=-1)),
         'value_mean': jnp.sum(mask * e.values[:-1]),
@@ -290,37 +239,26 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
                 max_grad_norm: float = float('inf')) -> Callable:
   """The IMPALA learner's update of one device's shard.
 
-  epochs x minibatches optimiser steps per batch (1 x 1 by default, the
-  paper's one step per batch). Each minibatch holds whole unrolls and its
-  V-trace targets, importance weights and PopArt move are taken with the
-  params of its own step (Cleanba's minibatches): V-trace corrects for the
-  policy having moved since the actors acted. Gradients are summed over
-  `axis_name` devices (rl/sgd.py). With normalize_advantages_per='task_batch'
-  and more than one minibatch, each task's advantage mean and std are first
-  taken over the whole batch with the update's first params (one more
-  forward pass) and normalise that task's steps in every minibatch.
+  epochs x minibatches optimiser steps per batch (1 x 1: the paper's one).
+  Each minibatch holds whole unrolls and takes its V-trace targets and PopArt
+  step with its own step's params, so V-trace corrects for the policy's move.
+  For 'task_batch' with several minibatches, each task's advantage moments
+  are taken once over the whole batch with the first params.
 
   Args:
-    apply_fn: the network, as for `loss_fn`.
-    cfg: the loss settings; cfg.clip_per_term clips each group of CLIP_GROUPS
-      apart.
-    optimizer: the optimiser (rl/optimizers.py).
-    value_head: the top-level param name of the value head PopArt rescales.
-    axis_name: the devices the batch spans; None for one device.
-    seed: with the learner step, seeds the minibatch shuffles (the same key on
-      every device).
+    value_head: the top-level param name of the head PopArt rescales.
+    seed: with the step, seeds the minibatch shuffles (same on every device).
     max_grad_norm: the clip for an optimiser state without one.
 
   Returns:
     update(params, opt_state, stats, batch, step) -> (params, opt_state,
-    new_stats, metrics). Metrics are means over the update's optimiser steps
-    (`mean_metrics`) plus 'kl_update' (rl/health.update_kl).
+    new_stats, metrics); metrics are means over the optimiser steps plus
+    'kl_update' (rl/health.update_kl).
   """
   v = settings(cfg)
   base_loss = loss_fn(apply_fn, cfg, axis_name, by_term=cfg.clip_per_term)
-  # Each step's minibatch comes with the whole batch's advantage moments
-  # (None unless 'task_batch' cuts the batch in minibatches; with one
-  # minibatch the loss's own per-task normalisation is the same thing).
+  # Each minibatch comes with the whole batch's advantage moments (None
+  # unless 'task_batch' cuts the batch in several).
   sgd_step = sgd.make_sgd_step(
       lambda p, s, mb, ec: base_loss(p, s, mb[0], ec, mb[1]), optimizer, value_head,
       axis_name, max_grad_norm, moves_statistics=cfg.popart_enabled,
@@ -342,9 +280,8 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
           (params, opt_state, stats), batch)
       first = batch
     else:
-      # The same key on every device: each shuffles its own shard alike.
-      # Balanced minibatches are rotated by the device's index
-      # (minibatches.unroll_order).
+      # The same key on every device; balanced minibatches are rotated by the
+      # device's index (minibatches.unroll_order).
       shift = jax.lax.axis_index(axis_name) if (v.balance_tasks and axis_name) else 0
       parts = [minibatches.split_unrolls(batch, v.minibatches, k, v.balance_tasks, shift)
                for k in minibatches.shuffle_keys(seed, step, v.epochs)]
