@@ -1,2 +1,1 @@
-"""Infrastructure: several processes (JAX distributed runtime, collectives on
-host data, watchdog) and stop signals."""
+"""Infrastructure: several processes, the JAX distributed runtime, stop signals, watchdogs."""

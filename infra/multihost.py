@@ -1,15 +1,9 @@
-"""Several processes, one run: JAX's distributed runtime and what the
-training loop needs from it.
+"""Several processes, one run: JAX's distributed runtime.
 
-One process per host. `resolve` finds the coordinator, process count and
-process id (flags, then JAX's environment variables, then JAX's own cluster
-detection, e.g. SLURM); `initialize` starts `jax.distributed` with them. The
-learner mesh then spans `jax.devices()` of every process, and each process
-feeds its local shard of the global batch.
-
-Host-side values (episode statistics, stop requests) cross processes through
-JAX's collectives (`process_allgather`); liveness and the orderly exit are
-infra/peer_watch.py's (the watchdog `initialize` starts).
+One process per host: `resolve` finds the layout (flags, JAX_* variables or
+cluster detection), `initialize` starts `jax.distributed` and the watchdog
+(infra/peer_watch.py). Host-side values cross processes through
+`process_allgather`.
 """
 
 import dataclasses
@@ -39,8 +33,8 @@ class DistributedError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class ProcessSpec:
-  """Where this process stands in a run. Fields are None where JAX's cluster
-  detection (`source` names the cluster) fills them in at initialisation."""
+  """Where this process stands in a run; fields are None where the detected
+  cluster (`source`) fills them in at initialisation."""
   coordinator_address: Optional[str]
   num_processes: Optional[int]
   process_id: Optional[int]
@@ -98,28 +92,15 @@ def resolve(coordinator_address: Optional[str] = None, num_processes: Optional[i
             environ: Mapping[str, str] = os.environ) -> Optional[ProcessSpec]:
   """The run's process layout, or None for one process (nothing to start).
 
-  Each setting comes from its flag, else its JAX_* environment variable.
-  With none set, a cluster JAX detects (an srun step of more than one task,
-  or mpirun) supplies them; on a plain machine the run is single-process.
-  Some set and some not is an error naming the missing ones, unless a
-  cluster fills them. One process given explicitly (num_processes 1 and
-  every setting) is the single-process run too.
-
-  Args:
-    coordinator_address: --coordinator_address, host:port of process 0.
-    num_processes: --num_processes.
-    process_id: --process_id, in 0..num_processes - 1.
-    environ: the environment to read the JAX_* variables and cluster
-      variables from.
+  Each setting comes from its flag, else its JAX_* variable, else a cluster
+  JAX detects; num_processes 1 is the single-process run too.
 
   Returns:
-    A ProcessSpec (fields None where a detected cluster fills them in), or
-    None for a single-process run.
+    A ProcessSpec, or None for a single-process run.
 
   Raises:
-    DistributedError: settings missing with no cluster to fill them, a
-      non-integer count or id, num_processes < 1, process_id out of range,
-      or a coordinator address that is not host:port.
+    DistributedError: settings missing with no cluster to fill them, or a
+      bad count, id or host:port address.
   """
   given = {'coordinator_address': coordinator_address, 'num_processes': num_processes,
            'process_id': process_id}
@@ -155,16 +136,8 @@ def resolve(coordinator_address: Optional[str] = None, num_processes: Optional[i
 def initialize(spec: ProcessSpec, timeout_seconds: float, connect_timeout_seconds: float) -> None:
   """Starts JAX's distributed runtime and this process's watchdog.
 
-  Call before anything touches a device. JAX's own heartbeat timeout is set
-  JAX_HEARTBEAT_MARGIN seconds above `timeout_seconds`, so that the
-  watchdog's one line comes first.
-
-  Args:
-    spec: the process layout (`resolve`).
-    timeout_seconds: how long a peer may stay silent before the watchdog
-      ends this process (distributed.timeout_seconds).
-    connect_timeout_seconds: how long to wait for every process to connect
-      (at least 1 s).
+  Call before anything touches a device. JAX's heartbeat timeout is set
+  JAX_HEARTBEAT_MARGIN above `timeout_seconds`, so the watchdog's line comes first.
   """
   jax.distributed.initialize(
       coordinator_address=spec.coordinator_address, num_processes=spec.num_processes,
@@ -175,13 +148,8 @@ def initialize(spec: ProcessSpec, timeout_seconds: float, connect_timeout_second
 
 
 def check_uniform_devices() -> None:
-  """Checks that every process has as many local devices as the others.
-
-  The global mesh and JAX's process_allgather assume it.
-
-  Raises:
-    DistributedError: the counts differ (the message lists each process's).
-  """
+  """Raises DistributedError unless every process has as many local devices
+  (the global mesh and process_allgather assume it)."""
   counts: Dict[int, int] = {}
   for d in jax.devices():
     counts[d.process_index] = counts.get(d.process_index, 0) + 1
@@ -203,18 +171,8 @@ def is_primary() -> bool:
 
 
 def learner_devices(num_local: int) -> tuple:
-  """The global learner devices, process by process.
-
-  Each process's rows of the batch are then one contiguous block of the
-  mesh.
-
-  Args:
-    num_local: learner devices per process.
-
-  Returns:
-    A tuple of the first `num_local` local devices (by id) of every
-    process, in process order.
-  """
+  """The first `num_local` local devices (by id) of every process, in process
+  order, so each process's batch rows are one contiguous block of the mesh."""
   by_process: Dict[int, list] = {}
   for d in jax.devices():
     by_process.setdefault(d.process_index, []).append(d)
@@ -223,16 +181,9 @@ def learner_devices(num_local: int) -> tuple:
 
 
 def allgather_json(value) -> List:
-  """Gathers a JSON-able value from every process, on every process.
+  """[value of process 0, value of process 1, ...] of a JSON-able value.
 
-  A collective: every process must call it. With one process no collective
-  runs.
-
-  Args:
-    value: any JSON-able value.
-
-  Returns:
-    [value of process 0, value of process 1, ...], as JSON decodes them.
+  A collective: every process must call it.
   """
   if not is_multiprocess():
     return [value]
@@ -248,15 +199,9 @@ def allgather_json(value) -> List:
 
 
 def allgather_ints(values: Sequence[int]) -> np.ndarray:
-  """Gathers small integers from every process, in one collective.
+  """int32 [processes, len(values)] of every process's `values`.
 
-  Every process must call it, with as many values.
-
-  Args:
-    values: int32 values.
-
-  Returns:
-    int32 [processes, len(values)], one row per process in process order.
+  A collective: every process must call it, with as many values.
   """
   row = np.asarray(values, np.int32)
   if not is_multiprocess():
@@ -266,15 +211,8 @@ def allgather_ints(values: Sequence[int]) -> np.ndarray:
 
 
 def replica_digest(tree) -> str:
-  """A hash of every local copy of a replicated pytree.
-
-  Args:
-    tree: a pytree of replicated jax.Arrays.
-
-  Returns:
-    A 16-hex-digit BLAKE2b digest of the leaves' bytes, or 'differ' when two
-    local copies are not bitwise equal.
-  """
+  """A 16-hex-digit BLAKE2b digest of a replicated pytree's local copies, or
+  'differ' when two copies are not bitwise equal."""
   digests = set()
   leaves = jax.tree.leaves(tree)
   for k in range(len(leaves[0].addressable_shards) if leaves else 0):

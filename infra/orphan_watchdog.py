@@ -1,17 +1,12 @@
-"""Ends what a process started when that process dies, kill -9 included.
+"""Ends a driver's descendants (Ray's GCS, raylet, workers) when the driver
+dies, kill -9 included.
 
-Ray started by a driver on this machine (the GCS server, the raylet, its
-workers and agents) outlives a driver killed with SIGKILL by 20-120 s, and
-a stop that cannot run any code of the driver's cannot shut it down. This
-watchdog, a small process in its own session (so Ctrl-C to the driver's
-process group does not reach it), notes every second the processes that
-descend from the driver; once the driver is gone it sends them SIGTERM,
-then SIGKILL to those left after GRACE_SECONDS, and exits. A process is
-signalled only while its start time is the one noted, so a reused pid is
-left alone.
+A small process in its own session (Ctrl-C to the driver's group does not
+reach it) notes the descendants every second; once the driver is gone it
+sends SIGTERM, then SIGKILL after GRACE_SECONDS. A process is signalled only
+while its start time is the one noted, so a reused pid is left alone.
 
   python -m infra.orphan_watchdog <driver pid>
-  start(pid) -> subprocess.Popen   (from the driver)
 """
 
 import os

@@ -1,11 +1,9 @@
 """How the processes of one run watch each other and leave together.
 
-Liveness goes through JAX's coordination service's key-value store: every
-process beats there, and `Watchdog` stops a process with one line naming the
-peer that died or failed, instead of letting it wait forever on a
-collective. `announce_failure`, `leave`, `finish` and `exit_now` end a
-process so that its peers know why (infra/multihost.py's `initialize` starts
-the watchdog).
+Every process beats in JAX's coordination key-value store; `Watchdog` stops
+a process with one line naming the peer that died or failed, instead of a
+wait forever on a collective. `announce_failure`, `leave`, `finish` and
+`exit_now` end a process so that its peers know why.
 """
 
 import os
@@ -33,14 +31,7 @@ _watchdog: Optional['Watchdog'] = None
 
 
 def start_watchdog(timeout_seconds: float) -> None:
-  """Starts this process's watchdog; later calls do nothing.
-
-  Call it right after initialisation, so that a peer lost during start-up is
-  caught too.
-
-  Args:
-    timeout_seconds: how long a peer may stay silent (Watchdog).
-  """
+  """Starts this process's watchdog (call right after initialisation); later calls do nothing."""
   global _watchdog
   if _watchdog is None:
     _watchdog = Watchdog(timeout_seconds)
@@ -48,34 +39,25 @@ def start_watchdog(timeout_seconds: float) -> None:
 
 
 def on_peer_stop(cleanup: Callable[[], None]) -> None:
-  """Registers `cleanup` to run (bounded in time) before the watchdog ends
-  this process; without a watchdog, does nothing."""
+  """Registers `cleanup` to run (bounded in time) before the watchdog ends this process."""
   if _watchdog is not None:
     _watchdog.cleanups.append(cleanup)
 
 
 def peer_stopping() -> bool:
-  """True once the watchdog is ending this process: errors the main thread
-  sees from then on are consequences, not causes."""
+  """True once the watchdog is ending this process: later errors are consequences, not causes."""
   return _watchdog is not None and _watchdog.stopping.is_set()
 
 
 def await_verdict(seconds: float) -> None:
-  """Gives the watchdog `seconds` to find a dead peer (it ends the process
-  if it does); returns if it does not, or at once without a watchdog."""
+  """Gives the watchdog `seconds` to find a dead peer (and end the process)."""
   if _watchdog is not None:
     _watchdog.join(timeout=seconds)
 
 
 def announce_failure(message: str) -> None:
-  """Tells the other processes this one is stopping on an error.
-
-  They stop too, naming it. From then on this process's watchdog judges no
-  peer. Errors of an unreachable coordinator are ignored.
-
-  Args:
-    message: what failed; the first 2000 characters are sent.
-  """
+  """Tells the other processes this one is stopping on `message` (first 2000
+  characters); they stop too, and this watchdog judges no peer from then on."""
   if _watchdog is not None:
     _watchdog.standing_down.set()
   try:
@@ -86,15 +68,10 @@ def announce_failure(message: str) -> None:
 
 
 def leave(code: int) -> None:
-  """Ends a process of a multi-process run that stops on an error.
+  """Ends a process that stops on an error, without JAX's shutdown barrier; does not return.
 
-  Leaves without JAX's shutdown barrier (peers may be dead). Process 0 hosts
-  the store that keeps every process alive, so it leaves last: it waits (at
-  most BYE_SECONDS) until the others have said goodbye or been found dead.
-  Does not return.
-
-  Args:
-    code: the exit status.
+  Process 0 hosts the store every process needs, so it leaves last: it waits
+  (at most BYE_SECONDS) for every other's goodbye or death.
   """
   try:
     client, me = _client(), jax.process_index()
@@ -114,18 +91,11 @@ def leave(code: int) -> None:
 
 
 def finish(code: int = 0) -> None:
-  """Ends a process of a multi-process run that finished; every process calls it.
+  """Ends a process of a finished multi-process run; every process calls it; does not return.
 
-  Leaves without JAX's exit-time shutdown, which can abort a process
-  ("FATAL: exception not rethrown"). Process 0 hosts the coordination
-  service, and a process still connected when it goes is aborted by JAX; so
-  the others wait (at most BYE_SECONDS) for process 0's "done", which comes
-  after its cleanup (closing the logger, wandb), then say goodbye and leave
-  at once, and process 0 leaves once it has every goodbye (`leave`). Does
-  not return.
-
-  Args:
-    code: the exit status.
+  Skips JAX's exit-time shutdown, which can abort a process. A process still
+  connected when process 0 goes is aborted by JAX, so the others wait (at most
+  BYE_SECONDS) for process 0's "done" (after its cleanup), then `leave`.
   """
   try:
     client, me = _client(), jax.process_index()
@@ -143,14 +113,7 @@ def finish(code: int = 0) -> None:
 
 
 def exit_now(code: int) -> None:
-  """Leaves without JAX's shutdown barrier (peers may be dead or gone).
-
-  Flushes stdout and stderr, then os._exit: no atexit handlers, no
-  finally blocks. Does not return.
-
-  Args:
-    code: the exit status.
-  """
+  """Flushes stdout and stderr, then os._exit(code): no atexit, no finally; does not return."""
   sys.stdout.flush()
   sys.stderr.flush()
   os._exit(code)
@@ -161,22 +124,14 @@ def _process_of(key: str) -> int:
 
 
 class Watchdog(threading.Thread):
-  """Beats for this process and watches the others'.
+  """Beats for this process and watches the others' (a daemon thread).
 
-  Ends this process (exit status 1) with one line on stderr naming the peer
-  when a peer announces a failure, stays silent for more than
-  `timeout_seconds`, or the coordinator (process 0) stays unreachable that
-  long. Beats come from this thread, so a long compile or a slow step is not
-  silence; a dead or frozen process is. Before exiting it runs the
-  registered cleanups (at most CLEANUP_SECONDS), then `leave`s.
-
-  A daemon thread. `stopping` is set once it is ending the process,
-  `standing_down` (set by announce_failure) stops it judging peers, and
-  `silent` holds the peers found dead.
-
-  Args:
-    timeout_seconds: how long a peer or the coordinator may stay silent.
-    beat_seconds: the heartbeat period.
+  Ends the process (status 1, one line naming the peer) when a peer announces
+  a failure or stays silent over `timeout_seconds`, or the coordinator stays
+  unreachable that long; runs the cleanups (at most CLEANUP_SECONDS) first.
+  Beats come from this thread, so a long compile is not silence.
+  `standing_down` (set by announce_failure) stops it judging peers; `silent`
+  holds the peers found dead.
   """
   CLEANUP_SECONDS = 20.0
 

@@ -1,25 +1,12 @@
-"""Typed settings: each component's frozen dataclass holds every field's
-type, default, one-line help and check together.
+"""Typed settings: each component's frozen dataclass holds every field's type,
+default, one-line help and check, beside the code that reads it:
 
-A component declares its settings beside its code:
+  beta: float = setting(3e-4, 'step size of the moments', within(0, 1, low_closed=False))
 
-  @dataclasses.dataclass(frozen=True)
-  class PopArtConfig:
-    enabled: bool = setting(False, 'one value output per task with PopArt', boolean)
-    beta: float = setting(3e-4, 'step size of the per-task moments', within(0, 1, low=False))
-
-    def problem(self):          # optional: checks across its own fields
-      ...
-
-ml_collections stays the user's interface: `config_dict` makes a config
-group from the defaults (configs/common.base_config assembles the groups),
-and `read` turns a group back into the frozen dataclass once, at start-up,
-naming the first field that is unknown or whose value its check refuses.
-`reference` gives each field's line for docs/settings.md.
-
-A check is a function value -> None (allowed) or a phrase saying why not
-('must be a positive number, got 0'), which start-up turns into a one-line
-error `config field <group>.<field>: <phrase>`.
+plus an optional `problem()` method for checks across fields. `config_dict`
+makes the ml_collections group, `read` turns it back into the dataclass at
+start-up, `reference` feeds docs/settings.md. A check maps a value to None
+(allowed) or a phrase saying why not ('must be a positive number, got 0').
 """
 
 import dataclasses
@@ -36,9 +23,8 @@ def setting(default, help: str, check: Optional[Check] = None):  # noqa: A002 (a
   """One field of a settings dataclass.
 
   Args:
-    default: its default value (a dict default becomes a nested config
-      group and is copied for each instance).
-    help: one line saying what it does and which values do what.
+    default: its default (a dict becomes a nested group, copied per instance).
+    help: one line saying what it does.
     check: value -> None or why the value is refused; None: any value.
 
   Returns:
@@ -68,8 +54,7 @@ def defaults(cls) -> Dict[str, Any]:
 
 
 def config_dict(cls) -> ml_collections.ConfigDict:
-  """The config group of `cls`'s defaults (nested dicts as nested groups),
-  in declaration order: what a config file starts from and overrides."""
+  """The config group of `cls`'s defaults (nested dicts as nested groups)."""
   group = ml_collections.ConfigDict()
   for name, value in defaults(cls).items():
     group[name] = ml_collections.ConfigDict(value) if isinstance(value, dict) else value
@@ -88,8 +73,7 @@ def _plain(value):
 
 
 class SettingsError(ValueError):
-  """A field that is unknown or refused by its check; `field` is dotted
-  from the config's root ('ppo.epochs')."""
+  """An unknown or refused field; `field` is dotted from the root ('ppo.epochs')."""
 
   def __init__(self, field: str, why: str):
     super().__init__(f'config field {field}: {why}')
@@ -98,8 +82,7 @@ class SettingsError(ValueError):
 
 
 def first_problem(settings) -> Optional[Problem]:
-  """The first field (in declaration order) whose check refuses its value,
-  then the class's own `problem()` across fields; None when all pass."""
+  """(field, why) of the first field its check refuses, then of `problem()`; None when all pass."""
   for field in _fields(type(settings)):
     check = field.metadata.get('check')
     why = check(getattr(settings, field.name)) if check is not None else None
@@ -114,21 +97,16 @@ def read(cls, group, prefix: str = '', check: bool = True):
 
   Args:
     cls: the settings dataclass.
-    group: a config group (ml_collections.ConfigDict or a mapping); a field
-      it lacks takes its default (a run folder's config.json from before
-      the field existed).
-    prefix: the group's dotted path from the config's root, for errors
-      ('ppo'; '' for top-level fields).
-    check: False: skip the fields' checks (unknown fields still raise), for
-      a caller that reports `first_problem` itself.
+    group: a config group or mapping; a missing field takes its default
+      (a config.json from before the field existed).
+    prefix: the group's dotted path, for errors ('' for top-level fields).
+    check: False skips the value checks (unknown fields still raise).
 
   Returns:
-    A frozen `cls` holding the group's values as plain Python (nested groups
-    as dicts, lists as tuples).
+    A frozen `cls` of plain Python values (nested groups as dicts, lists as tuples).
 
   Raises:
-    SettingsError: naming the first field the group has but `cls` lacks
-      (with the allowed ones), or whose value its check refuses.
+    SettingsError: the first unknown field, or value its check refuses.
   """
   names = [f.name for f in _fields(cls)]
   given = dict(group.items()) if group is not None else {}
@@ -144,8 +122,7 @@ def read(cls, group, prefix: str = '', check: bool = True):
 
 
 def reference(cls, prefix: str) -> Iterator[Tuple[str, str, str, str]]:
-  """(dotted name, type, default, help) of each field, for the reference
-  page (docs/settings.md)."""
+  """(dotted name, type, default, help) of each field, for docs/settings.md."""
   hints = getattr(cls, '__annotations__', {})
   for field in _fields(cls):
     kind = hints.get(field.name, field.type)
@@ -155,8 +132,7 @@ def reference(cls, prefix: str) -> Iterator[Tuple[str, str, str, str]]:
            repr(_default(field)), field.metadata.get('help', ''))
 
 
-# Checks. Each takes the value and returns None or why it is refused, in
-# the words start-up errors have always used.
+# Checks: value -> None, or why it is refused.
 
 def _is_number(value) -> bool:
   return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -203,8 +179,7 @@ def within(low: float, high: float, low_closed: bool = True, high_closed: bool =
 
 
 def one_of(allowed) -> Check:
-  """One of `allowed` (a sequence, or a function returning one when the
-  choices are known only at start-up, e.g. registered names)."""
+  """One of `allowed` (a sequence, or a function returning one at start-up)."""
   def check(value):
     choices = allowed() if callable(allowed) else allowed
     if value in choices:
@@ -238,8 +213,7 @@ def mapping(value) -> Optional[str]:
 
 
 def first(problems: Sequence[Tuple[str, Optional[str]]]) -> Optional[Problem]:
-  """The first (field, why) whose why is not None, for a class's
-  `problem()`; None when none is."""
+  """The first (field, why) whose why is not None, for a class's `problem()`."""
   return next(((field, why) for field, why in problems if why is not None), None)
 
 
