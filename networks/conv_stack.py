@@ -25,8 +25,8 @@ are not differentiated (the actors) run the table lookups and then XLA's
 convs on the whole batch, without chunks. `glyph_conv_stack(...,
 impl=...)` runs this op only where networks/kernels.py says so (with
 'auto', when lowered for CPU); elsewhere the plain embedding lookup and
-XLA's own convolutions (`xla_glyph_conv_stack`). (measurements and the
-alternatives measured: docs/speed.md)
+XLA's own convolutions (`xla_glyph_conv_stack`). (measurements:
+docs/speed.md; the alternatives measured: the page's git history)
 """
 
 import jax

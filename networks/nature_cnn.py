@@ -44,7 +44,8 @@ Parameters are the plain layers' (conv kernels [kh, kw, cin, cout], biases
 path (`supported`); the torso falls back to `Conv2D` for anything else.
 `xla_convs` is the same function as three XLA convolutions: what the torso
 runs where networks/kernels.py does not choose the CPU ops (accelerators).
-(measurements, a profile and the alternatives measured: docs/speed.md)
+(measurements and the alternatives measured: docs/speed.md; its profiles:
+the page's git history)
 """
 
 import functools
