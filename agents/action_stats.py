@@ -1,7 +1,6 @@
 """What the agent does, per task: action frequencies, policy entropy and
-collapse onto one action, accumulated over a log window from the unrolls
-the learner consumes (the actors' behaviour policy). With several processes
-each keeps its own window and process 0 sums their drained windows."""
+collapse onto one action, over a log window of the unrolls the learner
+consumes. With several processes, process 0 sums their drained windows."""
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -17,14 +16,9 @@ def _entropy(logits: np.ndarray) -> np.ndarray:
 
 
 class ActionStats:
-  """A window of action counts and policy entropy per task.
+  """A window of action counts and policy entropy for K tasks and A actions.
 
-  Holds no lock: use it from one thread (training: the learner loop's
-  Summariser).
-
-  Args:
-    num_tasks: K.
-    num_actions: A.
+  Holds no lock: use it from one thread.
   """
 
   def __init__(self, num_tasks: int, num_actions: int):
@@ -37,14 +31,9 @@ class ActionStats:
     self._entropy_sum = np.zeros(self._k)
 
   def add(self, task_id: np.ndarray, action: np.ndarray, logits: np.ndarray) -> None:
-    """Adds one learner batch to the window.
+    """Adds one learner batch: task_id and action int [T, B], behaviour logits [T, B, A].
 
     The last step of each unroll is the first of the next, so it is skipped.
-
-    Args:
-      task_id: int [T, B].
-      action: int [T, B].
-      logits: the behaviour logits [T, B, A].
     """
     task_id, action, logits = task_id[:-1].ravel(), action[:-1].ravel(), logits[:-1]
     self._counts += np.bincount(task_id * self._a + action,
@@ -53,13 +42,7 @@ class ActionStats:
                                      minlength=self._k)
 
   def drain(self) -> Dict[str, list]:
-    """The window, to be summed over processes (`summary`); resets it.
-
-    Returns:
-      The window as JSON-able lists: 'counts' [K][A] (actions per task),
-      'entropy_sum' [K] (the behaviour policy's entropy, summed over each
-      task's steps).
-    """
+    """The window as JSON-able lists ('counts' [K][A], 'entropy_sum' [K]); resets it."""
     window = {'counts': self._counts.tolist(), 'entropy_sum': self._entropy_sum.tolist()}
     self.reset()
     return window
@@ -69,20 +52,13 @@ class ActionStats:
               ) -> Tuple[Dict[str, float], List[str]]:
     """The window's metrics, and a warning per collapsed task.
 
-    Summarises the sum of `windows` (drained windows, e.g. one per process)
-    or else this window, which it resets. Tasks without a step in the window
-    are left out.
-
-    Args:
-      task_names: K names, the `<t>` of the metrics.
-      action_names: A names, the `<action>` of the metrics.
-      windows: drained windows (`drain`) to sum, or None for this one.
+    Summarises the sum of `windows` (drained windows, one per process) or else
+    this window, which it resets. Tasks without a step are left out.
 
     Returns:
-      (metrics, warnings): metrics `actions/<t>/<action>` (frequencies),
-      `entropy/<t>` (the mean entropy per step) and `collapse/<t>` (1.0 when
-      one action took more than COLLAPSE_THRESHOLD, 90%, of the window, else
-      0.0); a warning line per collapsed task.
+      (metrics, warnings): `actions/<t>/<action>` (frequencies), `entropy/<t>`
+      (mean per step) and `collapse/<t>` (1.0 when one action took more than
+      COLLAPSE_THRESHOLD of the window); a warning line per collapsed task.
     """
     if windows is None:
       windows = [self.drain()]

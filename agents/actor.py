@@ -1,14 +1,8 @@
 """Sebulba actor threads (Hessel et al. 2021, arXiv 2104.06272): step a batch
-of envs, run the policy, send unrolls.
-
-Each actor owns a batched env and a jitted `act` on its actor device. It
-collects unrolls of T + 1 steps (the last is the first of the next unroll),
-puts them on a bounded queue for the learner, and picks up the newest
-parameters the learner published at the start of every unroll.
-
-The step bookkeeping (episode starts and ends, the `prev_action` and
-`prev_reward` inputs, returns) is agents/rollout.py's, shared with evaluation.
-"""
+of envs, run the policy, send unrolls of T + 1 steps (the last is the first
+of the next) to the learner on a bounded queue, picking up the newest
+published params at the start of every unroll. Step bookkeeping is
+agents/rollout.py's, shared with evaluation."""
 
 import dataclasses
 import queue
@@ -26,11 +20,9 @@ from rl.types import Unroll
 
 
 class ParamsStore:
-  """The learner's latest variables and their version (learner step).
+  """The learner's latest variables and their version (learner step), under one lock.
 
-  Thread-safe: the learner publishes, every actor thread reads, under one
-  lock. Holds a reference, not a copy: a publisher must not mutate what it
-  published.
+  Holds a reference, not a copy: a publisher must not mutate what it published.
   """
 
   def __init__(self):
@@ -50,25 +42,19 @@ class ParamsStore:
 
 @dataclasses.dataclass
 class UnrollBlock:
-  """An actor's unroll of all its envs, tagged with the params version used
-  and the actor that made it."""
+  """An actor's unroll of all its envs, tagged with the params version used and the actor."""
   unroll: Unroll
   params_version: int
   actor_id: int = 0
 
 
 def make_act_fn(network):
-  """The actors' jitted policy step: one step of B envs.
-
-  Args:
-    network: the AgentNetwork.
+  """The actors' jitted policy step for B envs.
 
   Returns:
     act(variables, obs, first, core_state, rng) -> (action, logits,
     core_state, rng): obs key -> [B, ...], first bool [B]; action int32 [B]
-    sampled from the policy's logits [B, A] with a key split from `rng`,
-    the core state after the step and the rng to pass next. Runs on the
-    device its inputs are on.
+    sampled from logits [B, A]; the rng to pass next.
   """
 
   @jax.jit
@@ -110,34 +96,20 @@ class _Buffers:
 
 
 class Actor(threading.Thread):
-  """One actor thread. Errors are kept in `self.error` for the learner to raise.
+  """One actor thread (daemon, 'actor-<id>'); an exception ends it and is kept
+  in `error` for the learner to raise.
 
-  A daemon thread named 'actor-<id>'. Each unroll has unroll_length + 1
-  steps, the last the first of the next; it goes on `unrolls` as an
-  UnrollBlock tagged with the params version it started with (fields
-  [T + 1, B, ...] on the host, core state [B, ...] at its first step). The
-  newest published params are read at the start of every unroll and put
-  on `device`. Whole games that end go on `episodes` as rollout.Episode.
-  `env_steps` counts the env steps taken (B per step).
+  Puts UnrollBlocks on `unrolls` (fields [T + 1, B, ...] on the host, core
+  state [B, ...] at the first step), finished games on `episodes`, and counts
+  `env_steps`.
 
   Args:
-    actor_id: the global actor id (its thread's name).
-    env: the batched env; the actor owns it.
-    act_fn: make_act_fn's act.
-    initial_state: the core state for B envs (network.initial_state).
-    store: where the learner publishes params.
-    unrolls: the bounded queue of UnrollBlocks to the learner.
-    episodes: the queue of finished games.
-    timer: the stage timer (stages 'inference', 'env_step',
-      'actor_queue_put', 'actor_wait_learner').
-    stop: set to end the loop.
-    unroll_length: T, steps per unroll (without the extra one).
-    device: the actor device the policy runs on.
+    timer: stages 'inference', 'env_step', 'actor_queue_put', 'actor_wait_learner'.
+    unroll_length: T, without the extra step.
     seed: the action sampling seed (builder.actor_seed).
-    wait_for_learner: after queueing an unroll, wait for room in the queue
-      before acting again, so that the next unroll starts with params about
-      one update behind the update that consumes it; False: run ahead by
-      queue_size blocks.
+    wait_for_learner: after queueing an unroll, wait for room in the queue, so
+      the next unroll starts with params about one update behind the one that
+      consumes it; False: run ahead by queue_size blocks.
   """
 
   def __init__(self, actor_id: int, env, act_fn: Callable, initial_state: Any,
@@ -153,19 +125,13 @@ class Actor(threading.Thread):
     self._length = unroll_length + 1
     self._device = device
     self._rng = jax.device_put(jax.random.key(seed), device)
-    # After queueing an unroll, wait for room in the queue (the learner took
-    # a block) before acting again, so the next unroll starts with params
-    # about one update behind the update that consumes it: exactly one with
-    # one actor and a queue of one; 1 and 2 in turn with two actors (PPO's
-    # ratio is taken against the acting policy). False: run ahead by
-    # queue_size blocks.
+    # PPO's ratio is taken against the acting policy, so the lag matters.
     self._wait_for_learner = wait_for_learner
     self.error: Optional[BaseException] = None
     self.env_steps = 0
 
   def run(self):
-    """Runs the actor loop until `stop` is set; any exception ends it and is
-    kept in `error`."""
+    """Runs the actor loop until `stop` is set."""
     try:
       self._loop()
     except BaseException as e:  # reported by the learner loop
@@ -234,21 +200,10 @@ class Actor(threading.Thread):
 
 
 def make_envs(spec, first_actor: int = 0, env_steps: int = 0, count=None) -> list:
-  """The batched envs of this process's actors, as training makes them.
+  """The batched envs of this process's actors (the first `count`; None: all).
 
   Actor i steps spec.plan.actor_env_groups[i], seeded for global actor id
-  first_actor + i at `env_steps` (a resumed run gets fresh games,
-  builder.env_seed). With actors.nle_ttyrecs, NLE writes its ttyrecs under
-  `<workdir>/nle`.
-
-  Args:
-    spec: the run's RunSpec (configs/spec.py).
-    first_actor: the global id of this process's first actor.
-    env_steps: the run's env step (0 for a fresh run).
-    count: make the envs of the first `count` actors only; None: all.
-
-  Returns:
-    A list of batched envs, one per actor.
+  first_actor + i at `env_steps`, so a resumed run gets fresh games.
   """
   plan = spec.plan
   groups = plan.actor_env_groups if count is None else plan.actor_env_groups[:count]
@@ -263,29 +218,8 @@ def make_envs(spec, first_actor: int = 0, env_steps: int = 0, count=None) -> lis
 def make_actors(spec, network, envs, store: 'ParamsStore', unrolls: queue.Queue,
                 episodes: queue.SimpleQueue, timer: StageTimer, stop: threading.Event,
                 rng: jax.Array, env_steps: int = 0, first_actor: int = 0) -> list:
-  """The actor threads of this process, not started.
-
-  One Actor per env of `envs` (make_envs), acting with `network` on
-  spec.plan.actor_device; their sampling seeds come from the learner's `rng`
-  at `env_steps` (builder.actor_seed). The run's unroll_length and
-  actors.wait_for_learner set theirs.
-
-  Args:
-    spec: the run's RunSpec (configs/spec.py).
-    network: the AgentNetwork.
-    envs: the batched envs (make_envs), one per actor.
-    store: where the learner publishes params.
-    unrolls: the bounded queue to the learner.
-    episodes: the queue of finished games.
-    timer: the stage timer.
-    stop: set to end every actor.
-    rng: the learner's PRNG key.
-    env_steps: the run's env step.
-    first_actor: the global id of this process's first actor.
-
-  Returns:
-    A list of Actor threads.
-  """
+  """The Actor threads of this process, not started: one per env of `envs`,
+  on spec.plan.actor_device, seeded from the learner's `rng` at `env_steps`."""
   act = make_act_fn(network)
   return [Actor(first_actor + i, e, act, network.initial_state(e.num_envs), store, unrolls,
                 episodes, timer, stop, spec.run.unroll_length, spec.plan.actor_device,

@@ -1,11 +1,7 @@
-"""The one place an agent is assembled from a run spec (configs/spec.py).
-
-`build_agent` makes the network, its initial variables, the optimiser and
-its schedule, the learner mesh and state, and (unless asked not to) the
-jitted update. Training, run loading, evaluation, the frame checks and
-every launch tool build through it, so they cannot drift apart. The seeds
-of actors and their envs are defined here too.
-"""
+"""The one place an agent is assembled from a run spec (configs/spec.py):
+network, initial variables, optimiser, learner mesh and state, jitted
+update, and the seeds of actors and their envs. Training, evaluation and
+every tool build through it, so they cannot drift apart."""
 
 import dataclasses
 from typing import Any, Callable, Dict, Optional
@@ -23,20 +19,7 @@ from rl import value_classification as vc
 
 @dataclasses.dataclass(frozen=True)
 class Agent:
-  """What `build_agent` assembles: the network, its state and its update.
-
-  Attributes:
-    network: the AgentNetwork.
-    variables: the initial {'params', 'popart', ...}.
-    optimizer: the optax optimiser.
-    schedule: the learning rate by learner update.
-    mesh: the learner devices.
-    state: the initial learner state, replicated over the mesh.
-    update: jitted (state, batch) -> (state, metrics), or None.
-    task_gradients: jitted (params, stats, batch) -> each task's gradient
-      norms on the shared torso (rl/task_gradients.task_gradient_norms); None unless
-      a multi-task V-trace run asks for them (log.task_gradients_seconds).
-  """
+  """What `build_agent` assembles; `update` and `task_gradients` may be None."""
   network: agent_net.AgentNetwork
   variables: Dict[str, Any]                 # initial {'params', 'popart', ...}
   optimizer: optax.GradientTransformation
@@ -54,22 +37,16 @@ def build_agent(spec, num_actions: int, observation_spec: Dict[str, tuple],
                 with_update: bool = True) -> Agent:
   """The agent of a run spec, for an env.
 
-  The network's variables are initialised from the run's seed (with
-  network.init); with PopArt the statistics get popart.start's
-  entries. The learner state
-  is replicated over the mesh of plan.learner_devices, and network.dtype
-  'auto' is resolved for their platform.
-
   Args:
     spec: the run's RunSpec (configs/spec.py).
     num_actions: the env's action count.
-    observation_spec: the env's keys, without prev_action / prev_reward:
-      {key: (shape per env step, dtype)}.
+    observation_spec: {key: (shape per env step, dtype)}, without
+      prev_action / prev_reward.
     with_update: False skips the update (tools that only act or restore).
 
   Returns:
-    An Agent; its `update` is None without `with_update`, its
-    `task_gradients` None unless a multi-task V-trace run sets
+    An Agent, its state replicated over plan.learner_devices;
+    `task_gradients` is None unless a multi-task V-trace run sets
     log.task_gradients_seconds.
   """
   plan, run = spec.plan, spec.run
@@ -104,31 +81,13 @@ def build_agent(spec, num_actions: int, observation_spec: Dict[str, tuple],
 
 
 def env_seed(seed: int, actor_id: int, env_steps: int = 0) -> int:
-  """The seed of an actor's envs.
-
-  Args:
-    seed: the run's seed.
-    actor_id: the global actor id (actor ids are global over processes).
-    env_steps: the run's env step; a resumed run passes its own, for fresh
-      games rather than a replay of the start.
-
-  Returns:
-    An int in [0, 2**31).
-  """
+  """The seed of a global actor's envs, in [0, 2**31); a resumed run passes its
+  `env_steps`, for fresh games rather than a replay of the start."""
   return (seed * 100_003 + 1_009 * actor_id + env_steps) % 2**31
 
 
 def actor_seed(rng: jax.Array, env_steps: int, actor_id: int) -> int:
-  """The seed of an actor's action sampling.
-
-  Args:
-    rng: the learner's PRNG key.
-    env_steps: the run's env step.
-    actor_id: the global actor id.
-
-  Returns:
-    An int in [0, 2**31 - 1), from `rng` folded with `env_steps` and
-    `actor_id`.
-  """
+  """The seed of an actor's action sampling, in [0, 2**31 - 1), from the
+  learner's `rng` folded with `env_steps` and `actor_id`."""
   key = jax.random.fold_in(jax.random.fold_in(rng, env_steps), actor_id)
   return int(jax.random.randint(key, (), 0, 2**31 - 1))

@@ -1,32 +1,14 @@
-"""Checkpoints of the whole learner state with orbax, numbered by env step.
+"""Checkpoints of the whole learner state with orbax, at
+`<workdir>/checkpoints/<env_steps>/`: learner state, env-step counter and the
+actors' RNG key. With several processes every call is collective.
 
-With several processes every process makes the same calls (orbax's
-multi-process checkpointing: they are collective), into one folder all of
-them can read.
-
-A checkpoint holds the learner state (params, PopArt statistics, optimiser
-state with its schedule count and its injected hyperparameters, learner
-step), the env-step counter and the RNG key the actors are seeded from.
-`<workdir>/checkpoints/<env_steps>/`. Checkpoints written before the
-optimiser state held its hyperparameters restore too: their optimiser
-state becomes the inner state, with the hyperparameters of the config.
-
-Each checkpoint is verified when it is written: its files are read back
-into `<step>/verified.json` (size and SHA-256 of every file) and its
-metadata must list the state's arrays. Before a resume `find_intact` checks
-the files against that manifest, newest first; damaged checkpoints move to
-`<workdir>/checkpoints.damaged/` (kept, out of orbax's sight) and the run
-resumes from the newest intact one. Older checkpoints are deleted only
-after a newer one verified, so the last intact one is never deleted while a
-damaged one is kept.
-
-A checkpoint cut off between orbax's write and its manifest (a kill in
-those milliseconds) has no manifest either. `checkpoints/manifests.json`,
-written when a trainer first opens the folder, says from which env step on
-every checkpoint has one: a checkpoint from that step without a manifest is
-damaged ("no manifest: cut off before it was verified") and is set aside
-like any other. Older checkpoints, written before manifests existed, are
-checked for orbax's own metadata files only.
+Guarantees: each checkpoint is read back when written into a manifest
+(`verified.json`, size and SHA-256 per file); a resume takes the newest
+intact one and moves damaged ones to `checkpoints.damaged/`; an older
+checkpoint is deleted only after a newer one verified. From the step in
+`checkpoints/manifests.json` on, a checkpoint without a manifest was cut off
+and counts as damaged. Checkpoints from before the optimiser state held its
+hyperparameters restore with the config's.
 """
 
 import errno
@@ -55,8 +37,7 @@ KEEP_LAST = 2  # checkpoints kept when keep_intermediate is False
 
 
 def _no_space(e: BaseException) -> Optional[str]:
-  """'no space left on device' (or the quota's words) if `e` or an error it
-  came from is a full disk, else None."""
+  """The full-disk words if `e` or an error it came from is a full disk, else None."""
   seen = set()
   while e is not None and id(e) not in seen:
     seen.add(id(e))
@@ -71,9 +52,8 @@ def _no_space(e: BaseException) -> Optional[str]:
 
 
 def _saved_fields(state: LearnerState) -> Dict[str, Any]:
-  """The fields a checkpoint holds: all of them, less a learner state that
-  holds no arrays (IMPALA's and PPO's), so that their checkpoints are what
-  they were before learners could keep a state."""
+  """The fields a checkpoint holds, less an `algorithm` state without arrays, so
+  IMPALA's and PPO's checkpoints keep their layout."""
   fields = state._asdict()
   if not jax.tree.leaves(fields['algorithm']):
     del fields['algorithm']
@@ -81,16 +61,13 @@ def _saved_fields(state: LearnerState) -> Dict[str, Any]:
 
 
 def _without_injected_hyperparameters(like: LearnerState) -> LearnerState:
-  """`like` with the optimiser state as checkpoints written before
-  optax.inject_hyperparams saved it: the inner optimiser's state alone."""
+  """`like` with only the inner optimiser state, as pre-inject_hyperparams checkpoints hold it."""
   return like._replace(opt_state=like.opt_state.inner_state)
 
 
 def _with_injected_hyperparameters(state: LearnerState, like: LearnerState) -> LearnerState:
-  """An old checkpoint's state with the optimiser state rewrapped: its inner
-  state as restored, the hyperparameters `like`'s (the config's: what
-  that run trained with), the injection's count the learner steps times
-  the optimiser steps per update (the schedule's own count)."""
+  """An old checkpoint's state with the optimiser state rewrapped: hyperparameters
+  `like`'s, the count the restored schedule count."""
   counts = [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(state.opt_state)
             if path and getattr(path[-1], 'name', None) == 'count']
   count = counts[0] if counts else like.opt_state.count
@@ -103,19 +80,15 @@ def _with_injected_hyperparameters(state: LearnerState, like: LearnerState) -> L
 class Checkpointer:
   """Writes, verifies, rotates and restores the checkpoints of a run folder.
 
-  Saves are synchronous. With several processes every process makes the
-  same calls (orbax's are collective); the primary process (0) verifies,
-  writes the manifests and sets damaged checkpoints aside, and every
-  process acts on its verdict. Rotation is done here, after verification,
-  not by orbax's max_to_keep.
+  Saves are synchronous and every process makes the same calls; the primary
+  process verifies, writes the manifests and sets damaged checkpoints aside,
+  and every process acts on its verdict. Rotation is done here, after
+  verification, not by orbax's max_to_keep.
 
   Args:
-    workdir: the run folder; checkpoints go to `<workdir>/checkpoints`.
-    keep_intermediate: keep every checkpoint; False keeps the newest
-      KEEP_LAST.
+    keep_intermediate: keep every checkpoint; False keeps the newest KEEP_LAST.
     read_only: open for restoring only: nothing is created or written.
-    primary: this process writes the manifests and deletes old checkpoints
-      (process 0).
+    primary: process 0.
 
   Raises:
     CheckpointError: MANIFESTS_SINCE cannot be written.
@@ -128,7 +101,6 @@ class Checkpointer:
     self._primary = primary  # writes the manifests and deletes old checkpoints
     self.problems: List[str] = []  # checkpoints that failed verification when written
     self._verified: set = set()     # steps this process wrote (or found intact) and verified
-    # Rotation is ours (after verification), not orbax's max_to_keep.
     self._manager = ocp.CheckpointManager(
         directory(workdir),
         options=ocp.CheckpointManagerOptions(
@@ -156,34 +128,26 @@ class Checkpointer:
     return self._manager.latest_step()
 
   def save(self, env_steps: int, state: LearnerState, rng: jax.Array) -> bool:
-    """Writes and verifies a checkpoint at `env_steps`.
+    """Writes and verifies a checkpoint at `env_steps`; every process calls it.
 
-    A checkpoint that fails verification is set aside and named in
-    `problems` (the earlier ones stay); the next save tries again. A
-    checkpoint already on disk at that step is kept if intact, else set
-    aside and written again. After a verified save all but the newest
-    KEEP_LAST are deleted unless keep_intermediate. Every process calls it.
-
-    Args:
-      env_steps: the env step, the checkpoint's number.
-      state: the learner state.
-      rng: the PRNG key the actors are seeded from.
+    One that fails verification is set aside and named in `problems`, and the
+    next save tries again. One already at that step is kept if intact, else
+    rewritten.
 
     Returns:
-      True when one was written now (verified or not), False when that step
-      is saved already.
+      True when one was written now (verified or not), False when that step is
+      saved already.
 
     Raises:
       CheckpointError: the disk is full (one line naming the newest intact
-        checkpoint); other errors of orbax's write pass through.
+        checkpoint); orbax's other errors pass through.
     """
     if env_steps in self._verified:
       return False
     self._manager.reload()  # orbax's list may lag a save cut off by a signal
     if env_steps in self._manager.all_steps():
-      # Written before (by an earlier run, or cut off before its manifest by a
-      # second signal during the final save): kept if intact, else set aside
-      # and written again. Process 0 decides; every process acts alike.
+      # Written before (an earlier run, or cut off before its manifest):
+      # process 0 decides, every process acts alike.
       step_dir = os.path.join(self.directory, str(env_steps))
       problem = damage(step_dir) if self._primary else None
       problem = multihost.allgather_json(problem)[0]
@@ -194,8 +158,7 @@ class Checkpointer:
         set_aside(self._workdir, env_steps)
       multihost.allgather_json(None)  # moved before anyone reloads
       self._manager.reload()
-    # Host values (env steps, the key's data) are the same on every process;
-    # with several processes orbax writes them and the replicated state once.
+    # Host values are the same on every process; orbax writes them once.
     item = {'state': _saved_fields(state), 'env_steps': np.asarray(env_steps, np.int64),
             'rng': np.asarray(jax.random.key_data(rng))}
     try:
@@ -204,8 +167,7 @@ class Checkpointer:
     except Exception as e:  # noqa: BLE001 -- orbax wraps OS errors in several kinds
       self._raise_if_disk_full(env_steps, e)
       raise
-    # Process 0 verifies; every process acts on its verdict alike (orbax's
-    # delete is collective).
+    # Process 0 verifies; every process acts alike (orbax's delete is collective).
     try:
       problem = self._verify_written(env_steps, item) if self._primary else None
     except Exception as e:  # noqa: BLE001 -- only a full disk escapes _verify_written
@@ -225,8 +187,7 @@ class Checkpointer:
     return True
 
   def _raise_if_disk_full(self, env_steps: int, e: BaseException) -> None:
-    """The one-line CheckpointError naming the newest intact checkpoint, if
-    `e` comes from a full disk; returns otherwise."""
+    """Raises the one-line CheckpointError if `e` comes from a full disk."""
     full = _no_space(e)
     if not full:
       return
@@ -261,19 +222,10 @@ class Checkpointer:
 
   def restore(self, like: LearnerState, env_steps: Optional[int] = None,
               ) -> Dict[str, Any]:
-    """Restores a checkpoint into the shape and placement of a learner state.
-
-    Checkpoints written before the optimiser state held its hyperparameters
-    (optax.inject_hyperparams) restore too: their optimiser state becomes
-    the inner state, with `like`'s hyperparameters (the config's).
-
-    Args:
-      like: a learner state of this run (structure, shapes, shardings).
-      env_steps: the checkpoint's env step; None: the newest.
+    """Restores a checkpoint (None: the newest) into the shapes and placement of `like`.
 
     Returns:
-      {'state': LearnerState placed like `like`, 'env_steps': int, 'rng':
-      key}.
+      {'state': LearnerState, 'env_steps': int, 'rng': key}.
 
     Raises:
       FileNotFoundError: no checkpoint, or none at `env_steps`.
@@ -302,9 +254,7 @@ class Checkpointer:
             'rng': jax.random.wrap_key_data(np.asarray(item['rng']))}
 
   def _is_legacy(self, step: int, like: LearnerState) -> bool:
-    """Whether the checkpoint at `step` was written before the optimiser
-    state held its hyperparameters (optax.inject_hyperparams), while `like`
-    holds them."""
+    """Whether the checkpoint at `step` lacks the optimiser's hyperparameters that `like` holds."""
     if not hasattr(like.opt_state, 'hyperparams'):
       return False
     try:  # orbax's tree metadata: one "('state', 'opt_state', ...)" key per array
@@ -315,18 +265,8 @@ class Checkpointer:
     return not any(key.startswith("('state', 'opt_state', 'hyperparams'") for key in keys)
 
   def restore_raw(self, env_steps: int) -> Dict[str, Any]:
-    """A checkpoint as saved, with no target structure needed.
-
-    Args:
-      env_steps: the checkpoint's env step.
-
-    Returns:
-      Nested dicts of arrays (for analyses: `['state']['params']`), with
-      'state', 'env_steps' and 'rng'.
-
-    Raises:
-      FileNotFoundError: no checkpoint at `env_steps`.
-    """
+    """A checkpoint as saved, as nested dicts of arrays ('state', 'env_steps',
+    'rng'), with no target structure needed; FileNotFoundError if absent."""
     self._check_step(env_steps)
     return self._manager.restore(env_steps, args=ocp.args.StandardRestore())
 

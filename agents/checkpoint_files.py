@@ -1,8 +1,6 @@
-"""A checkpoint's files on disk: where they are, the manifest that verifies
-them, the damage found against it, damaged checkpoints set aside, and the
-newest intact one (agents/checkpoint.py writes and restores through orbax;
-its module docstring says how the pieces fit).
-"""
+"""A checkpoint's files on disk: the manifest that verifies them, the damage
+found against it, damaged checkpoints set aside, and the newest intact one
+(agents/checkpoint.py's docstring says how the pieces fit)."""
 
 import hashlib
 import json
@@ -48,14 +46,10 @@ def _digest(path: str) -> str:
 
 
 def write_manifest(step_dir: str) -> None:
-  """Reads every file of a written checkpoint back into its manifest.
+  """Reads every file of the checkpoint at `step_dir` back into its manifest.
 
-  Writes `<step_dir>/verified.json`: {'files': {relative path: [size in
-  bytes, SHA-256 hex digest]}} for every file but the manifest itself,
-  through a temporary file that is fsynced and renamed into place.
-
-  Args:
-    step_dir: the checkpoint's folder, `checkpoints/<env_steps>`.
+  Writes `<step_dir>/verified.json` = {'files': {relative path: [size,
+  SHA-256 hex]}}, fsynced and renamed into place.
   """
   files = {rel: [os.path.getsize(os.path.join(step_dir, rel)), _digest(os.path.join(step_dir, rel))]
            for rel in _files(step_dir)}
@@ -68,21 +62,11 @@ def write_manifest(step_dir: str) -> None:
 
 
 def damage(step_dir: str) -> Optional[str]:
-  """What is wrong with a checkpoint's files, if anything. Reads only.
+  """What is wrong with the checkpoint at `step_dir` (one line), or None. Reads only.
 
-  With a manifest, every file it lists must exist with its size and
-  SHA-256. Without one, a checkpoint at or after the folder's
-  MANIFESTS_SINCE step is damaged (cut off before it was verified); an
-  older one, written before manifests existed, needs only orbax's metadata
-  (REQUIRED).
-
-  Args:
-    step_dir: the checkpoint's folder, `checkpoints/<env_steps>`.
-
-  Returns:
-    None if the files are as written, else one line: a file missing, of
-    another size or content, an unreadable manifest, no manifest where one
-    is due, or orbax's metadata missing.
+  With a manifest, every file it lists must have its size and SHA-256.
+  Without one, a checkpoint at or after the MANIFESTS_SINCE step was cut off
+  before it was verified; an older one needs only orbax's metadata (REQUIRED).
   """
   manifest_path = os.path.join(step_dir, MANIFEST)
   if not os.path.isfile(manifest_path):
@@ -109,15 +93,10 @@ def damage(step_dir: str) -> Optional[str]:
 
 
 def manifests_from_step(checkpoint_dir: str) -> Optional[int]:
-  """The env step from which every checkpoint in a folder has a manifest.
+  """The env step from which every checkpoint in `checkpoint_dir` has a manifest.
 
-  Args:
-    checkpoint_dir: the `checkpoints` folder.
-
-  Returns:
-    The step of its MANIFESTS_SINCE file; None when there is none (a folder
-    written before manifests existed); 0 when it is unreadable (every
-    checkpoint is then held to a manifest).
+  None without a MANIFESTS_SINCE file (a folder from before manifests); 0
+  when it is unreadable (every checkpoint is then held to a manifest).
   """
   try:
     with open(os.path.join(checkpoint_dir, MANIFESTS_SINCE)) as f:
@@ -129,13 +108,8 @@ def manifests_from_step(checkpoint_dir: str) -> Optional[int]:
 
 
 def mark_manifests(checkpoint_dir: str) -> None:
-  """Writes MANIFESTS_SINCE once: checkpoints from after the newest one now
-  on disk will have manifests.
-
-  Args:
-    checkpoint_dir: `<workdir>/checkpoints` (it exists); a file already
-      there is left as it is.
-  """
+  """Writes MANIFESTS_SINCE once: checkpoints after the newest one now on disk
+  will have manifests. A file already there is left as it is."""
   path = os.path.join(checkpoint_dir, MANIFESTS_SINCE)
   if os.path.exists(path):
     return
@@ -149,16 +123,8 @@ def mark_manifests(checkpoint_dir: str) -> None:
 
 
 def set_aside(workdir: str, step: int) -> str:
-  """Moves a checkpoint out of orbax's sight, keeping it.
-
-  Args:
-    workdir: the run folder.
-    step: the checkpoint's env step.
-
-  Returns:
-    Where it went: `checkpoints.damaged/<step>`, or `<step>.<n>` (n = 2, 3,
-    ...) when that name is taken.
-  """
+  """Moves a checkpoint out of orbax's sight, keeping it; returns where it went
+  (`checkpoints.damaged/<step>`, or `<step>.<n>` when that is taken)."""
   dest_dir = os.path.join(os.path.abspath(workdir), DAMAGED_SUBDIR)
   os.makedirs(dest_dir, exist_ok=True)
   dest, n = os.path.join(dest_dir, str(step)), 1
@@ -170,16 +136,7 @@ def set_aside(workdir: str, step: int) -> str:
 
 
 def steps_on_disk(workdir: str) -> List[int]:
-  """Env steps of the checkpoint folders, ascending. Reads only.
-
-  Args:
-    workdir: the run folder.
-
-  Returns:
-    The steps of `checkpoints/<step>` folders; [] without a checkpoints
-    folder. orbax's unfinished temporary folders are not numbers and are
-    skipped.
-  """
+  """Env steps of the `checkpoints/<step>` folders, ascending ([] without any). Reads only."""
   root = directory(workdir)
   if not os.path.isdir(root):
     return []
@@ -190,12 +147,9 @@ def steps_on_disk(workdir: str) -> List[int]:
 def find_intact(workdir: str) -> Tuple[Optional[int], List[Tuple[int, str]]]:
   """The newest intact checkpoint, checking newest first (`damage`). Reads only.
 
-  Args:
-    workdir: the run folder.
-
   Returns:
-    (the newest intact checkpoint's step or None, [(step, what is wrong)]
-    for the damaged ones newer than it, newest first).
+    (its step or None, [(step, what is wrong)] for the damaged ones newer
+    than it, newest first).
   """
   damaged = []
   for step in reversed(steps_on_disk(workdir)):

@@ -1,12 +1,10 @@
 """The learner: state, optimiser, and one jitted update sharded over devices
 (the Sebulba learner of Hessel et al. 2021, arXiv 2104.06272).
 
-The update is written as a per-device function with named-axis collectives,
-exactly as a `jax.pmap` body, and run with `jax.jit(jax.shard_map(...))` over
-a 1-D mesh of the learner devices; the global batch is split along its batch
-axis. `check_vma=False` gives the pmap semantics: inside the body, gradients
-with respect to the replicated parameters are per-device and are reduced
-explicitly.
+The update is a per-device function with named-axis collectives, as a
+`jax.pmap` body, run with `jax.jit(jax.shard_map(..., check_vma=False))` over
+a 1-D mesh; gradients of the replicated parameters are per-device there and
+are reduced explicitly.
 """
 
 import functools
@@ -53,16 +51,8 @@ _BATCH_SPECS = Unroll(*[_batch_spec(axis) for axis in BATCH_AXES])
 
 
 def batch_sharding(mesh: Mesh, unroll: Unroll):
-  """NamedShardings that split every field of an unroll along its batch axis.
-
-  Args:
-    mesh: the learner mesh.
-    unroll: an Unroll (only its structure is read).
-
-  Returns:
-    An Unroll of NamedShardings, one per leaf: each field split over AXIS
-    along its batch axis (rl/types.BATCH_AXES).
-  """
+  """An Unroll of NamedShardings splitting each field of `unroll` over AXIS
+  along its batch axis (rl/types.BATCH_AXES)."""
   return Unroll(*[jax.tree.map(lambda _, spec=spec: NamedSharding(mesh, spec), field)
                   for field, spec in zip(unroll, _BATCH_SPECS)])
 
@@ -72,38 +62,25 @@ def build_update(apply_fn: Callable, optimizer, schedule, loss_cfg: LossConfig,
                  seed: int = 0):
   """The learner's jitted update, sharded over the mesh.
 
-  Each device runs the update on its shard of the batch with collectives
-  over AXIS (shard_map, pmap semantics). A centring torso's mean frames are
-  first moved to include the batch's frames (networks/centring.update);
-  then the learner's update takes the batch's optimiser steps (rl/sgd.py),
-  reading the learning rate, clip, epsilon and entropy cost from the
-  optimiser state's injected hyperparameters (rl/optimizers.py), so setting
-  them mid-run needs no recompilation. The new state and the metrics are
-  replicated over the mesh.
+  A centring torso's mean frames first take in the batch's frames; then the
+  learner (rl/algorithms.py, picked by `loss_cfg.name`) takes its optimiser
+  steps, reading the hyperparameters injected in the optimiser state, so
+  setting them mid-run needs no recompilation.
 
   Args:
-    apply_fn: `apply_fn(params, popart_stats, obs, first, core_state)` runs
-      the network; with networks.agent.apply_fn(..., with_health=True) the
-      metrics include the network's health (rl/health.py).
-    optimizer: the optax optimiser.
-    schedule: the learning rate by learner step, schedule(step) or
-      schedule(step, base_rate) when the optimiser state holds the base
-      rate.
-    loss_cfg: the loss settings; `loss_cfg.name` picks the learner from the
-      table (rl/algorithms.py).
+    apply_fn: `apply_fn(params, popart_stats, obs, first, core_state)`.
+    schedule: schedule(step), or schedule(step, base_rate) when the
+      optimiser state holds the base rate.
     value_head: the value head's entry in params and the popart collection.
-    mesh: the learner mesh (make_mesh).
-    max_grad_norm: the optimiser's clip, when the optimiser state does not
-      hold one; it only feeds the 'grad_clipped' metric.
+    max_grad_norm: the clip when the optimiser state holds none; it only
+      feeds the 'grad_clipped' metric.
     seed: with the learner step, seeds the update's shuffles.
 
   Returns:
-    update(state, batch) -> (state, metrics): `batch` an Unroll sharded as
-    batch_sharding says (shard_batch); the state's step goes up by 1. The
-    metrics hold the learner's, 'learning_rate', 'hparams/<name>' for each
-    injected hyperparameter, 'popart/mu' and 'popart/sigma' [K], and
-    'nonfinite/state', the count of non-finite values in the new params,
-    optimiser state and PopArt statistics.
+    update(state, batch) -> (state, metrics), `batch` sharded by
+    `shard_batch`, both outputs replicated. The metrics add 'learning_rate',
+    'hparams/<name>', 'popart/mu' and 'popart/sigma' [K], and
+    'nonfinite/state' (non-finite values in the new state).
   """
   learner = algorithms.get(loss_cfg.name)
   algorithm_update = learner.make_update(
@@ -125,26 +102,17 @@ def build_update(apply_fn: Callable, optimizer, schedule, loss_cfg: LossConfig,
       per_device_update, mesh=mesh,
       in_specs=(P(), _BATCH_SPECS), out_specs=(P(), P()),
       check_vma=False)
-  # Said explicitly, so that a program exported for other devices
-  # (jax.export) records it too: the new state and the metrics are
-  # replicated over the learner mesh.
+  # Explicit, so a program exported with jax.export records it too.
   return jax.jit(sharded, out_shardings=NamedSharding(mesh, P()))
 
 
 def build_task_gradients(apply_fn: Callable, loss_cfg: LossConfig, value_head: str):
   """The jitted per-task gradient report of multi-task V-trace runs.
 
-  Args:
-    apply_fn: the network's apply in the learner's form, without health.
-    loss_cfg: the loss settings.
-    value_head: the value head's entry in params; it and 'policy_head' are
-      the heads, every other top-level module is shared.
-
   Returns:
     report(params, stats, batch) -> {'task/grad_*': [K]}: each task's
-    policy-gradient and value gradient norms on the shared modules of one
-    device's params (local_copy), on a few host unrolls
-    (rl/task_gradients.task_gradient_norms).
+    policy and value gradient norms on the modules other than the two heads,
+    for one device's params on host unrolls.
   """
   heads = ('policy_head', value_head)
 
@@ -158,8 +126,7 @@ def build_task_gradients(apply_fn: Callable, loss_cfg: LossConfig, value_head: s
 
 def _centred(params, batch: Unroll):
   """Params with a centring torso's mean frames moved to include the batch's
-  frames (networks/centring.py), before the update's gradient steps; other
-  params unchanged."""
+  frames (networks/centring.py); other params unchanged."""
   if 'frames' not in batch.obs:
     return params
   return centring.update(params, batch.obs['frames'], batch.task_id, AXIS)
@@ -191,19 +158,8 @@ def _finish(state, params, opt_state, value_head, new_stats, metrics, schedule):
 
 
 def init_state(variables, optimizer, mesh: Mesh, algorithm=()) -> LearnerState:
-  """The initial learner state, replicated over the mesh.
-
-  Args:
-    variables: the network's initial {'params', 'popart', ...}.
-    optimizer: the optax optimiser; its state is initialised from the
-      params.
-    mesh: the learner mesh.
-    algorithm: the learner's own initial state
-      (rl/actor_critic.Learner.init_state); () for IMPALA and PPO.
-
-  Returns:
-    A LearnerState at step 0 (int32), every leaf replicated over `mesh`.
-  """
+  """The LearnerState at step 0, every leaf replicated over `mesh`; `algorithm`
+  is the learner's own state (() for IMPALA and PPO)."""
   state = LearnerState(
       params=variables['params'], popart=variables['popart'],
       opt_state=optimizer.init(variables['params']),
@@ -212,19 +168,8 @@ def init_state(variables, optimizer, mesh: Mesh, algorithm=()) -> LearnerState:
 
 
 def shard_batch(batch: Unroll, mesh: Mesh) -> Unroll:
-  """This process's unrolls as its shard of the global batch.
-
-  With one process the batch is the global batch. With several, each
-  process's rows go to its own learner devices and the global batch is the
-  processes' batches side by side in process order.
-
-  Args:
-    batch: this process's Unroll of host arrays.
-    mesh: the learner mesh.
-
-  Returns:
-    The Unroll as global jax.Arrays sharded by batch_sharding.
-  """
+  """This process's Unroll of host arrays as its shard of the global batch: the
+  processes' batches side by side in process order, sharded by batch_sharding."""
   shardings = batch_sharding(mesh, batch)
   if jax.process_count() == 1:
     return jax.device_put(batch, shardings)
@@ -232,15 +177,5 @@ def shard_batch(batch: Unroll, mesh: Mesh) -> Unroll:
 
 
 def local_copy(tree):
-  """This process's copy of a replicated pytree.
-
-  What actors, checks and analyses read, with one or many processes.
-
-  Args:
-    tree: a pytree of replicated jax.Arrays.
-
-  Returns:
-    The same tree of single-device arrays: each leaf's first addressable
-    shard (on this process's first learner device).
-  """
+  """This process's copy of a replicated pytree: each leaf's first addressable shard."""
   return jax.tree.map(lambda x: x.addressable_data(0), tree)

@@ -1,12 +1,9 @@
 """The step bookkeeping of a batch of envs, shared by the actors and evaluation.
 
-Envs follow the auto-reset convention of envs/base.py: the step after an
-episode's end is a reset step (its action is ignored, its reward is 0 and it
-is not counted). Besides the env's own keys, every observation the policy
-sees carries `prev_action` (int32) and `prev_reward` (float32): what the
-agent did and got on the step before, 0 at an episode's first step
-(IMPALA's core reads them), and `task_id` (int32): the env's task, which
-picks the frame centre of a centring torso (networks/centring.py).
+Envs auto-reset (envs/base.py): the step after an episode's end is a reset
+step (action ignored, reward 0, not counted). The policy's observation adds
+`prev_action` and `prev_reward` (0 at an episode's first step; IMPALA's core
+reads them) and `task_id` (picks a centring torso's frame centre).
 """
 
 import dataclasses
@@ -16,68 +13,33 @@ import numpy as np
 
 from networks.agent import CORE_EXTRA_INPUTS
 
-# What the bookkeeping adds to the env's observation: the core's extra inputs
-# (prev_action, prev_reward; defined with the network that reads them) and
-# the task id.
+# What the bookkeeping adds to the env's observation.
 POLICY_INPUT_KEYS = {**{k: (shape, np.dtype(dtype)) for k, (shape, dtype) in CORE_EXTRA_INPUTS.items()},
                      'task_id': ((), np.dtype(np.int32))}
 
 
 def host_dtype(dtype) -> np.dtype:
-  """The dtype stored in unrolls: JAX runs without 64-bit types by default.
-
-  Args:
-    dtype: an observation's dtype.
-
-  Returns:
-    int32 for int64, float32 for float64, else `dtype` (as np.dtype).
-  """
+  """The dtype stored in unrolls: int32 for int64, float32 for float64 (JAX runs
+  without 64-bit types), else `dtype`."""
   dtype = np.dtype(dtype)
   return {np.dtype(np.int64): np.dtype(np.int32),
           np.dtype(np.float64): np.dtype(np.float32)}.get(dtype, dtype)
 
 
 def policy_observation_spec(env_spec):
-  """The env's observation spec plus the keys the bookkeeping adds.
-
-  Args:
-    env_spec: {key: (shape per env step, dtype)} of the env.
-
-  Returns:
-    `env_spec` with POLICY_INPUT_KEYS (prev_action, prev_reward, task_id).
-  """
+  """The env's {key: (shape, dtype)} plus POLICY_INPUT_KEYS."""
   return {**env_spec, **POLICY_INPUT_KEYS}
 
 
 def example_observation(env_spec) -> Dict[str, np.ndarray]:
-  """Zeros of one observation as the policy sees it (network init).
-
-  Args:
-    env_spec: {key: (shape per env step, dtype)} of the env.
-
-  Returns:
-    {key: zeros of the shape, in host_dtype}, without batch axes, for every
-    key of policy_observation_spec(env_spec).
-  """
+  """Zeros of one observation as the policy sees it, without batch axes (network init)."""
   return {k: np.zeros(s, host_dtype(d))
           for k, (s, d) in policy_observation_spec(env_spec).items()}
 
 
 @dataclasses.dataclass(frozen=True)
 class Episode:
-  """One whole game that ended.
-
-  Attributes:
-    task_id: the env's task.
-    episode_return: the sum of the env's rewards (as the env gives them,
-      unclipped).
-    episode_length: agent steps, reset steps excluded.
-    stats: the env's end-of-game stats (NetHack: score, depth, turns), or
-      None.
-    points: steps with a non-zero reward (Atari: points scored or lost).
-    abs_reward: the sum of the rewards' magnitudes: abs_reward / points is a
-      game's reward scale.
-  """
+  """One whole game that ended."""
   task_id: int
   episode_return: float    # sum of the env's rewards (as the env gives them, unclipped)
   episode_length: int      # agent steps, reset steps excluded
@@ -87,20 +49,12 @@ class Episode:
 
 
 class StepBookkeeping:
-  """Per env: episode starts and ends, the previous action and reward, and
-  the running return and length of the game in progress.
+  """Per env: episode starts and ends, the previous action and reward, and the
+  running return and length of the game in progress. Holds no lock.
 
-  `prev_reward_scale` multiplies the env's reward before the policy sees it
-  as `prev_reward`: 1 for training envs (already scaled), the task's reward
-  scale for evaluation envs (raw scores).
-
-  Attributes `first` and `terminal` (bool [B]) say whether the current
-  observation starts an episode, and whether it ends one (the next step is
-  a reset step). Holds no lock: one thread steps its envs.
-
-  Args:
-    num_envs: B.
-    prev_reward_scale: the factor on `prev_reward`.
+  `prev_reward_scale` multiplies the reward the policy sees as `prev_reward`:
+  1 for training envs (already scaled), the task's reward scale for
+  evaluation envs (raw scores).
   """
 
   def __init__(self, num_envs: int, prev_reward_scale: float = 1.0):
@@ -116,34 +70,18 @@ class StepBookkeeping:
     self._scale = np.float32(prev_reward_scale)
 
   def policy_inputs(self, task_id) -> Dict[str, np.ndarray]:
-    """The POLICY_INPUT_KEYS of the current observation.
-
-    Both previous values are 0 where the observation starts an episode.
-
-    Args:
-      task_id: [B], the task the env step that gave this observation
-        reported.
-
-    Returns:
-      prev_action int32 [B], prev_reward float32 [B], task_id int32 [B].
-    """
+    """The POLICY_INPUT_KEYS of the current observation ([B] each); `task_id` is
+    what the step that gave it reported."""
     return {'prev_action': np.where(self.first, 0, self._prev_action).astype(np.int32, copy=False),
             'prev_reward': np.where(self.first, 0.0, self._prev_reward).astype(np.float32, copy=False),
             'task_id': np.asarray(task_id, np.int32)}
 
   def record(self, action, result) -> List[Tuple[int, Episode]]:
-    """Takes the step `action` -> `result` into the bookkeeping.
-
-    Logged episodes are whole games: an Atari life lost ends the learner's
-    episode but not the game. Reset steps add nothing to a game.
-
-    Args:
-      action: the actions taken, [B].
-      result: the env's StepResult of that step (reward, terminated,
-        truncated, game_ended, task_id [B]; optional episode_stats).
+    """Takes the step `action` [B] -> `result` (the env's StepResult) into the bookkeeping.
 
     Returns:
-      (env index, Episode) for each whole game that ended on this step.
+      (env index, Episode) for each whole game that ended on this step; an
+      Atari life lost ends the learner's episode but not the game.
     """
     live = ~self.terminal  # not a reset step
     self._return += np.where(live, result.reward, 0.0)

@@ -1,14 +1,7 @@
-"""Stand-ins for a batched env and the policy, to time the actor loop alone.
-
-`StandInEnv` has a real env's spaces and follows envs/base.py's auto-reset
-convention, but steps in no time: its observations are preallocated arrays,
-and every env ends an episode every `episode_length` steps (staggered, so
-that some env ends one on most steps). `standin_act_fn` is an `act` with the
-signature of actor.make_act_fn's that returns fixed numpy arrays without
-touching a device. With both, an actor thread spends its time only on its
-own work: the step bookkeeping, writing the unroll buffers, assembling the
-unroll and putting it on the queue (launch/benchmark.py --stages=loop).
-"""
+"""Stand-ins for a batched env and the policy, to time the actor loop alone
+(launch/benchmark.py --stages=loop): `StandInEnv` has a real env's spaces
+and auto-reset but steps in no time, and `standin_act_fn` returns fixed
+numpy arrays without touching a device."""
 
 from typing import Dict, Tuple
 
@@ -21,16 +14,9 @@ from envs.base import StepResult
 class StandInEnv:
   """A BatchedEnv with the given spaces whose steps cost nothing.
 
-  Args:
-    num_envs: B.
-    num_actions: the action count the policy samples from.
-    observation_spec: key -> (shape without batch, dtype), as the real env's.
-    num_tasks: envs are split evenly over tasks in order (task_id).
-    episode_length: steps per episode of each env; env i's first episode is
-      shorter by i % episode_length steps.
-
-  Raises:
-    ValueError: a count below 1.
+  Envs are split evenly over tasks in order; each ends an episode every
+  `episode_length` steps, env i's first one shorter by i % episode_length, so
+  some env ends one on most steps. ValueError on a count below 1.
   """
 
   def __init__(self, num_envs: int, num_actions: int, observation_spec: Dict[str, Tuple],
@@ -57,19 +43,7 @@ class StandInEnv:
     return self._result(np.zeros(self.num_envs, np.float32), np.zeros(self.num_envs, bool))
 
   def step(self, actions) -> StepResult:
-    """One step of every env: reward 1, or 0 on a reset step.
-
-    Args:
-      actions: [B] (ignored but for its shape).
-
-    Returns:
-      A StepResult with the preallocated observations; an env terminates
-      every `episode_length` steps, and its next step is a reset step.
-      Nothing is truncated.
-
-    Raises:
-      ValueError: `actions` is not of shape [B].
-    """
+    """One step of every env, `actions` [B]: reward 1, or 0 on a reset step."""
     if np.shape(actions) != (self.num_envs,):
       raise ValueError(f'actions must have shape ({self.num_envs},), got {np.shape(actions)}')
     resetting = self._pending_reset
@@ -85,17 +59,8 @@ class StandInEnv:
 
 
 def standin_act_fn(num_envs: int, num_actions: int):
-  """A stand-in for actor.make_act_fn's act that does no device work.
-
-  Args:
-    num_envs: B.
-    num_actions: A.
-
-  Returns:
-    act(variables, obs, first, core_state, rng) -> (action int32 zeros [B],
-    uniform logits float32 zeros [B, A], core_state, rng): the same numpy
-    arrays on every call, the state and rng unchanged.
-  """
+  """An act like actor.make_act_fn's that does no device work: action int32
+  zeros [B], logits zeros [B, A], the same arrays on every call."""
   action = np.zeros(num_envs, np.int32)
   logits = np.zeros((num_envs, num_actions), np.float32)
 

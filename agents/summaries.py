@@ -1,10 +1,7 @@
-"""A log step's metrics: the learner's update metrics averaged over the
-window, every process's episodes (returns, lengths, the env's own stats),
-human-normalised Atari scores, action statistics, throughput and timings.
-
-Each process contributes a JSON-able window report (`Summariser.report`);
-process 0 turns the gathered reports into one flat dict (`summarise`).
-"""
+"""A log step's metrics: update metrics averaged over the window, every
+process's episodes, human-normalised Atari scores, action statistics,
+throughput and timings. Each process's `Summariser.report` is gathered and
+process 0 `summarise`s them into one flat dict."""
 
 import collections
 from typing import Dict, List, Sequence
@@ -20,18 +17,11 @@ from rl.task_metrics import TASK_COUNT
 
 
 class Summariser:
-  """Keeps what outlives a window: each task's latest return and
-  human-normalised score (a sweep's target, the HNS summary), and the
-  action statistics of the window in progress.
+  """Keeps what outlives a window: each task's latest return and HNS (a sweep's
+  target) and the action statistics of the window in progress.
 
-  Holds no lock: use it from the learner loop's thread.
-
-  Args:
-    plan: the RunPlan (task names and games, frames per step).
-    popart_enabled: PopArt keeps one statistic per task; without it the
-      single statistic is reported for every task.
-    action_names: the names of the A actions.
-    num_actions: A.
+  Holds no lock: use it from the learner loop's thread. Without
+  `popart_enabled` the single PopArt statistic is reported for every task.
   """
 
   def __init__(self, plan, popart_enabled: bool, action_names: Sequence[str], num_actions: int):
@@ -42,28 +32,17 @@ class Summariser:
     self._latest_returns: Dict[str, float] = {}
 
   def add_batch(self, unroll) -> None:
-    """Adds the actions and behaviour logits of one learner batch.
-
-    Args:
-      unroll: the batch, an Unroll of host arrays.
-    """
+    """Adds the actions and behaviour logits of one learner batch (host arrays)."""
     self.action_stats.add(unroll.task_id, unroll.action, unroll.behaviour_logits)
 
   def report(self, episodes, lags: List[int], actor_env_steps: int, queue_size: int,
              restarts: int) -> Dict:
-    """This process's side of a window, JSON-able. Resets the action window.
+    """This process's side of a window, JSON-able; resets the action window.
 
     Args:
-      episodes: the rollout.Episodes that ended in the window.
       lags: each learner block's policy lag, in learner updates.
       actor_env_steps: env steps the actors took so far (a running total).
       queue_size: blocks waiting in the unroll queue now.
-      restarts: env restarts so far.
-
-    Returns:
-      {'episodes': [[task_id, return, length, stats]], 'actions': the
-      drained ActionStats window, 'lags', 'actor_env_steps', 'queue_size',
-      'restarts'}.
     """
     return {'episodes': [[e.task_id, e.episode_return, e.episode_length, e.stats]
                          for e in episodes],
@@ -73,35 +52,18 @@ class Summariser:
 
   def summarise(self, window: List[Dict], reports: List[Dict], env_steps: int,
                 learner_steps: int, sps: float) -> Dict:
-    """The log step's metrics. Resets the action window.
+    """The log step's metrics, a flat {name: number}; resets the action window.
 
-    Update metrics are averaged over the window's updates (those some
-    updates lack, over the updates that have them); per-task metrics
-    ('task/<m>' [K]) become '<m>/<task>'. PopArt's mu and sigma are the last
-    update's, per task. Episode metrics are means per task over every
-    process's episodes; 'mean_episode_return' and the HNS summary use each
-    task's latest window with episodes. Collapsed tasks are logged as
-    warnings.
+    Update metrics are averaged over the updates that have them; per-task ones
+    ('task/<m>' [K]) become '<m>/<task>'; PopArt's mu and sigma are the last
+    update's. Episode metrics are means per task over every process's episodes;
+    'mean_episode_return' and the HNS summary use each task's latest window with
+    episodes.
 
     Args:
-      window: the update metrics of the window's updates (device or host
-        arrays).
+      window: the update metrics of the window's updates.
       reports: every process's `report`, in process order.
-      env_steps: the run's env step.
-      learner_steps: the learner step.
       sps: env steps per second over the window.
-
-    Returns:
-      A flat dict {name: number}: 'env_steps', 'env_frames',
-      'learner_steps', 'sps', 'policy_lag', 'policy_lag_max',
-      'actor_env_steps', 'queue_size', per-process counts with several
-      processes, the update metrics, 'popart/mu/<task>',
-      'popart/sigma/<task>', 'popart/step/<task>' (each task's statistics
-      step per update, the window's mean), 'kl_update_max' (the window's
-      largest update KL), 'episode_return/<task>',
-      'episode_length/<task>', 'episodes/<task>', the env's stats per task,
-      'hns/<task>' for Atari games with reference scores, the action
-      statistics (ActionStats.summary) and 'env/restarts'.
     """
     plan = self._plan
     host = jax.device_get(window)

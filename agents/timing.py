@@ -1,8 +1,5 @@
-"""Per-stage wall-clock timings shared by actor threads and the learner.
-
-Each stage accumulates (seconds, calls); the logger drains them every log
-step as mean milliseconds per call, so a slow run says which stage is slow.
-"""
+"""Per-stage wall-clock timings shared by actor threads and the learner,
+drained every log step as mean milliseconds per call."""
 
 import collections
 import contextlib
@@ -26,8 +23,7 @@ class StageTimer:
 
   @contextlib.contextmanager
   def time(self, stage: str):
-    """A context manager that adds its wall-clock time (time.perf_counter) to
-    `stage` as one call, also when its body raises."""
+    """Adds the block's wall-clock time to `stage` as one call, also when it raises."""
     start = time.perf_counter()
     try:
       yield
@@ -35,12 +31,7 @@ class StageTimer:
       self.add(stage, time.perf_counter() - start)
 
   def drain(self) -> dict:
-    """The mean time per call of each stage since the last drain; resets the totals.
-
-    Returns:
-      {'timing/<stage>_ms': mean milliseconds per call} for every stage with
-      calls.
-    """
+    """{'timing/<stage>_ms': mean ms per call} since the last drain; resets the totals."""
     with self._lock:
       totals, self._totals = self._totals, collections.defaultdict(lambda: [0.0, 0])
     return {f'timing/{stage}_ms': 1000.0 * s / n for stage, (s, n) in totals.items() if n}

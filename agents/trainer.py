@@ -1,15 +1,10 @@
 """The Sebulba training loop (Hessel et al. 2021, arXiv 2104.06272): actor
 threads feed a sharded, jitted learner.
 
-`Trainer` builds envs, agent (agents/builder.py) and actors from a run spec
-(configs/spec.py) and its RunPlan, and restores the latest checkpoint of its workdir. Its
-public steps are what `run()` is made of, and what tools drive by hand:
-`start` (publish the params, start the actors), `next_batch` (the actors'
-next learner batch), `step` (one update: checked, published, counted) and
-`publish`. `run()` loops them until total_env_steps, saving checkpoints and
-handing the metrics of every log step (agents/summaries.py) to a callback.
-Side effects (threads, envs, files) live here; the math is in `rl/` and
-`agents/learner.py`.
+`Trainer.run()` loops the public steps `start`, `next_batch`, `step` and
+`publish` (which tools also drive by hand) until total_env_steps, saving
+checkpoints and handing each log step's metrics to a callback. Side effects
+live here; the math is in `rl/` and `agents/learner.py`.
 """
 
 import queue
@@ -42,19 +37,16 @@ class ActorFailed(RuntimeError):
 
 
 class Trainer:
-  """Envs, agent, actors and checkpoints of one process of a run.
+  """Envs, agent, actors (not started) and checkpoints of one process of a run.
 
-  Construction makes the envs, the agent and the actor threads (not
-  started) and restores the latest checkpoint of the run's workdir: a resumed
-  run continues from it with the config's learner hyperparameters (those
-  that differ from the checkpoint's are in `changed_hyperparameters`), and
-  its envs and actors get fresh seeds. With several processes every
-  process makes one, and they must see the same latest checkpoint.
+  Restores the workdir's latest checkpoint: a resumed run keeps the config's
+  learner hyperparameters (differences in `changed_hyperparameters`) and gets
+  fresh env and actor seeds. Every process makes one, and they must see the
+  same latest checkpoint.
 
   Args:
-    spec: the run's RunSpec (configs/spec.py; its workdir set).
-    stop_requested: set (by a signal handler, a benchmark) to end the loop
-      after the update in progress; a new Event when None.
+    stop_requested: set (by a signal handler) to end the loop after the
+      update in progress; a new Event when None.
 
   Raises:
     RuntimeError: processes see different latest checkpoints.
@@ -66,16 +58,11 @@ class Trainer:
     plan = spec.plan
     self.timer = StageTimer()
     self.stop = threading.Event()            # stops the actors (and, in one process, the loop)
-    # A stop asked for (a signal, a benchmark's end): the loop ends after the
-    # update in progress; with several processes when any process asks, at
-    # the same update on all of them.
     self.stop_requested = stop_requested or threading.Event()
     self.interrupted = False
     first_actor = jax.process_index() * plan.num_actors  # actor ids are global
     self.checkpointer = Checkpointer(spec.run.workdir, spec.run.keep_intermediate,
                                      primary=multihost.is_primary())
-    # A resumed run continues from its latest checkpoint; its envs and actors
-    # get fresh seeds (offset by the env step) rather than replaying the start.
     self.resumed_from = self._agreed_latest_step()
     self.envs = actor_lib.make_envs(spec, first_actor, self.resumed_from or 0)
     env = self.envs[0]
@@ -86,8 +73,7 @@ class Trainer:
     self.state = agent.state
     self.rng = jax.random.key(spec.run.seed)
     self.env_steps = 0
-    # The learner's hyperparameters (rl/optimizers.py) the checkpoint had,
-    # where they differ from this config's; the config's are used.
+    # {name: (checkpoint's, config's)} where they differ; the config's are used.
     self.changed_hyperparameters: Dict[str, Tuple[float, float]] = {}
     if self.resumed_from is not None:
       restored = self.checkpointer.restore(self.state, self.resumed_from)
@@ -111,10 +97,8 @@ class Trainer:
     self._started = False
 
   def _use_config_hyperparameters(self, fresh) -> None:
-    """The restored state with the config's learner hyperparameters (those
-    of `fresh`, the state built from it): a resume with a new
-    --config.learning_rate, or a PBT member given new values, trains with
-    them. What changed is kept in `changed_hyperparameters`."""
+    """Puts the config's learner hyperparameters (`fresh`'s) into the restored
+    state, so a resume or a PBT member trains with new values; records the changes."""
     saved = optimizers.hyperparameters(self.state.opt_state)
     wanted = optimizers.hyperparameters(fresh.opt_state)
     value_of = lambda x: float(np.asarray(learner_lib.local_copy(x)))
@@ -142,24 +126,17 @@ class Trainer:
         self.version)
 
   def load(self, state, env_steps: int) -> None:
-    """Replaces the learner state (e.g. another run's checkpoint) before start.
-
-    Args:
-      state: the learner state, placed as this trainer's.
-      env_steps: the env step that goes with it.
-    """
+    """Replaces the learner state (placed as this trainer's) and its env step, before start."""
     self.state, self.env_steps, self.version = state, env_steps, int(state.step)
 
   def next_batch(self) -> Tuple[Unroll, List[int]]:
-    """The next learner batch from the actors' blocks.
+    """The next learner batch from plan.blocks_per_batch actor blocks.
 
-    Waits for plan.blocks_per_batch blocks, checking the actors at each, and
-    puts them in actor order: the order decides which unrolls share a
-    minibatch, and the arrival order is a race between threads.
+    Blocks are put in actor order, as the order decides which unrolls share a
+    minibatch and arrival order is a race.
 
     Returns:
-      (the batch, an Unroll of host arrays (concat_blocks), each block's
-      policy lag: learner updates between its params and the current ones).
+      (an Unroll of host arrays, each block's policy lag in learner updates).
 
     Raises:
       ActorFailed: an actor failed or stopped.
@@ -169,18 +146,12 @@ class Trainer:
     return concat_blocks(blocks), [self.version - b.params_version for b in blocks]
 
   def step(self, unroll: Unroll) -> Dict:
-    """One learner update: checked for non-finite values, then committed,
-    published and counted.
-
-    Args:
-      unroll: this process's batch (next_batch), host arrays.
-
-    Returns:
-      The update's metrics (device arrays).
+    """One learner update on this process's batch: checked for non-finite values,
+    then committed, published and counted; returns its metrics (device arrays).
 
     Raises:
-      NonFiniteError: a checked quantity (FINITE_CHECKS) is not finite; the
-        state before the update is saved first and the actors stopped.
+      NonFiniteError: a FINITE_CHECKS value is not finite; the state before
+        the update is saved first.
     """
     with self.timer.time('learner_h2d'):
       batch = learner_lib.shard_batch(unroll, self.mesh)
@@ -197,30 +168,21 @@ class Trainer:
     return metrics
 
   def run(self, on_log: Callable[[Dict], None], until: Optional[int] = None):
-    """Trains until total_env_steps; returns the final learner state.
+    """Trains until total_env_steps (or `until`); returns the final learner state.
 
-    Checkpoints are saved every run.checkpoint_every_steps env steps
-    (with several processes, the replicas are then checked to agree), and
-    at step 0 with keep_intermediate. A stop asked for ends the loop after
-    the update in progress (with several processes, at the same update on
-    all of them) and sets `interrupted`; a stop asked for during start-up
-    ends it before the first update.
+    Checkpoints every run.checkpoint_every_steps (then checks the replicas
+    agree), and at step 0 with keep_intermediate. A stop ends the loop after the
+    update in progress, at the same update on every process, and sets
+    `interrupted`.
 
     Args:
-      on_log: gets the metrics of every log step (every
-        log.every_seconds, and at the end), on process 0 only;
-        every process's episodes and actions are in them.
-      until: env steps at which this call ends instead, with a log step,
-        the actors left running and the trainer open, so that a later call
-        goes on (population members train interval by interval); the run's
-        end, a stop or an error closes it.
-
-    Returns:
-      The learner state.
+      on_log: gets each log step's metrics, on process 0 only.
+      until: env steps at which this call ends instead, leaving the actors
+        running so a later call goes on (population members train interval by
+        interval); the run's end, a stop or an error closes it.
 
     Raises:
-      NonFiniteError: a loss, gradient or PopArt statistic stopped being
-        finite (the last good state is saved first).
+      NonFiniteError: a loss, gradient or PopArt statistic stopped being finite.
       ActorFailed: an actor failed or stopped.
     """
     run, log_settings = self.spec.run, self.spec.log
@@ -280,19 +242,11 @@ class Trainer:
     return self.state
 
   def task_gradient_report(self, unroll: Unroll, per_task: int = 2) -> Dict:
-    """Each task's policy and value gradient norms on the shared torso.
+    """Each task's policy and value gradient norms at this process's params.
 
-    At the current params (this process's copy), on `per_task` unrolls of
-    each task drawn from `unroll`: a sample a little larger than a
-    minibatch, in which every task is present. The draw is seeded by the
-    learner step.
-
-    Args:
-      unroll: a batch of host arrays; a column's task is its first step's.
-      per_task: unrolls drawn per task.
-
-    Returns:
-      {'task/grad_*': [K]} (rl/task_gradients.task_gradient_norms), device arrays.
+    Drawn from `unroll` (a column's task is its first step's): `per_task`
+    unrolls of each task, seeded by the learner step, so every task is present.
+    Returns {'task/grad_*': [K]}.
     """
     tasks = np.asarray(unroll.task_id)[0]
     rng = np.random.default_rng(int(self.state.step))
@@ -307,7 +261,7 @@ class Trainer:
 
   def _agreed_latest_step(self) -> Optional[int]:
     """The latest checkpoint's env step, the same on every process (a shared
-    filesystem's caches may lag on one host: restoring is collective)."""
+    filesystem's caches may lag on one host, and restoring is collective)."""
     steps = multihost.allgather_json(self.checkpointer.latest_step())
     if len(set(steps)) > 1:
       raise RuntimeError(f'processes see different latest checkpoints in '
@@ -320,27 +274,12 @@ class Trainer:
     return (env_steps // every + 1) * every if every else float('inf')
 
   def save_checkpoint(self) -> bool:
-    """Saves the learner state at the current env step (once per step).
-
-    With several processes every process calls it (orbax writes once).
-
-    Returns:
-      True when a checkpoint was written now (Checkpointer.save).
-    """
+    """Saves the learner state at the current env step; every process calls it."""
     return self.checkpointer.save(self.env_steps, self.state, self.rng)
 
   def check_replicas(self) -> str:
-    """Checks that every learner device of every process holds the same params.
-
-    Every process calls it (a collective).
-
-    Returns:
-      The params' digest (multihost.replica_digest), the same everywhere.
-
-    Raises:
-      RuntimeError: the copies differ; the message lists each process's
-        digest.
-    """
+    """The params' digest, after checking every device of every process holds the
+    same params (a collective); RuntimeError listing the digests if not."""
     digest = multihost.replica_digest(self.state.params)
     digests = multihost.allgather_json(digest)
     if len(set(digests)) != 1 or digest == 'differ':
@@ -367,8 +306,8 @@ class Trainer:
           self._check_actors()
 
   def _agree(self, log_due: bool, stop: bool):
-    """(log now, stop now), the same on every process: process 0's clock
-    decides when to log; any process asking to stop stops them all."""
+    """(log now, stop now), the same on every process: process 0's clock decides
+    when to log; any process asking to stop stops them all."""
     if not multihost.is_multiprocess():
       return log_due, stop
     with self.timer.time('process_sync'):

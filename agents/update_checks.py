@@ -1,7 +1,6 @@
 """What the learner checks of its batches and updates: actor blocks joined
-into one learner batch (`concat_blocks`), and every update's metrics checked
-for NaN and inf (`first_non_finite`; agents/trainer.py stops the run with
-NonFiniteError after saving the last good state)."""
+into one batch (`concat_blocks`), and each update's metrics checked for NaN
+and inf (`first_non_finite`)."""
 
 from typing import Dict, List, Optional
 
@@ -17,22 +16,13 @@ class NonFiniteError(FloatingPointError):
 
 
 # Checked after every update, in this order: the first non-finite one names
-# the failure. 'nonfinite/state' counts the non-finite values of the updated
-# params and optimiser state (learner._finish): it must be 0.
+# the failure ('nonfinite/state' is a count that must be 0).
 FINITE_CHECKS = ('loss/total', 'grad_norm', 'popart/mu', 'popart/sigma', 'nonfinite/state')
 
 
 def first_non_finite(metrics: Dict) -> Optional[str]:
-  """The first failed check of an update's metrics.
-
-  Args:
-    metrics: update metrics as host arrays; keys of FINITE_CHECKS that are
-      absent are skipped.
-
-  Returns:
-    The first of FINITE_CHECKS whose value is not finite (for
-    'nonfinite/state': not 0), or None.
-  """
+  """The first of FINITE_CHECKS present in `metrics` (host arrays) that is not
+  finite ('nonfinite/state': not 0), or None."""
   for key in FINITE_CHECKS:
     if key not in metrics:
       continue
@@ -43,16 +33,8 @@ def first_non_finite(metrics: Dict) -> Optional[str]:
 
 
 def concat_blocks(blocks: List[UnrollBlock]) -> Unroll:
-  """Actor blocks side by side along the batch axis (axis 1; 0 for core state).
-
-  Args:
-    blocks: UnrollBlocks of host arrays, fields [T + 1, B_i, ...], core
-      state [B_i, ...].
-
-  Returns:
-    One Unroll of host arrays, fields [T + 1, sum B_i, ...]; the block's own
-    unroll when there is one block.
-  """
+  """Actor blocks side by side: fields [T + 1, B_i, ...] on axis 1, core state
+  [B_i, ...] on axis 0."""
   unrolls = [b.unroll for b in blocks]
   if len(unrolls) == 1:
     return unrolls[0]
