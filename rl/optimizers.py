@@ -1,13 +1,10 @@
 """The optimiser: a global-norm clip, then RMSProp or Adam, the learning rate
-annealed linearly to 0 (or to a fraction of its base, `anneal_to`) over the
-run's optimiser steps (after an optional linear warmup).
+annealed linearly over the run's optimiser steps (after an optional warmup).
 
-The hyperparameters population-based training adapts live in the optimiser
-state, through `optax.inject_hyperparams`: `opt_state.hyperparams` holds the
-base learning rate, the clip threshold, the optimiser's epsilon and (when
-given) the loss's entropy cost as float32 scalars. The jitted update reads
-them there, so changing one mid-run (`with_hyperparams`) changes the next
-update without recompiling it, and a checkpoint carries them.
+The hyperparameters population-based training adapts (base learning rate,
+clip, epsilon, entropy cost) are float32 scalars in
+`opt_state.hyperparams` (`optax.inject_hyperparams`), so changing one
+mid-run does not recompile the update and a checkpoint carries them.
 """
 
 import dataclasses
@@ -26,9 +23,8 @@ _MAX_HORIZON = 2**31 - 1   # the largest step count optax's int32 counter holds
 # each term's gradient (the learner's sgd step; V-trace only).
 CLIP_BY = ('global', 'term')
 
-# The hyperparameters that can change mid-run: their key in
-# opt_state.hyperparams -> the config field that sets them. 'eps' is the
-# epsilon of the optimizer the config names.
+# The keys of opt_state.hyperparams that can change mid-run; 'eps' is the
+# named optimiser's epsilon.
 HYPERPARAMETERS = ('learning_rate', 'entropy_cost', 'max_grad_norm', 'eps')
 
 
@@ -66,27 +62,12 @@ class OptimizerConfig:
 
 
 def eps_field(optimizer_name: str) -> str:
-  """The config field of the named optimiser's epsilon.
-
-  Args:
-    optimizer_name: one of OPTIMIZERS.
-
-  Returns:
-    'optimizer.adam_eps' for Adam, 'optimizer.rmsprop_eps' otherwise.
-  """
+  """The config field of the named optimiser's epsilon."""
   return 'optimizer.adam_eps' if optimizer_name == 'adam' else 'optimizer.rmsprop_eps'
 
 
 def config_fields(optimizer_name: str) -> Dict[str, str]:
-  """Where each injected hyperparameter comes from in the config.
-
-  Args:
-    optimizer_name: the config's optimiser, one of OPTIMIZERS.
-
-  Returns:
-    Config field -> its key in opt_state.hyperparams, one entry per key of
-    HYPERPARAMETERS.
-  """
+  """Config field -> its key in opt_state.hyperparams, for each of HYPERPARAMETERS."""
   return {'learning_rate': 'learning_rate', 'entropy_cost': 'entropy_cost',
           'optimizer.max_grad_norm': 'max_grad_norm', eps_field(optimizer_name): 'eps'}
 
@@ -99,63 +80,30 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
                    clip_in_chain: bool = True, warmup_steps: int = 0, anneal_to: float = 0.0):
   """A global-norm clip, then RMSProp or Adam, the learning rate annealed.
 
-  The learning rate falls linearly from its base to `anneal_to` x base (0 by
-  default) over `total_learner_steps` optimiser steps, and stays there. The base learning rate,
-  `max_grad_norm`, the optimiser's epsilon (`eps` for RMSProp, `adam_eps` for
-  Adam) and `entropy_cost` (when not None; the loss reads it, see
-  agents/learner.py) are injected hyperparameters: float32 values in
-  `opt_state.hyperparams`, not constants of the compiled update. The anneal
-  follows the optimiser's own step count, so a new base rate mid-run keeps the
-  schedule's place. With `warmup_steps` W > 0 the rate of optimiser step n
-  (counted from 0) is also multiplied by min(1, (n + 1) / W): the first
-  step takes 1/W of the schedule's rate, step W - 1 and later all of it.
-
-  RMSProp: `eps_in_sqrt` picks the denominator: sqrt(nu + eps) as
-  TensorFlow's RMSProp (IMPALA's own code), or sqrt(nu) + eps as PyTorch's
-  (TorchBeast). With eps = 0.01 and small gradients the first caps steps at
-  lr * g / 0.1, the second at lr * g / 0.01.
-
-  `initial_scale` is where RMSProp's second moment nu starts. optax's default
-  0 makes the first step lr * g / sqrt(0.01 g^2) = 10 lr sign(g) for every
-  parameter at once when eps is small, a step large enough to kill ReLU units
-  (docs/pong.md, point 4). 1.0 is TensorFlow's RMSProp (IMPALA's and A2C's own
-  code): steps start at lr * g and grow as nu forgets its start.
-
-  Adam (optax.adam, PyTorch's form): bias-corrected moments, epsilon outside
-  the square root (`adam_eps`; cleanrl's PPO uses 1e-5).
+  The rate falls linearly from its base to `anneal_to` x base over
+  `total_learner_steps` optimiser steps, counted by the optimiser's own step
+  so a new base rate mid-run keeps the schedule's place; with `warmup_steps`
+  W > 0, step n's rate is also multiplied by min(1, (n + 1) / W).
+  RMSProp: `eps_in_sqrt` gives sqrt(nu + eps) as TensorFlow's (IMPALA's code),
+  else sqrt(nu) + eps as PyTorch's. `initial_scale` is where nu starts: 0
+  (optax) makes the first step ~10 lr sign(g) for every parameter, large
+  enough to kill ReLU units; 1.0 is TensorFlow's.
 
   Args:
-    learning_rate: the base learning rate.
-    total_learner_steps: optimiser steps over which the rate anneals to 0
-      (at least 1 is used).
-    max_grad_norm: the global-norm clip.
-    decay: RMSProp's decay of its second moment.
-    eps: RMSProp's epsilon.
-    momentum: RMSProp's momentum; 0 for none.
-    eps_in_sqrt: RMSProp's denominator, sqrt(nu + eps) when True, else
-      sqrt(nu) + eps.
-    initial_scale: RMSProp's initial second moment.
-    name: the optimiser, one of OPTIMIZERS.
-    adam_b1: Adam's first-moment decay.
-    adam_b2: Adam's second-moment decay.
-    adam_eps: Adam's epsilon.
-    entropy_cost: the loss's entropy cost, kept in the state beside the other
-      hyperparameters population-based training changes; None: not kept.
-    clip_in_chain: False leaves the global-norm clip out of the chain;
-      `max_grad_norm` stays an injected hyperparameter for the learner, which
-      clips each term's gradient itself (rl/sgd.py, optimizer.clip_by='term').
-    warmup_steps: W, optimiser steps of the linear warmup; 0 for none.
-    anneal_to: the rate at the end as a fraction of the base, in [0, 1]: 0
-      anneals to 0, 1 keeps the base rate.
+    total_learner_steps: optimiser steps of the anneal (at least 1 used).
+    decay, eps, momentum, eps_in_sqrt, initial_scale: RMSProp's.
+    entropy_cost: kept in the state with the other hyperparameters; None: not.
+    clip_in_chain: False leaves the clip out of the chain; the learner then
+      clips each term's gradient itself (rl/sgd.py, clip_by='term').
+    anneal_to: the end rate as a fraction of the base, in [0, 1].
 
   Returns:
     (optimizer, schedule): an optax GradientTransformation, and
-    `schedule(step, base=learning_rate)`, the rate at optimiser step `step`
-    for a base rate `base`.
+    `schedule(step, base=learning_rate)`, the rate at optimiser step `step`.
 
   Raises:
-    ValueError: `name` is not one of OPTIMIZERS, `warmup_steps` < 0, or
-      `anneal_to` is outside [0, 1].
+    ValueError: an unknown `name`, `warmup_steps` < 0 or `anneal_to` outside
+      [0, 1].
   """
   if name not in OPTIMIZERS:
     raise ValueError(f'unknown optimizer {name!r}; choose one of {", ".join(OPTIMIZERS)}')
@@ -163,13 +111,11 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
     raise ValueError(f'warmup_steps must be >= 0, got {warmup_steps}')
   if not 0.0 <= anneal_to <= 1.0:
     raise ValueError(f'anneal_to must be in [0, 1], got {anneal_to}')
-  # optax counts steps in int32: a longer horizon (a run of 10**12 env steps,
-  # as the benchmark's train stage sets) is the same as no decay at all.
+  # optax counts steps in int32; a longer horizon is the same as no decay.
   horizon = min(max(total_learner_steps, 1), _MAX_HORIZON)
 
   def schedule(step, base=learning_rate):
-    # base (1 - (1 - anneal_to) min(1, step / horizon)): with the base as a
-    # traced value, so a new base mid-run keeps the schedule's place.
+    # base (1 - (1 - anneal_to) min(1, step / horizon)), base traced.
     rate = base * optax.linear_schedule(1.0, anneal_to, horizon)(step)
     if warmup_steps:
       rate = rate * jnp.minimum(1.0, (jnp.asarray(step, jnp.float32) + 1.0) / warmup_steps)
@@ -202,24 +148,12 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
 
 def optimizer_from_settings(o: OptimizerConfig, learning_rate: float, entropy_cost: float,
                             total_learner_steps: int, steps_per_update: int):
-  """The optimiser of a run's settings.
-
-  It anneals over every optimiser step of the run (total_learner_steps x
-  steps_per_update).
-
-  Args:
-    o: the optimiser's settings.
-    learning_rate: the base learning rate (the config's learning_rate).
-    entropy_cost: the entropy bonus's weight, injected (the config's
-      entropy_cost).
-    total_learner_steps: learner updates in the run.
-    steps_per_update: optimiser steps per learner update
-      (configs/spec.RunSpec.optimizer_steps_per_update).
+  """The optimiser of a run's settings, annealed over all its optimiser steps
+  (total_learner_steps x steps_per_update).
 
   Returns:
-    (optimizer, schedule) as `make_optimizer`, except that the schedule,
-    `schedule(update, base=learning_rate)`, is indexed by learner update
-    (what `LearnerState.step` counts), for logging.
+    (optimizer, schedule) as `make_optimizer`, the schedule indexed by
+    learner update (`LearnerState.step`), for logging.
 
   Raises:
     ValueError: `o.name` is not one of OPTIMIZERS.
@@ -237,45 +171,19 @@ def optimizer_from_settings(o: OptimizerConfig, learning_rate: float, entropy_co
 
 
 def hyperparameter(opt_state, key: str, default=None):
-  """One injected hyperparameter of an optimiser state.
-
-  Args:
-    opt_state: an optimiser state.
-    key: a key of HYPERPARAMETERS.
-    default: what to return when the state does not hold `key`.
-
-  Returns:
-    `opt_state.hyperparams[key]` (a float32 scalar for a state made here), or
-    `default` for an optimiser without it (a bare optax chain).
-  """
+  """`opt_state.hyperparams[key]`, or `default` for a state without it (a bare
+  optax chain)."""
   return getattr(opt_state, 'hyperparams', {}).get(key, default)
 
 
 def hyperparameters(opt_state) -> Dict[str, jnp.ndarray]:
-  """The injected hyperparameters of an optimiser state made here.
-
-  Args:
-    opt_state: a state of an optimiser from `make_optimizer`.
-
-  Returns:
-    A new dict: key -> float32 scalar.
-  """
+  """A new dict of the injected hyperparameters of a `make_optimizer` state."""
   return dict(opt_state.hyperparams)
 
 
 def with_hyperparameters(opt_state, values: Dict[str, float]):
-  """An optimiser state with some injected hyperparameters set.
-
-  The next update uses the new values without compiling again: each is cast
-  to the old value's dtype and placed as the old one is (replicated over the
-  learner mesh, or uncommitted).
-
-  Args:
-    opt_state: a state of an optimiser from `make_optimizer`.
-    values: key of HYPERPARAMETERS present in the state -> its new value.
-
-  Returns:
-    `opt_state` with those hyperparameters replaced; the others unchanged.
+  """`opt_state` with some injected hyperparameters set; the next update uses
+  them without compiling again.
 
   Raises:
     KeyError: a key the state does not hold; the message names those it holds.
@@ -291,9 +199,8 @@ def with_hyperparameters(opt_state, values: Dict[str, float]):
 
 
 def _like(value: np.ndarray, old):
-  """`value` placed as `old` is (replicated over the learner mesh, or
-  uncommitted), so that the jitted update sees the same input types and
-  does not compile again."""
+  """`value` placed as `old` is (replicated or uncommitted), so the jitted
+  update sees the same input types and does not compile again."""
   if getattr(old, 'committed', False):
     return jax.device_put(value, old.sharding)
   return jnp.asarray(value)

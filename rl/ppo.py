@@ -1,31 +1,9 @@
 """PPO (Schulman et al. 2017, arXiv 1707.06347) with per-task PopArt, on the
-actors' unrolls.
+actors' unrolls and the same evaluation as IMPALA (rl/actor_critic.py).
 
-The same unrolls, PopArt head and sharded update as IMPALA (rl/impala.py),
-over the same evaluation of an unroll (rl/actor_critic.py); what differs is
-how a batch is used:
-
-1. `targets_fn`: one forward pass over the whole batch with the current
-   params gives the values the advantages and value targets start from:
-   GAE(lambda) (`value_targets='gae'`, PPO's own) or V-trace(lambda) with
-   the behaviour policy's importance weights (`'vtrace'`), over the same
-   episode-aware transitions as IMPALA (a reset step is masked, gets reward
-   V(x_terminal) and discount 0). PopArt's statistics move on these targets
-   and the value head is rescaled once (outputs preserved); the value
-   targets and the start-of-update values are then in the new normalised
-   units, and each advantage is divided by its task's sigma (PopArt-PPO).
-2. `loss_fn`, on each of `epochs x minibatches` minibatches: the clipped
-   surrogate with the behaviour policy's log-probabilities,
-   -min(r A, clip(r, 1 - eps, 1 + eps) A) with r = pi(a|x) / mu(a|x), the
-   advantages optionally normalised over the minibatch (cleanrl), a value
-   loss on the normalised targets, optionally clipped around the
-   start-of-update value, and the entropy bonus.
-
-With one epoch, one minibatch, the behaviour policy equal to the learner's
-and no clip active (r = 1 at the first step), the surrogate's gradient is
-the plain policy gradient sum A grad log pi (tests/unit/test_ppo.py).
-
-Shapes are time-major: values [T + 1, B], everything per transition [T, B].
+Per batch, one forward pass gives GAE(lambda) or V-trace(lambda) targets;
+PopArt steps on them and the value head is rescaled once (`targets_fn`).
+Then epochs x minibatches steps of the clipped surrogate (`loss_fn`).
 Written for one device's shard; global sums cross `axis_name`.
 """
 
@@ -77,33 +55,13 @@ class PPOConfig:
 
 
 def settings(cfg: LossConfig) -> PPOConfig:
-  """The PPO settings of a LossConfig.
-
-  Args:
-    cfg: the loss settings.
-
-  Returns:
-    `cfg.settings` when it is a PPOConfig; PPOConfig's defaults when it holds
-    another learner's settings or None.
-  """
+  """`cfg.settings` when it is a PPOConfig, else PPOConfig's defaults."""
   return cfg.settings if isinstance(cfg.settings, PPOConfig) else PPOConfig()
 
 
 def batch_split(p: PPOConfig, per_device_batch: int, unroll_length: int):
-  """Checks that the minibatches cut each learner device's shard evenly.
-
-  With split 'unrolls', `p.minibatches` must divide the device's unrolls; with
-  split 'steps', its steps (unrolls x unroll length).
-
-  Args:
-    p: the settings.
-    per_device_batch: unrolls per learner device.
-    unroll_length: steps per unroll.
-
-  Returns:
-    ('minibatches', why) when the minibatches cannot cut one learner device's
-    shard evenly; else None.
-  """
+  """('minibatches', why) when `p.minibatches` does not divide one learner
+  device's unrolls (split 'unrolls') or steps (split 'steps'); else None."""
   m = p.minibatches
   if p.split == 'unrolls' and per_device_batch % m:
     return ('minibatches', f'{m} minibatches of whole unrolls do not split the '
@@ -126,19 +84,14 @@ class Targets(NamedTuple):
 
 
 def gae(values, rewards, discounts, lambda_):
-  """Generalised advantage estimates, time-major.
+  """Generalised advantage estimates (Schulman et al. 2016, arXiv 1506.02438).
 
-  delta_t = r_t + d_t V_{t+1} - V_t and A_t = delta_t + d_t lambda A_{t+1},
-  with A_T = 0 beyond the unroll (the last value is the bootstrap).
-
-  See "High-Dimensional Continuous Control Using Generalized Advantage
-  Estimation" by Schulman et al. 2016 (https://arxiv.org/abs/1506.02438).
+  delta_t = r_t + d_t V_{t+1} - V_t, A_t = delta_t + d_t lambda A_{t+1}.
 
   Args:
-    values: V [T + 1, B]; the last row is the bootstrap.
-    rewards: r [T, B].
-    discounts: d [T, B]: gamma, or 0 at a termination.
-    lambda_: GAE's lambda.
+    values: [T + 1, B]; the last row is the bootstrap.
+    rewards: [T, B].
+    discounts: [T, B]: gamma, or 0 at a termination.
 
   Returns:
     A [T, B].
@@ -158,31 +111,18 @@ def gae(values, rewards, discounts, lambda_):
 def targets_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None):
   """What every minibatch of one PPO update shares, from one forward pass.
 
-  The values the advantages and value targets start from come from the
-  current params over the whole batch: GAE(lambda) (`value_targets='gae'`)
-  or V-trace(lambda) with the behaviour policy's importance weights
-  (`'vtrace'`), with lambda = gae_lambda, over the episode-aware transitions
-  (actor_critic.episode_aware; reset steps are masked and get advantage 0),
-  computed in reward units and, for reward mode 'h', mapped into h-space.
-  With PopArt the statistics take one step on the value targets; the targets
-  and the start-of-update values are then in the new normalised units, and
-  each advantage is divided by its task's sigma (PopArt-PPO). Every Targets
-  field is stopped from gradients.
+  Advantages and value targets are GAE(lambda) or V-trace(lambda)
+  (`value_targets`, lambda = gae_lambda) over episode-aware transitions,
+  in reward units (h-space for reward mode 'h'). With PopArt the statistics
+  step on the value targets; targets and start-of-update values are then in
+  the new normalised units and advantages divided by sigma_i. All stopped.
 
   Args:
-    apply_fn: `apply_fn(params, stats, obs, first, core_state)` returns logits
-      [T + 1, B, A] and normalised values [T + 1, B, K].
-    cfg: the loss settings; `settings(cfg)` gives the PPO settings.
-    axis_name: the devices the batch spans (PopArt and metrics are global
-      over them); None for one device.
+    apply_fn: as rl/actor_critic.evaluate_unroll's.
 
   Returns:
-    targets(params, stats, batch) -> (new_stats, Targets, metrics), the
-    Targets per transition [T, B]. `params` are the learner's before the
-    update; the caller rescales the value head for `new_stats`
-    (popart.rescale_head) before the epochs. The metrics, per valid step of
-    the global batch, are 'value_mean', 'advantage_mean', 'kl_behaviour'
-    (KL(mu || pi) at the start of the update) and the health metrics.
+    targets(params, stats, batch) -> (new_stats, Targets [T, B], metrics).
+    The caller rescales the value head for `new_stats` before the epochs.
   """
   p = settings(cfg)
 
@@ -217,8 +157,7 @@ def targets_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = N
     log_mu, log_pi = e.log_mu, jax.lax.stop_gradient(e.log_pi)
     sums = {'value_mean': jnp.sum(mask * e.values[:-1]),
             'advantage_mean': jnp.sum(mask * t.advantage),
-            # KL(mu || pi) at the start of the update: the policy lag's share
-            # of the ratios' distance from 1 (ppo/approx_kl adds the update's).
+            # KL(mu || pi) at the start of the update: the policy lag.
             'kl_behaviour': jnp.sum(mask * jnp.sum(jnp.exp(log_mu) * (log_mu - log_pi), axis=-1))}
     count = ac.num_valid(mask, axis_name)
     metrics = {k: v / count for k, v in ac.global_sum(sums, axis_name).items()}
@@ -231,9 +170,8 @@ def targets_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = N
 
 
 class Minibatch(NamedTuple):
-  """What one PPO gradient step reads: the network's inputs (time-major
-  [T', B', ...]; T' = 1 for a minibatch of single steps) and the Targets
-  of the transitions at rows 0..T'-1 (time-major [T', B'])."""
+  """What one PPO step reads: network inputs [T', B', ...] (T' = 1 for single
+  steps) and the Targets of rows 0..T'-1 [T', B']."""
   obs: dict
   first: jax.Array
   core_state: object
@@ -243,33 +181,17 @@ class Minibatch(NamedTuple):
 
 
 def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None):
-  """The PPO loss of one minibatch.
+  """The PPO loss of one minibatch (Schulman et al. 2017, eq. 7 and 9).
 
-  The clipped surrogate -min(r A, clip(r, 1 - eps, 1 + eps) A) with
-  r = pi(a|x) / mu(a|x) against the behaviour policy, the advantages
-  optionally normalised over the minibatch (global over `axis_name`); a value
-  loss 0.5 (n - target)^2 on the normalised targets, with value_clip_epsilon
-  > 0 the larger of that and the loss of the value clipped to within
-  value_clip_epsilon of the start-of-update value; and the entropy bonus. The
-  value loss is weighted by cfg.baseline_cost, the entropy bonus by the
-  entropy cost.
-
-  See "Proximal Policy Optimization Algorithms" by Schulman et al. 2017
-  (https://arxiv.org/abs/1707.06347).
-
-  Args:
-    apply_fn: the network, as for `targets_fn`.
-    cfg: the loss settings; the reduction follows cfg.reduction: 'mean' over
-      the minibatch's valid transitions (cleanrl's), or 'sum'.
-    axis_name: the devices the minibatch spans; None for one device.
+  -min(r A, clip(r, 1 - eps, 1 + eps) A), r = pi(a|x) / mu(a|x) against the
+  behaviour policy, A optionally normalised over the global minibatch; value
+  loss 0.5 (n - target)^2 on normalised targets, with value_clip_epsilon > 0
+  the larger of that and the clipped value's loss; minus the entropy bonus.
 
   Returns:
     loss(params, stats, minibatch, entropy_cost=None) -> (loss, metrics).
-    `entropy_cost` (a traced scalar: the optimiser state's) replaces
-    cfg.entropy_cost when given. The metrics, per valid transition of the
-    global minibatch: the loss terms, 'entropy', 'ppo/clip_fraction',
-    'ppo/approx_kl' (Schulman's k3 estimate of KL(mu || pi)) and
-    'ppo/ratio_mean'.
+    `entropy_cost` (traced, the optimiser state's) replaces cfg.entropy_cost;
+    'ppo/approx_kl' is Schulman's k3 estimate of KL(mu || pi).
   """
   p = settings(cfg)
 
@@ -326,23 +248,12 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
 
 
 def split_minibatches(batch: Unroll, targets: Targets, num: int, split: str, key) -> Minibatch:
-  """One epoch's minibatches of a device's shard, stacked on a leading axis.
+  """One epoch's minibatches of a device's shard, on a leading axis of `num`.
 
-  'steps': the T x B transitions shuffled and cut into `num` parts, each a
-  [1, T B / num] batch of single steps (feed-forward networks: no state
-  crosses steps; `first` is True everywhere). 'unrolls': the B unrolls
-  shuffled and cut into `num` parts of [T + 1, B / num] with their core states
-  (recurrent networks). Leftovers that do not fill a part are dropped.
-
-  Args:
-    batch: the shard, fields [T + 1, B, ...], core state [B, ...].
-    targets: its Targets [T, B].
-    num: the number of minibatches.
-    split: one of SPLITS.
-    key: a PRNG key for the shuffle.
-
-  Returns:
-    A Minibatch whose fields have a leading axis of `num`.
+  'steps': the T x B transitions shuffled into parts of [1, T B / num]
+  (feed-forward networks; `first` True everywhere). 'unrolls': the B unrolls
+  shuffled into parts of [T + 1, B / num] with their core states. Leftovers
+  are dropped.
 
   Raises:
     ValueError: `split` is not one of SPLITS.
@@ -375,25 +286,18 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
                 max_grad_norm: float = float('inf')) -> Callable:
   """The PPO learner's update of one device's shard.
 
-  The targets and PopArt's move once per batch (`targets_fn`), the value head
-  rescaled once, then epochs x minibatches optimiser steps on the rescaled
-  head, a fresh shuffle each epoch. Gradients are summed over `axis_name`
-  devices (rl/sgd.py).
+  Targets and PopArt move once per batch and the value head is rescaled once,
+  then epochs x minibatches optimiser steps, a fresh shuffle each epoch.
 
   Args:
-    apply_fn: the network, as for `targets_fn`.
-    cfg: the loss settings.
-    optimizer: the optimiser (rl/optimizers.py).
-    value_head: the top-level param name of the value head PopArt rescales.
-    axis_name: the devices the batch spans; None for one device.
-    seed: with the learner step, seeds the shuffles (the same key on every
-      device).
+    value_head: the top-level param name of the head PopArt rescales.
+    seed: with the step, seeds the shuffles (same on every device).
     max_grad_norm: the clip for an optimiser state without one.
 
   Returns:
     update(params, opt_state, stats, batch, step) -> (params, opt_state,
-    new_stats, metrics). The metrics are those of `targets_fn` and the means
-    over the update's optimiser steps of those of `loss_fn` and rl/sgd.py.
+    new_stats, metrics): `targets_fn`'s metrics and the means over the steps
+    of `loss_fn`'s.
   """
   p = settings(cfg)
   targets = targets_fn(apply_fn, cfg, axis_name)

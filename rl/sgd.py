@@ -1,12 +1,4 @@
-"""One optimiser step of a learner, the same for every loss (acme's sgd_step).
-
-The gradient of the loss on this device's shard, summed over the learner
-devices (`axis_name`); when the loss moved the PopArt statistics, the value
-head and its gradient rescaled to the new statistics (rl/popart.py); then
-the optimiser. The loss's entropy cost and the clip threshold the metrics
-compare with are the optimiser state's injected hyperparameters
-(rl/optimizers.py), so changing them mid-run does not recompile.
-"""
+"""One optimiser step of a learner, the same for every loss (acme's sgd_step)."""
 
 from typing import Callable, Optional, Sequence, Tuple
 
@@ -23,43 +15,30 @@ def make_sgd_step(loss_fn: Callable, optimizer: optax.GradientTransformation, va
                   moves_statistics: bool = False,
                   clip_groups: Optional[Tuple[Sequence[Sequence[float]], Sequence[str]]] = None
                   ) -> Callable:
-  """One optimiser step of a learner's loss, the same for every loss.
+  """One optimiser step of a learner's loss.
 
-  The gradient of the loss on this device's shard is summed over the learner
-  devices (`axis_name`); the loss sums (or averages) over the global
-  minibatch, so its gradient is the sum of the per-device gradients. When
-  `moves_statistics`, the value head and its gradient are rescaled to the
-  statistics after the loss's PopArt step (rl/popart.py) before the optimiser
-  steps it. The entropy cost the loss reads and the clip the metrics compare
-  with are the optimiser state's injected hyperparameters (rl/optimizers.py).
+  The gradient on this device's shard is summed over `axis_name` (the loss
+  reduces over the global minibatch). With `moves_statistics` the value head
+  and its gradient are rescaled to the loss's new PopArt statistics before the
+  optimiser. The entropy cost and the clip are the optimiser state's injected
+  hyperparameters (rl/optimizers.py).
 
-  With `clip_groups` = (weights [G, terms], names [G]) the gradient is clipped
-  per term: the loss then returns an array [terms, ...]
-  (rl/impala.loss_fn(by_term=True)) whose entries sum to the loss; group g's
-  gradient is that of the sum of its terms weighted by weights[g] (one forward
-  pass, G backward passes), each group's gradient is clipped to the clip on
-  its own, and their sum goes to the optimiser (whose chain then does not
-  clip: optimizers.make_optimizer(clip_in_chain=False)).
+  With `clip_groups` = (weights [G, terms], names [G]) the loss returns an
+  array [terms, ...] summing to the loss (rl/impala.loss_fn(by_term=True));
+  group g's gradient is that of its terms weighted by weights[g], each is
+  clipped on its own and their sum goes to the optimiser (whose chain then
+  must not clip).
 
   Args:
-    loss_fn: `loss_fn(params, stats, minibatch, entropy_cost)` -> (loss, aux),
-      `aux` a LossOutput-like tuple with `metrics` (a dict) and, when
-      `moves_statistics`, `new_stats` (and optionally `preserve_from`, the
-      statistics the head is rescaled from in place of the step's own).
-    optimizer: the optimiser (rl/optimizers.py).
-    value_head: the top-level param name of the value head.
-    axis_name: the learner devices; None for one device.
+    loss_fn: (params, stats, minibatch, entropy_cost) -> (loss, aux), aux a
+      LossOutput-like tuple with `metrics`, and with `moves_statistics`
+      `new_stats` (and optionally `preserve_from`).
     max_grad_norm: the clip of an optimiser state without one.
-    moves_statistics: whether the loss moves the PopArt statistics.
-    clip_groups: (weights [G, terms], names [G]) to clip per term; None to
-      leave the clip to the optimiser.
 
   Returns:
-    step(params, opt_state, stats, minibatch) -> (params, opt_state, aux).
-    `aux.metrics` gains 'grad_norm' (of the summed gradient, after any
-    per-term clip) and 'grad_clipped' (1 when the clip binds); with
-    `clip_groups` also 'grad_norm/<name>', each group's norm before its clip,
-    and 'grad_clipped' is 1 when any group's clip binds.
+    step(params, opt_state, stats, minibatch) -> (params, opt_state, aux);
+    aux.metrics gains 'grad_norm', 'grad_clipped' and, with `clip_groups`,
+    'grad_norm/<name>' before each group's clip.
   """
 
   def gradient(params, stats, minibatch, entropy_cost, clip):
@@ -71,8 +50,8 @@ def make_sgd_step(loss_fn: Callable, optimizer: optax.GradientTransformation, va
                                    params, has_aux=True)
     weights = jnp.asarray(weights, by_term.dtype)
     cotangents = weights.reshape(weights.shape + (1,) * (by_term.ndim - 1)) * jnp.ones_like(by_term)
-    # One backward pass per group, in turn: XLA:CPU runs a vmapped backward
-    # pass of the convolutions 1.4x slower than the passes one by one.
+    # One backward pass per group in turn: XLA:CPU runs the convolutions'
+    # backward pass slower vmapped.
     grads_by_group = [vjp_fn(cotangents[g])[0] for g in range(len(names))]
     groups = jax.tree.map(lambda *xs: jnp.stack(xs), *grads_by_group)   # each leaf [G, ...]
     groups = _summed(groups)

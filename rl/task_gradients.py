@@ -1,7 +1,5 @@
-"""Which task and term pull the shared modules most: each task's
-policy-gradient and value gradient norms on the shared modules, from the
-V-trace loss split by term and task (rl/impala.py). A multi-task
-diagnostic the learner logs now and then (agents/learner.py)."""
+"""Each task's policy-gradient and value gradient norms on the shared modules:
+a multi-task diagnostic the learner logs now and then."""
 
 from typing import Callable, Sequence
 
@@ -18,22 +16,12 @@ def task_gradient_norms(apply_fn: Callable, cfg: LossConfig, params, stats: popa
                         batch: Unroll, shared: Sequence[str]) -> dict:
   """Which task and term pull the shared modules most.
 
-  The gradient on the shared modules of each task's policy-gradient term and
-  of its value term, on `batch` (one device; the loss as training takes it,
-  advantages normalised over this batch as over a minibatch). One forward
-  pass, 2K backward passes.
-
-  Args:
-    apply_fn: the network, as for `loss_fn`.
-    cfg: the loss settings; cfg.num_tasks is K.
-    params: the network's parameters.
-    stats: the PopArt statistics.
-    batch: one device's unrolls.
-    shared: top-level param names of the shared modules (e.g. the torso and
-      the core); names not in the params are skipped.
+  The gradient norms on the `shared` modules (top-level param names; absent
+  ones skipped) of each task's policy and value terms of the V-trace loss on
+  one device's `batch`: one forward pass, 2K backward passes.
 
   Returns:
-    [K] arrays: 'task/grad_policy', 'task/grad_baseline' (gradient norms) and
+    [K] arrays: 'task/grad_policy', 'task/grad_baseline' and
     'task/grad_share_policy', 'task/grad_share_baseline' (each norm over the
     sum of the 2K norms).
   """
@@ -44,8 +32,7 @@ def task_gradient_norms(apply_fn: Callable, cfg: LossConfig, params, stats: popa
   cotangents = jnp.zeros((len(rows) * k, len(TERMS), k))
   for r, row in enumerate(rows):
     cotangents = cotangents.at[r * k + jnp.arange(k), row, jnp.arange(k)].set(1.0)
-  # The 2K backward passes in turn (lax.map), not vmapped: XLA:CPU runs a
-  # vmapped backward pass of the convolutions about 1.4x slower (rl/sgd.py).
+  # In turn (lax.map), not vmapped: as in rl/sgd.py.
   (grads,) = jax.lax.map(vjp_fn, cotangents)
   leaves = jax.tree.leaves({name: grads[name] for name in shared if name in grads})
   norms = jnp.sqrt(sum(jnp.sum(x.reshape(x.shape[0], -1) ** 2, axis=1) for x in leaves))

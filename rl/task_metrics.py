@@ -1,10 +1,5 @@
-"""Per-task metrics of a multi-task loss ([K] each, means over each task's
-valid steps) and an update's metrics from those of its optimiser steps.
-
-TASK_COUNT (each task's valid steps) weighs the per-task means when an
-update's minibatches are averaged (`mean_metrics`); agents/summaries.py logs
-'task/<name>' as '<name>/<task>'.
-"""
+"""Per-task metrics of a multi-task loss ([K], means over each task's valid
+steps) and an update's metrics from those of its optimiser steps."""
 
 from typing import Optional
 
@@ -18,25 +13,17 @@ TASK_COUNT = 'task/count'
 
 def task_metrics(value_error_sq, norm_target, advantage, mask, task, num_tasks: int,
                  axis_name: Optional[str]) -> dict:
-  """Per-task metrics of a multi-task loss, means over each task's valid steps.
-
-  Sums and counts are global over `axis_name`.
+  """Per-task metrics, global over `axis_name`.
 
   Args:
-    value_error_sq: mask * (target - value)^2 in normalised units [T, B].
-    norm_target: the normalised value targets [T, B].
-    advantage: the advantages before any normalisation, in sigma units [T, B].
-    mask: 1 for valid steps, 0 otherwise, [T, B].
-    task: int task of each step [T, B].
-    num_tasks: the number of tasks K.
-    axis_name: the devices the batch spans; None for one device.
+    value_error_sq: mask * (target - value)^2, normalised units [T, B].
+    advantage: before any normalisation, in sigma units [T, B].
+    mask, task, norm_target: [T, B].
 
   Returns:
-    [K] arrays: 'task/value_loss' (0.5 (target - value)^2, normalised units,
-    before the baseline cost), 'task/norm_target_mean' and
-    'task/norm_target_std' (the normalised targets' mean and spread),
-    'task/advantage_rms' (the rms of the advantages before any
-    normalisation) and TASK_COUNT (each task's valid steps).
+    [K] arrays: 'task/value_loss' (before the baseline cost),
+    'task/norm_target_mean', 'task/norm_target_std', 'task/advantage_rms' and
+    TASK_COUNT (each task's valid steps).
   """
   sums = lambda x: ac.global_sum(ac.task_sums(x, mask, task, num_tasks), axis_name)
   count = sums(jnp.ones_like(mask))
@@ -51,19 +38,11 @@ def task_metrics(value_error_sq, norm_target, advantage, mask, task, num_tasks: 
 
 
 def mean_metrics(step_metrics: dict) -> dict:
-  """An update's metrics from those of its optimiser steps.
+  """An update's metrics from its optimiser steps' (a leading axis).
 
-  Per-task metrics ('task/...') are weighted by each task's valid steps in
-  each step, so a minibatch without a task does not pull its mean to 0;
-  PopArt's steps [K] combine as steps taken one after another,
-  1 - prod(1 - s); the others are plain means.
-
-  Args:
-    step_metrics: metric name -> array with a leading axis of optimiser
-      steps; per-task metrics come with TASK_COUNT.
-
-  Returns:
-    The metrics without the leading axis; TASK_COUNT is summed over steps.
+  Per-task metrics are weighted by TASK_COUNT, so a minibatch without a task
+  does not pull its mean to 0; PopArt's steps combine as 1 - prod(1 - s);
+  TASK_COUNT is summed; the rest are plain means.
   """
   out = {k: jnp.mean(x, axis=0) for k, x in step_metrics.items() if not k.startswith('task/')}
   if popart.STEP_METRIC in step_metrics:   # the update's move: its steps one after another

@@ -8,11 +8,9 @@ import jax
 class Unroll(NamedTuple):
   """T+1 consecutive steps of B envs, time-major [T+1, B, ...].
 
-  Step t holds the observation x_t, the action taken there and its outcome.
-  The last step (t = T) is the first step of the next unroll: its value is the
-  bootstrap. Under the auto-reset convention of `envs/base.py`, the step from a
-  terminal observation is a reset step, recognisable as the step whose next
-  observation has `first` set.
+  Step t holds x_t, the action taken there and its outcome. The last step is
+  the next unroll's first: its value is the bootstrap. The step from a
+  terminal observation is a reset step: its next step has `first` set.
   """
   obs: Dict[str, jax.Array]      # [T+1, B, ...]
   first: jax.Array               # bool [T+1, B]: x_t starts an episode

@@ -1,26 +1,12 @@
 """Value learning as classification: a categorical value head trained by
-cross-entropy against the target projected onto a fixed support.
+cross-entropy against the target projected onto a fixed support of `bins`
+centres on [-limit, limit] ('hl_gauss': Farebrother et al. 2024, arXiv
+2403.03950; 'two_hot': DreamerV3, Hafner et al. 2023, arXiv 2301.04104).
 
-Two projections (`PROJECTIONS`):
-- 'hl_gauss' (Imani & White 2018; Farebrother et al. 2024, "Stop
-  Regressing", arXiv 2403.03950): the target smeared by a Gaussian of
-  sigma = `sigma_ratio` bin widths, each bin's probability the Gaussian's
-  mass over the bin, renormalised to the support.
-- 'two_hot' (MuZero; DreamerV3, Hafner et al. 2023, arXiv 2301.04104): the
-  two bins around the target, weighted so their mean is the target.
-
-The support is `bins` centres evenly spaced on [-limit, limit]; bin k spans
-its centre +- half a bin, so the outer bins end half a bin past +-limit.
-Targets are clipped to the outer centres first. The value is the softmax's
-mean over the centres.
-
-With PopArt (rl/popart.py) the support is in each task's normalised units;
-without, it is in symlog units (`symlog`, DreamerV3) and V-trace's
-advantages are divided per task by max(1, P95 - P5) of the task's value
-targets, each percentile a moving average (`update_return_range`): a game
-with returns in the thousands is scaled down, one with returns below 1 is
-never scaled up. How the head keeps its outputs when PopArt's statistics
-move: networks/heads.CategoricalValueHead.
+With PopArt the support is in each task's normalised units; without, in
+symlog units, and V-trace's advantages are divided per task by max(1, P95 -
+P5) of its value targets (moving averages), so large returns are scaled down
+and small ones never up.
 """
 
 import dataclasses
@@ -32,8 +18,7 @@ import jax.numpy as jnp
 from infra.settings import integer, one_of, positive, setting, within
 
 HEADS = ('scalar', 'hl_gauss', 'two_hot')
-# The name of a categorical head's Dense layer in its params (the head's
-# affine beside it is 'kernel' and 'bias', as a Dense head's).
+# A categorical head's logits layer in its params (its affine: 'kernel', 'bias').
 LOGITS = 'logits'
 PROJECTIONS = HEADS[1:]
 # The return-range statistics (per task) kept beside PopArt's without PopArt.
@@ -63,15 +48,7 @@ class ValueConfig:
 
 
 def support(bins: int, limit: float) -> jax.Array:
-  """The bins' centres, evenly spaced on [-limit, limit].
-
-  Args:
-    bins: the number of bins, at least 2.
-    limit: the outer centres' distance from 0.
-
-  Returns:
-    float32 [bins].
-  """
+  """The bins' centres, float32 [bins], evenly spaced on [-limit, limit]."""
   return jnp.linspace(-limit, limit, bins, dtype=jnp.float32)
 
 
@@ -80,22 +57,11 @@ def _normal_cdf(x):
 
 
 def hl_gauss(targets: jax.Array, centres: jax.Array, sigma_ratio: float = 0.75) -> jax.Array:
-  """Targets as HL-Gauss distributions over the bins.
+  """Targets [...] as HL-Gauss distributions [..., n] (Farebrother et al. 2024).
 
-  Bin k spans [c_k - w/2, c_k + w/2] for the bin width w; its probability is
-  the mass of N(y, (sigma_ratio w)^2) over it, divided by the mass over the
-  whole support, for y clipped to [c_0, c_{n-1}].
-
-  See "Stop Regressing: Training Value Functions via Classification for
-  Scalable Deep RL" by Farebrother et al. 2024 (https://arxiv.org/abs/2403.03950).
-
-  Args:
-    targets: scalar targets, any shape [...].
-    centres: the support, evenly spaced [n].
-    sigma_ratio: the Gaussian's sigma in bin widths.
-
-  Returns:
-    Probabilities [..., n] summing to 1.
+  Bin k's probability is the mass of N(y, (sigma_ratio w)^2) over [c_k - w/2,
+  c_k + w/2] (w the bin width), renormalised over the support, for y clipped
+  to [c_0, c_{n-1}].
   """
   width = centres[1] - centres[0]
   y = jnp.clip(targets, centres[0], centres[-1])[..., None]
@@ -106,18 +72,9 @@ def hl_gauss(targets: jax.Array, centres: jax.Array, sigma_ratio: float = 0.75) 
 
 
 def two_hot(targets: jax.Array, centres: jax.Array) -> jax.Array:
-  """Targets as two-hot distributions over the bins.
-
-  y clipped to [c_0, c_{n-1}] falls between centres c_k <= y <= c_{k+1};
-  they get (c_{k+1} - y) / w and (y - c_k) / w, so the mean is y exactly.
-
-  Args:
-    targets: scalar targets, any shape [...].
-    centres: the support, evenly spaced [n].
-
-  Returns:
-    Probabilities [..., n] summing to 1.
-  """
+  """Targets [...] as two-hot distributions [..., n]: y clipped to [c_0, c_{n-1}]
+  with c_k <= y <= c_{k+1} gives them (c_{k+1} - y) / w and (y - c_k) / w, so
+  the mean is y."""
   n = centres.shape[0]
   width = centres[1] - centres[0]
   y = jnp.clip(targets, centres[0], centres[-1])
@@ -129,16 +86,7 @@ def two_hot(targets: jax.Array, centres: jax.Array) -> jax.Array:
 
 def project(projection: str, targets: jax.Array, centres: jax.Array,
             sigma_ratio: float = 0.75) -> jax.Array:
-  """Targets as distributions over the bins, by `projection`.
-
-  Args:
-    projection: one of PROJECTIONS.
-    targets: scalar targets, any shape [...].
-    centres: the support [n].
-    sigma_ratio: 'hl_gauss''s sigma in bin widths.
-
-  Returns:
-    Probabilities [..., n].
+  """Targets [...] as distributions [..., n] over `centres` by `projection`.
 
   Raises:
     ValueError: an unknown projection.
@@ -151,28 +99,12 @@ def project(projection: str, targets: jax.Array, centres: jax.Array,
 
 
 def mean(logits: jax.Array, centres: jax.Array) -> jax.Array:
-  """The value of a categorical head: its softmax's mean over the centres.
-
-  Args:
-    logits: [..., n].
-    centres: the support [n].
-
-  Returns:
-    [...].
-  """
+  """The value of a categorical head: its softmax's mean over the centres."""
   return jnp.sum(jax.nn.softmax(logits, axis=-1) * centres, axis=-1)
 
 
 def cross_entropy(logits: jax.Array, target_probs: jax.Array) -> jax.Array:
-  """-sum_k p_k log softmax(logits)_k, the target's gradient stopped.
-
-  Args:
-    logits: [..., n].
-    target_probs: [..., n].
-
-  Returns:
-    [...].
-  """
+  """-sum_k p_k log softmax(logits)_k over the last axis, the target stopped."""
   return -jnp.sum(jax.lax.stop_gradient(target_probs) * jax.nn.log_softmax(logits, axis=-1),
                   axis=-1)
 
@@ -194,23 +126,12 @@ def init_range(num_tasks: int) -> dict:
 
 def update_return_range(stats: dict, targets: jax.Array, task_ids: jax.Array, mask: jax.Array,
                         rate: float, axis_name: Optional[str] = None) -> dict:
-  """Each task's P5 and P95 of its value targets, as moving averages.
+  """Each task's P5 and P95 of its value targets as moving averages (DreamerV3's
+  return normalisation, per task): p <- (1 - rate) p + rate percentile_i.
 
-  p <- (1 - rate) p + rate * percentile(targets of task i) for p = P5, P95,
-  DreamerV3's return normalisation per task. With several devices each
-  device's percentiles are averaged over the devices holding the task.
-  Tasks without a valid target keep theirs.
-
-  Args:
-    stats: holds RANGE_KEYS, each [K] (other keys are kept).
-    targets: value targets in reward units, any shape.
-    task_ids: int task of each target, the shape of targets.
-    mask: 1 for valid targets, the shape of targets.
-    rate: the moving averages' step.
-    axis_name: the devices the batch spans; None for one device.
-
-  Returns:
-    `stats` with RANGE_KEYS moved.
+  Each device's percentiles are averaged over the devices holding the task;
+  tasks without a valid target keep theirs. Returns `stats` with RANGE_KEYS
+  moved.
   """
   num_tasks = stats[RANGE_KEYS[0]].shape[0]
   flat_targets, flat_tasks = targets.reshape(-1), task_ids.reshape(-1)

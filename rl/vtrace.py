@@ -1,8 +1,7 @@
-"""V-trace targets (Espeholt et al. 2018, arXiv 1802.01561) over unrolls
-that may cross episodes, and what the learners take from them: value
-targets, policy-gradient targets and advantages, and each task's advantage
-moments over a batch. Time-major: [T + 1, B] rows, T transitions.
-"""
+"""V-trace targets (Espeholt et al. 2018, arXiv 1802.01561) over unrolls that
+may cross episodes, and the value targets, policy-gradient targets,
+advantages and per-task advantage moments the learners take from them.
+Time-major: [T + 1, B] steps, T transitions."""
 
 from typing import Callable, NamedTuple, Optional
 
@@ -19,28 +18,18 @@ from rl.types import Unroll
 
 
 def vtrace_returns(values, rewards, discounts, rhos, lambda_: float = 1.0):
-  """V-trace targets v_s and q_s = r_s + gamma_s v_{s+1}, time-major.
+  """V-trace targets v_s (Espeholt et al. 2018, eq. 1) and q_s = r_s + gamma_s v_{s+1}.
 
-  V-trace corrects multistep returns for the lag between the behaviour and
-  the learner's policy with clipped importance weights; here
-  rho_bar = c_bar = 1, and `lambda_` < 1 mixes in shorter returns
-  (c_s = lambda min(1, rho_s)). rlax works on one trajectory, so it is
-  vmapped over the batch axis. Both outputs are stopped from gradients.
-
-  See "IMPALA: Scalable Distributed Deep-RL with Importance Weighted
-  Actor-Learner Architectures" by Espeholt et al. 2018
-  (https://arxiv.org/abs/1802.01561).
+  rho_bar = c_bar = 1; `lambda_` < 1 gives c_s = lambda min(1, rho_s). Both
+  outputs are stopped from gradients.
 
   Args:
     values: V(x_s) [T + 1, B]; the last row is the bootstrap.
-    rewards: r_s [T, B].
-    discounts: gamma_s [T, B] (the discount, 0 at a termination).
-    rhos: importance weights pi(a_s|x_s) / mu(a_s|x_s) [T, B].
-    lambda_: the trace's lambda.
+    rewards, discounts, rhos: [T, B]; discounts 0 at a termination, rhos
+      pi(a_s|x_s) / mu(a_s|x_s).
 
   Returns:
-    (vs, qs), each [T, B]: the value targets v_s and the policy-gradient
-    targets q_s.
+    (vs, qs), each [T, B].
   """
   vtrace = jax.vmap(
       lambda v, r, d, rho: rlax.vtrace_td_error_and_advantage(
@@ -54,25 +43,8 @@ def vtrace_returns(values, rewards, discounts, rhos, lambda_: float = 1.0):
 
 def episode_aware_vtrace(raw_values, rewards, discounts, first, rhos, gamma,
                          lambda_: float = 1.0):
-  """V-trace over unrolls that may cross episode boundaries.
-
-  `vtrace_returns` on the transitions of actor_critic.episode_aware: a reset
-  step is masked and its target is its own value. The values are stopped from
-  gradients.
-
-  Args:
-    raw_values: values in reward units [T + 1, B].
-    rewards: rewards [T, B].
-    discounts: 1 - terminated, [T, B].
-    first: bool [T + 1, B], x_t starts an episode.
-    rhos: importance weights [T, B].
-    gamma: the discount factor.
-    lambda_: the trace's lambda.
-
-  Returns:
-    (vs, qs, mask), each [T, B]; mask is 1 for real transitions and 0 for
-    reset steps.
-  """
+  """`vtrace_returns` on actor_critic.episode_aware's transitions (same
+  arguments, plus rhos and lambda_): (vs, qs, mask), each [T, B]."""
   rewards, discounts, mask = ac.episode_aware(raw_values, rewards, discounts, first, gamma)
   vs, qs = vtrace_returns(jax.lax.stop_gradient(raw_values), rewards, discounts, rhos, lambda_)
   return vs, qs, mask
@@ -94,17 +66,9 @@ def targets(apply_fn: Callable, cfg: LossConfig, params, stats: popart.Stats,
              batch: Unroll) -> Targets:
   """The network over `batch`, its V-trace targets and advantages.
 
-  Args:
-    apply_fn: the network, as for rl/impala.loss_fn.
-    cfg: the loss settings.
-    params: the network's parameters.
-    stats: the PopArt statistics (and a categorical head's return range).
-    batch: the unroll, time-major [T + 1, B, ...].
-
-  Returns:
-    Targets: with reward mode 'h' the targets in h-space; for a categorical
-    head without PopArt (actor_critic.symlog_values) the value targets in
-    symlog space and the advantages in reward units.
+  Targets are in h-space for reward mode 'h'; for a categorical head without
+  PopArt (actor_critic.symlog_values) the value targets are in symlog space
+  and the advantages in reward units.
   """
   e = ac.evaluate_unroll(apply_fn, cfg, params, stats, batch)
   rhos = jnp.exp(jax.lax.stop_gradient(e.log_pi_a) - e.log_mu_a)
@@ -126,17 +90,10 @@ def advantage_moments_fn(apply_fn: Callable, cfg: LossConfig,
   """Each task's advantage mean and std over a whole batch, for
   `normalize_advantages_per='task_batch'`.
 
-  Args:
-    apply_fn: the network, as for `loss_fn`.
-    cfg: the loss settings.
-    axis_name: the devices the batch spans; None for one device.
-
   Returns:
-    moments(params, stats, batch) -> ac.TaskMoments [num_tasks]: the moments
-    of min(rho_s, 1) (q_s - V(x_s)) over each task's valid steps of the
-    global batch (one forward pass, no gradient), in reward units (h-space
-    for reward mode 'h'), before PopArt's per-task scaling, which a per-task
-    normalisation cancels.
+    moments(params, stats, batch) -> ac.TaskMoments [num_tasks] of
+    min(rho_s, 1) (q_s - V(x_s)) over the global batch (no gradient), before
+    PopArt's per-task scaling, which a per-task normalisation cancels.
   """
   def moments(params, stats: popart.Stats, batch: Unroll) -> ac.TaskMoments:
     t = targets(apply_fn, cfg, params, stats, batch)
