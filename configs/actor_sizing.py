@@ -1,33 +1,15 @@
 """How many actor threads, EnvPool threads and NLE workers a run gets.
 
-`actors.num_actors`, `actors.envpool_threads` and `actors.nle_workers` at 0
-are chosen here from the cores the process may use (`actors.cores`, 0 = its
-CPU affinity) and the envs it steps; a field a config sets is kept. The rule
-(docs/speed.md, "How actors are sized"):
-
-- EnvPool tasks: one actor thread per 4 cores, at least 2 and at most 8.
-  Two or more threads overlap: while one runs its policy step, another's
-  envs step. EnvPool threads per pool: max(cores, 4) threads shared over
-  every pool of every actor (a pool per task per actor), but at least 2:
-  `max(2, max(cores, 4) // (actors * pools))`, never more than a pool's
-  envs. (Six games' pools of 2 envs with 1 thread each stepped at 0.62x
-  the speed of 2 threads each on 2 cores: EnvPool's threads sleep when
-  idle, so more of them than cores costs little.)
-- NLE tasks: 1 actor thread below 8 cores, else one per 8 cores up to 4;
-  worker processes `max(2, cores // actors)` per actor, never more than its
-  envs (each worker steps a share of them).
-- Synthetic envs (Catch) step in the actor thread itself: 1 actor thread.
-- Fewer actor threads where more would let the policy lag (`lag_bound`)
-  pass MAX_POLICY_LAG learner updates: a batch of one actor block with a
-  queue of 4 (the A2C recipe) takes at most 4 threads.
-
-On this project's 2-core machine the rule gives the settings its recipes
-were tuned with (2 actors x 2 EnvPool threads per pool for the Atari
-configs, 1 actor x 2 NLE workers for the main job), so their curves stand.
-
-Pure: `size` takes the counts and returns the sizing; `resolve` reads a
-config. The learner's step count per block of actors' data and the queue
-bound the policy lag, which `lag_bound` states.
+The `actors` fields at 0 are chosen from the cores the process may use
+and the envs it steps (docs/speed.md, "How actors are sized"); a field a
+config sets is kept:
+- EnvPool tasks: one actor thread per 4 cores, 2 to 8 (two or more
+  overlap policy steps with env steps); threads per pool
+  `max(2, max(cores, 4) // (actors * pools))`, at most a pool's envs.
+- NLE tasks: one actor thread per 8 cores, 1 to 4; workers per actor
+  `max(2, cores // actors)`, at most its envs.
+- Synthetic envs (Catch): 1 actor thread.
+- Fewer actor threads where `lag_bound` would pass MAX_POLICY_LAG.
 """
 
 import dataclasses
@@ -84,19 +66,8 @@ class ActorSizing:
   lag_bound: int           # lag_bound(num_actors, queue_size, blocks_per_batch)
 
   def describe(self, envs_per_actor: int, num_tasks: int) -> str:
-    """One start-up line: what the actors are and where each count came from.
-
-    Args:
-      envs_per_actor: envs per actor thread (all tasks together).
-      num_tasks: the run's number of tasks.
-
-    Returns:
-      'actors: <n> actor threads x <m> envs; <k> EnvPool threads per pool
-      (...); <w> NLE worker processes per actor; policy lag at most about <l>
-      updates [<origin>]', the EnvPool and NLE parts only where the actors
-      step such envs; the origin names the cores the rule sized for and the
-      fields it chose, or says the config set them all.
-    """
+    """One start-up line: the actor counts, the policy lag bound, and which
+    counts the rule chose for how many cores."""
     envpool_pools, lag = self.envpool_pools, self.lag_bound
     per_task = envs_per_actor // max(num_tasks, 1)
     parts = [f'{self.num_actors} actor thread{"s" * (self.num_actors != 1)} x '
@@ -115,12 +86,7 @@ class ActorSizing:
 
 
 def available_cores() -> int:
-  """The cores this process may run on.
-
-  Returns:
-    The number of CPUs in the process's affinity mask where the OS gives
-    one, else os.cpu_count(); at least 1.
-  """
+  """The CPUs in the process's affinity mask (else os.cpu_count()), at least 1."""
   try:
     return max(1, len(os.sched_getaffinity(0)))
   except (AttributeError, OSError):
@@ -132,26 +98,14 @@ def size(cores: int, envs_per_actor: int, envpool_pools: int, nle_tasks: bool,
          queue_size: int = 1, blocks_per_batch: int = 1) -> ActorSizing:
   """The actor sizing for `cores` by the rule of the module docstring.
 
-  Each of num_actors, envpool_threads and nle_workers given as 0 is chosen by
-  the rule; any other value is kept. A chosen num_actors is lowered until
-  `lag_bound` is at most MAX_POLICY_LAG (but not below 1); a given one is
-  kept whatever its bound. Pure: the same arguments give the same sizing.
+  Each of num_actors, envpool_threads and nle_workers given as 0 is chosen;
+  any other value is kept. A chosen num_actors is lowered until `lag_bound`
+  is at most MAX_POLICY_LAG (not below 1).
 
   Args:
-    cores: the cores to size for.
     envs_per_actor: envs per actor thread (all tasks together).
     envpool_pools: EnvPool pools per actor (its EnvPool tasks); 0 = none.
-    nle_tasks: whether the actors step NLE envs.
-    num_actors: actor threads; 0 = chosen by the rule.
-    envpool_threads: EnvPool threads per pool; 0 = chosen by the rule.
-    nle_workers: NLE worker processes per actor; 0 = chosen by the rule.
-    queue_size: unroll blocks the actors may have waiting for the learner.
     blocks_per_batch: actor blocks per learner batch (of this process).
-
-  Returns:
-    The ActorSizing: envpool_threads 0 where there are no EnvPool pools,
-    nle_workers 0 where there are no NLE tasks, `chosen` naming the fields
-    the rule chose, and the sizing's `lag_bound`.
 
   Raises:
     ValueError: when cores or envs_per_actor is below 1, or envpool_pools
@@ -189,20 +143,11 @@ def size(cores: int, envs_per_actor: int, envpool_pools: int, nle_tasks: bool,
 
 
 def resolve(config, families: Sequence[str], blocks_per_batch: int) -> ActorSizing:
-  """The actor sizing of a config (`size` with its `actors` group).
+  """`size` with the config's `actors` group.
 
   Args:
-    config: a run config; its `actors` group is read (cores 0 = the cores
-      this process may use, `available_cores`).
-    families: each task's actor kind (registry.actor_kind: 'envpool', 'nle'
-      or 'synthetic'), in task order; each 'envpool' task is a pool per actor.
+    families: each task's actor kind (registry.actor_kind), in task order.
     blocks_per_batch: actor blocks per learner batch (of this process).
-
-  Returns:
-    The ActorSizing, as `size` gives it.
-
-  Raises:
-    ValueError: as `size`, for cores or envs_per_actor below 1.
   """
   a = config.actors
   cores = a.cores or available_cores()   # old run folders read 0 (analysis/run_loading)
@@ -213,22 +158,7 @@ def resolve(config, families: Sequence[str], blocks_per_batch: int) -> ActorSizi
 
 
 def lag_bound(num_actors: int, queue_size: int, blocks_per_batch: int) -> int:
-  """A bound on the policy lag: learner updates between acting and learning.
-
-  With actors stepping at one speed, a block started when the queue was full
-  waits behind the queue and the other actors' blocks in progress,
-  `(queue_size + num_actors - 1) / blocks_per_batch` batches, plus the update
-  in progress. Measured lags are in the run's metrics (policy_lag,
-  policy_lag_max).
-
-  Args:
-    num_actors: actor threads.
-    queue_size: unroll blocks the actors may have waiting for the learner.
-    blocks_per_batch: actor blocks per learner batch (at least 1).
-
-  Returns:
-    The most learner updates between the params a block was acted with and
-    the update that takes it: ceil((queue_size + num_actors - 1) /
-    blocks_per_batch) + 1.
-  """
+  """The most learner updates between the params a block was acted with and
+  the update that takes it: a block started on a full queue waits behind
+  the queue and the other actors' blocks, plus the update in progress."""
   return math.ceil((queue_size + num_actors - 1) / blocks_per_batch) + 1

@@ -8,21 +8,8 @@ from configs import common
 
 
 def get_config(arg=None):
-  """IMPALA on EnvPool CartPole-v1: the fastest check that the agent learns.
-
-  One task, an MLP, 500k agent steps, rewards not clipped, and a batch,
-  learning rate and entropy cost tuned for CartPole.
-
-  Args:
-    arg: the variant text after the file name's ':' (common.parse_variant),
-      None for the defaults. Keys: smoke (common.apply_smoke; off).
-
-  Returns:
-    The config (ml_collections.ConfigDict), named 'cartpole'.
-
-  Raises:
-    ValueError: for an unknown variant key or a bad value.
-  """
+  """The config, named 'cartpole': one task, an MLP, 500k agent steps,
+  rewards not clipped. Variants: smoke (common.apply_smoke)."""
   variant = common.parse_variant(arg, {'smoke': False})
   c = common.base_config()
   c.config_name = 'cartpole'

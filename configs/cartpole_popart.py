@@ -1,33 +1,19 @@
 """Two CartPole-v1 tasks whose rewards differ in scale, learnt by one PopArt agent.
 
-Task i's rewards are multiplied by reward_scales[i] and not clipped; PopArt
-normalises each task's values so both learn. Turn PopArt off to see the
-large-scale task swamp the small one:
+Rewards are multiplied by reward_scales and not clipped; PopArt normalises
+each task's values so both learn (without it the large task swamps the
+small one):
 
   python launch/train.py --config=configs/cartpole_popart.py
   python launch/train.py --config=configs/cartpole_popart.py --config.popart.enabled=False
-  python launch/train.py --config=configs/cartpole_popart.py --config.reward_scales='(1.0, 100.0)'
 """
 
 from configs import common
 
 
 def get_config(arg=None):
-  """One PopArt agent on two CartPole-v1 tasks whose rewards differ in scale.
-
-  The tasks' rewards are multiplied by reward_scales (1 and 1000) and not
-  clipped; PopArt normalises each task's values so both learn.
-
-  Args:
-    arg: the variant text after the file name's ':' (common.parse_variant),
-      None for the defaults. Keys: smoke (common.apply_smoke; off).
-
-  Returns:
-    The config (ml_collections.ConfigDict), named 'cartpole_popart'.
-
-  Raises:
-    ValueError: for an unknown variant key or a bad value.
-  """
+  """The config, named 'cartpole_popart': reward_scales 1 and 1000. Variants:
+  smoke (common.apply_smoke)."""
   variant = common.parse_variant(arg, {'smoke': False})
   c = common.base_config()
   c.config_name = 'cartpole_popart'

@@ -1,11 +1,6 @@
-"""The `--config` flag of the commands that train (launch/train.py,
-launch/pbt.py) and of the tools that run a config (launch/benchmark.py,
-launch/diagnose_update.py, launch/inspect_frames.py): an ml_collections
-config file with its variant and `--config.x=...` overrides. A mistake in
-it (a file that does not load, a field the config lacks, a value of the
-wrong type) exits with one line naming it and status 2, not a traceback.
-Importing this module defines the flag: only those commands import it.
-"""
+"""The `--config` flag of the commands that run a config, with its variant
+and `--config.x=...` overrides: a mistake in it exits with one line and
+status 2, not a traceback. Importing this module defines the flag."""
 
 import sys
 import warnings
@@ -22,19 +17,12 @@ _USER_ERRORS = (flags.Error, AttributeError, KeyError, ValueError, TypeError, OS
 
 
 def exit_with_config_error(e: BaseException, argv) -> None:
-  """Reports a config mistake in one line on stderr and exits with status 2.
+  """Prints 'error: <reason> (in: <the --config arguments>)' and exits with
+  status 2.
 
-  The line is 'error: <reason> (in: <the --config arguments>)': for an
-  override of a field the config lacks (AttributeError, KeyError), 'unknown
-  config field <field>'; otherwise the error's last non-empty line (where
-  config_flags puts get_config's own message), or its type's name.
-
-  Args:
-    e: the error the flag parser or the config loader raised.
-    argv: the command line; its `--config...` arguments are quoted.
-
-  Raises:
-    SystemExit: always, with status 2; the function does not return.
+  The reason is 'unknown config field <field>' for an override of a field
+  the config lacks, else the error's last non-empty line (where
+  config_flags puts get_config's own message).
   """
   if isinstance(e, (AttributeError, KeyError)):  # override of a field the config lacks
     text = str(e).strip('\'"').replace("\\'", "'").replace('\\n', ' ')
@@ -49,18 +37,8 @@ def exit_with_config_error(e: BaseException, argv) -> None:
 
 
 def parse_flags(argv):
-  """absl's flag parser, for app.run's flags_parser, with config mistakes in one line.
-
-  Args:
-    argv: the command line.
-
-  Returns:
-    The arguments absl's flags leave unparsed (argv[0] first).
-
-  Raises:
-    SystemExit: status 2 (`exit_with_config_error`) when a flag, the config
-      file or an override is wrong.
-  """
+  """absl's flag parser for app.run's flags_parser, config mistakes exiting
+  as `exit_with_config_error`."""
   try:
     return flags.FLAGS(argv)
   except _USER_ERRORS as e:
@@ -68,18 +46,8 @@ def parse_flags(argv):
 
 
 def load_config():
-  """The --config flag's config, loaded, with quiet logs.
-
-  Sets absl's verbosity to WARNING and silences the warning on lowered
-  precision before the file is loaded.
-
-  Returns:
-    The config (a locked ml_collections.ConfigDict).
-
-  Raises:
-    SystemExit: status 2 (`exit_with_config_error`) when the file does not
-      load or an override does not apply.
-  """
+  """The --config flag's config (locked), loaded with quiet logs; a mistake
+  exits as `exit_with_config_error`."""
   logging.set_verbosity(logging.WARNING)
   warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
   try:

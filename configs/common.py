@@ -1,8 +1,5 @@
-"""Defaults shared by every experiment, and variant-argument parsing.
-
-Defaults follow IMPALA's Atari table (Espeholt et al. 2018, Table G.1).
-Experiment files start from `base_config()` and override what differs.
-"""
+"""Defaults shared by every experiment (IMPALA's Atari table, Espeholt et al.
+2018, Table G.1), the optimisation recipes, and variant-argument parsing."""
 
 import dataclasses
 from typing import Tuple
@@ -32,13 +29,8 @@ def task(name: str, env_id: str, **env_kwargs) -> dict:
 
   Args:
     name: the task's name, unique in the run (used in metric keys).
-    env_id: its env id, one a registered env family knows (EnvPool, NLE,
-      Catch; envs/registry.py).
-    **env_kwargs: the kwargs its env is made with, on top of any the env
-      family adds (e.g. IMPALA's Atari protocol).
-
-  Returns:
-    {'name': name, 'env_id': env_id, 'env_kwargs': a dict of env_kwargs}.
+    env_id: an env id a registered env family knows (envs/registry.py).
+    **env_kwargs: its env's kwargs, on top of any the family adds.
   """
   return {'name': name, 'env_id': env_id, 'env_kwargs': dict(env_kwargs)}
 
@@ -96,13 +88,8 @@ class RunConfig:
 
 
 def groups() -> Tuple[Tuple[str, type], ...]:
-  """Every config group base_config holds, with its settings class.
-
-  Returns:
-    (group name, settings class) pairs, in order: 'loss' (the learner's
-    choice), each registered learner's own group (rl/algorithms.py), then
-    optimizer, popart, value, network, actors, log, wandb, pbt and distributed.
-  """
+  """(group name, settings class) pairs base_config holds, in order: 'loss',
+  each registered learner's group (rl/algorithms.py), then the shared ones."""
   learners = tuple((learner.config_group, learner.settings_type)
                    for learner in map(algorithms.get, algorithms.names()))
   return (('loss', algorithms.LossChoice), *learners, ('optimizer', OptimizerConfig),
@@ -112,13 +99,8 @@ def groups() -> Tuple[Tuple[str, type], ...]:
 
 
 def base_config() -> ml_collections.ConfigDict:
-  """Every field's default: what experiment files start from and override.
-
-  Returns:
-    A new ml_collections.ConfigDict: RunConfig's fields at the top, then one
-    group per entry of `groups()`, each field at its default. It has no
-    `atari` group (the Atari configs add it).
-  """
+  """A new ConfigDict of every field at its default (no `atari` group): what
+  experiment files start from."""
   c = settings.config_dict(RunConfig)
   for name, cls in groups():
     c[name] = settings.config_dict(cls)
@@ -129,19 +111,9 @@ RECIPES = {}  # name -> recipe(config): the optimisation recipes of the Atari an
 
 
 def recipe(table: dict, name: str):
-  """A decorator that registers a function as recipe `name` of `table`.
-
-  A recipe sets a config's optimisation fields in place; every config family
-  keeps its recipes in a table of its own and applies them with
-  `apply_recipe`. A name registered again replaces the earlier recipe.
-
-  Args:
-    table: the family's recipe table (name -> recipe), e.g. RECIPES.
-    name: the recipe's name, as the `recipe` variant gives it.
-
-  Returns:
-    The decorator; it returns the function unchanged.
-  """
+  """A decorator registering a function as recipe `name` of `table` (a
+  recipe sets a config's optimisation fields in place; a name registered
+  again replaces the earlier one)."""
   def register(fn):
     table[name] = fn
     return fn
@@ -149,16 +121,10 @@ def recipe(table: dict, name: str):
 
 
 def apply_recipe(c: ml_collections.ConfigDict, name: str, recipes: dict = RECIPES) -> None:
-  """Applies recipe `name` of `recipes` to a config, in place.
+  """Applies recipe `name` of `recipes` to config `c`, in place.
 
   Call it after the actors' env counts and the network are set: recipes
   size the batch from the first and read the second.
-
-  Args:
-    c: the config (unlocked).
-    name: the recipe's name.
-    recipes: the recipe table; RECIPES by default (the Atari and control
-      configs').
 
   Raises:
     ValueError: for a name not in `recipes`, naming the choices.
@@ -172,24 +138,13 @@ def apply_recipe(c: ml_collections.ConfigDict, name: str, recipes: dict = RECIPE
 def _impala(c) -> None:
   """IMPALA's Atari table (base_config's values): unroll 20, batch 32,
   RMSProp lr 6e-4 with epsilon 0.01 inside the square root, clip 40 on the
-  summed loss. Paper-faithful, but it moves the policy slowly: each update
-  uses 640 steps, and with the loss summed over them the clip at 40 binds
-  on almost every update (docs/pong.md, point 3)."""
+  summed loss."""
 
 
 def minibatch_count(batch: int, unrolls: float, devices=(1,)) -> int:
   """The number of minibatches that cuts `batch` unrolls nearest to
-  `unrolls` each (the fewer on a tie), and that also splits each learner
-  device's shard for every count in `devices` that divides the batch.
-
-  Args:
-    batch: unrolls per learner step (global).
-    unrolls: the wanted unrolls per minibatch.
-    devices: learner-device counts whose shards it must split too.
-
-  Returns:
-    The count, a divisor of every such shard (1 at worst).
-  """
+  `unrolls` each (the fewer on a tie) and also splits each learner device's
+  shard for every count in `devices` that divides the batch (1 at worst)."""
   shards = [batch // d for d in devices if batch % d == 0]
   return min((m for m in range(1, batch + 1) if all(s % m == 0 for s in shards)),
              key=lambda m: (abs(batch / m - unrolls), m))
@@ -197,15 +152,10 @@ def minibatch_count(batch: int, unrolls: float, devices=(1,)) -> int:
 
 @recipe(RECIPES, 'vtrace')
 def _vtrace(c) -> None:
-  """IMPALA's V-trace learner made to learn Pong in 1M agent steps on a
-  CPU (docs/pong.md): each batch (about 32 unrolls of 20 steps) is cut into
-  minibatches of about 4 shuffled unrolls, one Adam step each (lr 2.5e-4,
-  epsilon 1e-5), V-trace taken with each step's params; the policy
-  gradient's advantages normalised per minibatch; frames centred on each
-  task's running mean frame; orthogonal initialisation, the loss averaged,
-  clip 0.5, entropy 0.01, and a queue of one block (policy lag about 1.5
-  updates). One pass over the data: about 12 optimiser steps per 1,000
-  agent steps at the learner cost of IMPALA's one."""
+  """IMPALA's V-trace learner made to learn Pong in 1M agent steps
+  (docs/pong.md): minibatches of about 4 shuffled unrolls, one Adam step
+  each; advantages normalised per minibatch; centred frames; orthogonal
+  init; the loss averaged, clip 0.5; a queue of one block."""
   c.loss.name = 'impala'
   b = c.batch_size
   c.vtrace.epochs = 1
@@ -225,10 +175,9 @@ def _vtrace(c) -> None:
 
 @recipe(RECIPES, 'impala_adam')
 def _impala_adam(c) -> None:
-  """IMPALA's V-trace learner, batching left as the config has it (one game:
-  32 unrolls of 20), with moolib's published Atari optimisation
-  (examples/vtrace): Adam lr 6e-4 with epsilon 1e-8, the loss averaged over
-  the batch, entropy cost 6e-4, clip 40."""
+  """IMPALA's V-trace learner with moolib's Atari optimisation
+  (examples/vtrace): Adam lr 6e-4, epsilon 1e-8, the loss averaged,
+  entropy 6e-4, clip 40."""
   c.optimizer.name = 'adam'
   c.learning_rate = 6e-4
   c.optimizer.adam_eps = 1e-8
@@ -238,14 +187,12 @@ def _impala_adam(c) -> None:
 
 @recipe(RECIPES, 'a2c')
 def _a2c(c) -> None:
-  """The optimisation of A2C (Mnih et al. 2016) as OpenAI baselines'
-  TensorFlow code runs it on Atari, on the same V-trace learner: updates on
-  5-step unrolls of about 16 envs (80 steps), the loss averaged over them,
-  clip 0.5, and TensorFlow's RMSProp: lr 7e-4, decay 0.99, epsilon 1e-5
-  inside the square root, the second moment starting at 1. The last two keep
-  the step of a parameter with a tiny gradient small; without them RMSProp
-  moves every first-layer weight by about lr in the same direction and most
-  first-layer ReLUs die (docs/pong.md)."""
+  """A2C's optimisation (Mnih et al. 2016) as OpenAI baselines runs it on
+  Atari, on the V-trace learner: 5-step unrolls of about 16 envs, the loss
+  averaged, clip 0.5, TensorFlow's RMSProp (lr 7e-4, epsilon 1e-5 inside
+  the square root, second moment starting at 1). The last two keep tiny
+  gradients' steps small; without them most first-layer ReLUs die
+  (docs/pong.md)."""
   envs = c.actors.envs_per_actor
   c.unroll_length = 5
   c.batch_size = envs * max(1, round(16 / envs))  # about 16 envs, in whole actor blocks
@@ -260,14 +207,10 @@ def _a2c(c) -> None:
 @recipe(RECIPES, 'ppo')
 def _ppo(c) -> None:
   """cleanrl's Atari PPO (ppo_atari_envpool.py) on the same actors: batches
-  of about 1,024 steps (about 16 envs x 64 steps, in whole actor blocks; the
-  unroll a multiple of 4), 4 epochs x 4 minibatches of shuffled single steps
-  (whole unrolls for an LSTM), clip 0.1, GAE(0.95) advantages normalised per
-  minibatch, a clipped value loss, entropy 0.01, the loss averaged, clip
-  0.5, Adam lr 2.5e-4 with epsilon 1e-5, orthogonal initialisation. A queue
-  of one block, and actors that wait for the learner to take their block,
-  keep the behaviour policy 1-2 updates old: PPO's ratio is taken against
-  it, and an older one is clipped more."""
+  of about 1,024 steps, 4 epochs x 4 minibatches, clip 0.1, GAE(0.95),
+  a clipped value loss, Adam lr 2.5e-4. A queue of one block and actors
+  that wait for the learner keep the behaviour policy 1-2 updates old,
+  which PPO's ratio is taken against."""
   envs = c.actors.envs_per_actor
   # Recurrent networks keep whole unrolls (their state runs along them), so
   # their batch must split into the 4 minibatches: the number of unrolls
@@ -301,26 +244,20 @@ TRUE_WORDS, FALSE_WORDS = ('1', 'true', 'yes', 'on'), ('0', 'false', 'no', 'off'
 def parse_variant(arg, defaults: dict) -> dict:
   """Parses a config file's variant argument, 'key=value,flag,list=a+b'.
 
-  Items are separated by commas (empty items are skipped). A bare key sets a
-  boolean to True; key=value sets a boolean from TRUE_WORDS or FALSE_WORDS
-  (any case); other values are converted to the default's type: a tuple
-  from '+'-joined parts (empty parts dropped), an int, a float, or else the
-  text itself. Keys not given keep their defaults.
+  A bare key sets a boolean to True; key=value sets a boolean from
+  TRUE_WORDS or FALSE_WORDS (any case); other values take the default's
+  type: a tuple from '+'-joined parts, an int, a float, or the text.
 
   Args:
-    arg: the variant text after the config file's ':' (None or '' for
-      none).
-    defaults: variant name -> default value; the defaults' types give the
-      values' types.
+    arg: the text after the config file's ':' (None or '' for none).
+    defaults: variant name -> default value (its type is the value's).
 
   Returns:
     A new dict: every key of `defaults` -> its value.
 
   Raises:
-    ValueError: for an unknown key (naming the allowed ones), a bare key
-      whose default is not a boolean, a boolean's value not in TRUE_WORDS
-      or FALSE_WORDS, or a value that is not a number where the default
-      is one.
+    ValueError: for an unknown key, a bare non-boolean key, or a value
+      that does not parse as the default's type.
   """
   values = dict(defaults)
   if not arg:
@@ -354,16 +291,8 @@ def parse_variant(arg, defaults: dict) -> dict:
 
 
 def apply_smoke(c: ml_collections.ConfigDict) -> None:
-  """Shrinks a config, in place, to a run of seconds: two learner steps on tiny batches.
-
-  Call it after the tasks are set: every task gets two envs. One actor
-  thread of those envs with a queue of 2, a batch of one actor block,
-  unrolls of 4 steps, one learner device, one NLE worker, one minibatch for
-  PPO and V-trace, logs at every learner step, and wandb disabled.
-
-  Args:
-    c: the config (unlocked).
-  """
+  """Shrinks config `c`, in place, to a run of seconds: two learner steps on
+  tiny batches. Call it after the tasks are set (every task gets two envs)."""
   envs = 2 * max(1, len(c.tasks))
   c.batch_size = envs
   c.unroll_length = 4

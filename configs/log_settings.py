@@ -1,10 +1,6 @@
-"""The logging settings (the config's `log` and `wandb` groups).
-
-agents/trainer.py reads the cadences and rundir/run_logger.py the sinks
-(metrics.jsonl, the progress line, TensorBoard, wandb). They are defined
-here, below both, because configs/common.base_config assembles every group
-and may import only the layers below it (docs/architecture.md).
-"""
+"""The logging settings (the `log` and `wandb` groups), defined here, below
+agents/trainer.py and rundir/run_logger.py which read them, because
+common.base_config may import only the layers below it."""
 
 import dataclasses
 from typing import Tuple

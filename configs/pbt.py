@@ -1,18 +1,13 @@
-"""Population-based training's settings (the config's `pbt` group), checked
-before anything starts, and the pure parts of PBT: where members start,
-how a perturbed value is kept in its range, and the score members are
+"""Population-based training's settings (the `pbt` group) and its pure parts:
+members' starts, perturbed values kept in range, and the score members are
 ranked by. launch/pbt.py runs the population on Ray Tune.
 
-The score ('auto', the default) is computed from the episodes a member
-finished in the interval it just trained, over the last `last_episodes`
-of each task:
-- one task: the mean return ('return');
-- several Atari tasks, each with human and random references: the mean
-  of the tasks' human-normalised scores ('human-normalised');
-- other multi-task runs: the mean over tasks of the return divided by the
-  task's reward scale (returns in each env's own units: 'per-task
-  normalised', so a task whose rewards were scaled up does not decide the
-  ranking alone).
+The 'auto' score: per task, the mean return of its last `last_episodes`
+episodes in the interval just trained; with one task that mean
+('return'); with several Atari tasks, the mean human-normalised score
+('human-normalised'); otherwise the mean of each task's return divided by
+its reward scale ('per-task normalised': a scaled-up task must not decide
+the ranking alone).
 """
 
 import dataclasses
@@ -145,16 +140,9 @@ class Settings:
 
 
 def loggable_metrics(plan) -> List[str]:
-  """The metric keys a run logs that can rank members (pbt.metric's choices).
-
-  Args:
-    plan: the run's RunPlan (task_names, task_games).
-
-  Returns:
-    'mean_episode_return', then per task 'episode_return/<task>' and, for an
-    Atari game with human and random references, 'hns/<task>'; then
-    'hns/median' and 'hns/mean' where several tasks all have references.
-  """
+  """The metric keys a run logs that can rank members (pbt.metric's choices):
+  'mean_episode_return', per task 'episode_return/<task>' (and 'hns/<task>'
+  for an Atari game with references), then 'hns/median' and 'hns/mean'."""
   keys = ['mean_episode_return']
   for task, game in zip(plan.task_names, plan.task_games):
     keys.append(f'episode_return/{task}')
@@ -167,16 +155,7 @@ def loggable_metrics(plan) -> List[str]:
 
 
 def score_kind(plan) -> str:
-  """What the 'auto' score of a run is, as the module docstring defines it.
-
-  Args:
-    plan: the run's RunPlan (task_names, task_games).
-
-  Returns:
-    'return' for one task; 'human-normalised' for several tasks that are all
-    Atari games with human and random references; else 'per-task
-    normalised'.
-  """
+  """The kind of the run's 'auto' score (the module docstring)."""
   if len(plan.task_names) == 1:
     return 'return'
   if all(atari.human_normalised(g, 0.0) is not None for g in plan.task_games):
@@ -185,24 +164,15 @@ def score_kind(plan) -> str:
 
 
 def check(config, plan, population: Optional[int] = None) -> Settings:
-  """The config's PBT settings, checked against the run.
+  """The config's PBT settings, checked against the run's RunPlan.
 
   Args:
-    config: the run config; its `pbt` group is read.
-    plan: the RunPlan of the config (configs/validation.validate).
     population: the number of members; None: pbt.population.
 
-  Returns:
-    The Settings: each adapted hyperparameter's range and config field
-    (rl/optimizers.config_fields), the interval (pbt.interval_env_steps, or
-    a tenth of total_env_steps for 0) and the score's kind (`score_kind`).
-
   Raises:
-    ConfigError: naming the field and what it allows: an unknown `pbt`
-      field, a value its check refuses (an adapted hyperparameter without a
-      range included), a population below 2, an interval not below
-      total_env_steps or shorter than one learner update, a metric the run
-      does not log, or a quantile of no member.
+    ConfigError: naming the field: a value its check refuses, a population
+      below 2, an interval not below total_env_steps or shorter than one
+      update, a metric the run does not log, or a quantile of no member.
   """
   p = settings_lib.read(PBTConfig, config.pbt, 'pbt')
   population = p.population if population is None else population
@@ -236,21 +206,14 @@ def check(config, plan, population: Optional[int] = None) -> Settings:
 
 
 def starts(settings: Settings, seed: int) -> List[Dict[str, float]]:
-  """Each member's starting hyperparameters.
+  """Each member's starting hyperparameters, the same for the same seed.
 
-  'spread': for every hyperparameter, the n members get the n values
-  log-evenly spaced from low to high, shuffled per hyperparameter (so that
-  members differ in all of them at once; with one hyperparameter member i
-  gets the i-th value). 'random': log-uniform draws in each range. The same
-  seed gives the same starts.
-
-  Args:
-    settings: the checked PBT settings (population, ranges, start).
-    seed: the numpy seed of the shuffles and draws.
+  'spread': for every hyperparameter the n members get n values
+  log-evenly spaced over its range, shuffled per hyperparameter so that
+  members differ in all of them at once. 'random': log-uniform draws.
 
   Returns:
-    One dict per member, in member order: adapted hyperparameter -> its
-    starting value (a float inside its range).
+    One dict per member: adapted hyperparameter -> its starting value.
   """
   rng = np.random.default_rng(seed)
   n = settings.population
@@ -265,16 +228,7 @@ def starts(settings: Settings, seed: int) -> List[Dict[str, float]]:
 
 
 def clip(values: Dict[str, float], settings: Settings) -> Dict[str, float]:
-  """Perturbed values kept inside their ranges.
-
-  Args:
-    values: hyperparameter -> value.
-    settings: the checked PBT settings (ranges).
-
-  Returns:
-    A new dict: each value of an adapted hyperparameter clipped to its
-    [low, high] as a float; other entries unchanged.
-  """
+  """A new dict: each adapted hyperparameter's value clipped to its range."""
   out = dict(values)
   for name, (low, high) in settings.ranges.items():
     if name in out:
@@ -284,12 +238,6 @@ def clip(values: Dict[str, float], settings: Settings) -> Dict[str, float]:
 
 def apply(config, values: Dict[str, float], settings: Settings) -> None:
   """Sets the adapted hyperparameters' config fields, in place.
-
-  Args:
-    config: the member's config (unlocked).
-    values: adapted hyperparameter -> value; each is set as a float in its
-      config field (e.g. 'eps' in the optimiser's epsilon field).
-    settings: the checked PBT settings (fields).
 
   Raises:
     KeyError: for a hyperparameter in `values` that is not adapted.
@@ -303,16 +251,13 @@ def score(windows: Sequence[Dict], plan, settings: Settings,
           reward_scales: Sequence[float]) -> Optional[float]:
   """A member's score from the log rows of the interval it just trained.
 
-  'auto': per task, the mean return of its last `last_episodes` episodes
-  (`last_episodes_mean`), combined as the module's docstring says for the
-  settings' score kind. Another metric: its newest finite logged value.
+  'auto': as the module docstring says. Another metric: its newest finite
+  logged value.
 
   Args:
     windows: the interval's log rows (metrics.jsonl), oldest first.
-    plan: the run's RunPlan (task_names, task_games).
-    settings: the checked PBT settings (metric, score_kind, last_episodes).
-    reward_scales: the config's reward_scales, which divide the tasks' means
-      for 'per-task normalised' (a task without one, or with 0: 1).
+    reward_scales: the config's, dividing the tasks' means for 'per-task
+      normalised' (missing or 0: 1).
 
   Returns:
     The score, higher is better; None when a task finished no episode in
@@ -340,21 +285,12 @@ def score(windows: Sequence[Dict], plan, settings: Settings,
 
 
 def last_episodes_mean(windows: Sequence[Dict], task: str, n: int) -> Optional[float]:
-  """The mean return of a task's last `n` episodes in some log rows.
+  """The mean return of a task's last `n` episodes in log rows (oldest
+  first), or None when none has one.
 
-  Each row gives a window's mean return and episode count; rows are taken
-  newest first, and the oldest row used counts in part (only the episodes
-  still needed to make `n`), as if its episodes' returns were all its mean.
-
-  Args:
-    windows: log rows, oldest first, holding per window
-      `episode_return/<task>` (the mean) and `episodes/<task>` (how many).
-    task: the task's name.
-    n: how many of the last episodes to average.
-
-  Returns:
-    The episode-weighted mean over at most `n` episodes; None when no row
-    has an episode of the task.
+  Each row holds a window's mean (`episode_return/<task>`) and count
+  (`episodes/<task>`); the oldest row used counts only the episodes still
+  needed, as if all its returns were its mean.
   """
   total, count = 0.0, 0
   for row in reversed(windows):

@@ -1,11 +1,5 @@
-"""The run plan: the sizes and assignments a valid config gives (configs/
-validation.py checks the config, then asks `make_plan`).
-
-Which devices learn and which acts, how many actor threads, env threads and
-NLE workers (configs/actor_sizing.py), each actor's env groups (its share of
-every task, with the task's env kwargs and reward scale), how many actor
-blocks make this process's share of a learner batch, and the step counts.
-"""
+"""The run plan: the sizes and assignments a valid config gives (devices,
+actor sizing, each actor's env groups, batch blocks, step counts)."""
 
 import dataclasses
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -51,7 +45,7 @@ class RunPlan:
 
   @property
   def policy_lag_bound(self) -> int:
-    """The bound on the policy lag in learner updates (actor_sizing.lag_bound)."""
+    """The policy lag bound in learner updates (actor_sizing.lag_bound)."""
     return self.actors.lag_bound
 
   def describe_actors(self) -> str:
@@ -66,29 +60,16 @@ def make_plan(config, tasks: List[dict], env_kwargs: List[dict], scales: Sequenc
               learner_devices_per_process: int, families: Sequence[str]) -> RunPlan:
   """The run plan of a config that passed validation.
 
-  Every actor gets one env group per task, each of the task's share of
-  actors.envs_per_actor; this process's share of a learner batch is
-  batch_size / processes unrolls, in blocks of one actor's envs.
+  Every actor gets one env group per task, each the task's share of
+  actors.envs_per_actor; this process's share of a batch is batch_size /
+  processes unrolls, in blocks of one actor's envs.
 
   Args:
-    config: the run config (configs/validation.py has checked it).
-    tasks: the config's tasks, in task order.
     env_kwargs: each task's env kwargs (validation.task_env_kwargs).
-    scales: each task's reward scale.
-    role_ids: the task id of each role in envs/nethack.ROLES order, for the
-      tasks at `random_tasks` (NetHack's random characters); None for none.
-    random_tasks: the indices of the tasks that play random characters.
-    observation_keys: the observation keys the network reads.
+    role_ids: each role's task id (envs/nethack.ROLES order) for the tasks
+      at `random_tasks`, which play random characters; None for none.
     frames_per_step: the most frames an env step covers (4 for Atari).
-    learner_devices_per_process: learner devices of each process.
-    families: each task's actor kind (registry.actor_kind), in task order.
-
-  Returns:
-    The RunPlan: its actors sized by actor_sizing.resolve, the learner
-    devices of every process (multihost.learner_devices), the actor device
-    config.actor_device_id of this process, and the learner steps the run
-    takes (total_env_steps / (unroll_length x batch_size), rounded up, at
-    least 1).
+    families: each task's actor kind (registry.actor_kind).
   """
   devices = jax.local_devices()
   processes = jax.process_count()

@@ -1,9 +1,7 @@
-"""docs/settings.md: every config field, its type, default and what it
-does, generated from the components' settings classes (infra/settings.py).
+"""docs/settings.md, generated from the settings classes (infra/settings.py);
+tests/unit/test_settings.py fails when the page and the code differ.
 
   python -m configs.reference > docs/settings.md
-
-tests/unit/test_settings.py fails when the page and the code differ.
 """
 
 from typing import List
@@ -29,13 +27,8 @@ def _where(cls) -> str:
 
 
 def page() -> str:
-  """The whole reference page, as markdown.
-
-  Returns:
-    HEADER, then one section per group (the top-level fields, each of
-    common.groups(), then `atari`): its heading, the settings class's file,
-    name and docstring, and a table of its fields (infra/settings.help_table).
-  """
+  """The reference page, as markdown: HEADER, then per group its settings
+  class's file, name, docstring and fields' table."""
   parts: List[str] = [HEADER]
   sections = [('', common.RunConfig, 'Top level')]
   sections += [(name, cls, f'`{name}`') for name, cls in common.groups()]

@@ -1,11 +1,9 @@
 """What may change when a run resumes: the saved config against the new one.
 
-A run folder's `config.json` is the config its checkpoints were trained
-with. Resuming with a config whose network, tasks or parameter shapes differ
-cannot restore them (or would restore them into a different agent), so
-`frozen_changes` lists those differences and the run stops before it writes
-anything. Every other field may change on resume (docs/run_folder.md lists them):
-`allowed_changes` says which did, for the run's log.
+Checkpoints cannot be restored into a config whose network, tasks or
+parameter shapes differ, so `compare` sets those apart (the run stops
+before writing anything); every other field may change
+(docs/run_folder.md), and the log names which did.
 """
 
 import json
@@ -29,16 +27,7 @@ BEFORE_FIELD_EXISTED = {'optimizer.anneal_to': 0.0}
 
 
 def flatten(tree: Any, prefix: str = '') -> Dict[str, Any]:
-  """Nested dicts flattened to dotted field names.
-
-  Args:
-    tree: nested dicts (a config as JSON gives it); anything else is a leaf,
-      lists included.
-    prefix: the dotted name of `tree` itself ('' at the root).
-
-  Returns:
-    {'a.b': value} for every leaf; {prefix: tree} when `tree` is a leaf.
-  """
+  """Nested dicts flattened to {'a.b': leaf} (lists are leaves)."""
   if not isinstance(tree, dict):
     return {prefix: tree}
   out = {}
@@ -48,14 +37,8 @@ def flatten(tree: Any, prefix: str = '') -> Dict[str, Any]:
 
 
 def is_frozen(field: str) -> bool:
-  """Whether a field must keep its saved value when a run resumes.
-
-  Args:
-    field: a dotted config field ('network.name').
-
-  Returns:
-    True for a field equal to, or under, a prefix in FROZEN and not in FREE.
-  """
+  """Whether a dotted field must keep its saved value: under a FROZEN prefix
+  and not in FREE."""
   return field not in FREE and any(field == p or field.startswith(p + '.') for p in FROZEN)
 
 
@@ -79,21 +62,16 @@ def _as_dict(config) -> Dict[str, Any]:
 
 
 def compare(saved: Dict[str, Any], config) -> Tuple[List[Tuple], List[Tuple]]:
-  """The fields a resume changes, split by whether they may change.
+  """The fields a resume changes, as (frozen, allowed) lists of (dotted field,
+  saved value, new value), in field order.
 
-  `workdir` is not compared. A field the saved config lacks (added to the
-  configs after the run started) is no change, except those in
-  BEFORE_FIELD_EXISTED, which compare as their value then; a field the new
-  config lacks is one, with new value None.
+  `workdir` is not compared. A field the saved config lacks is no change
+  (except BEFORE_FIELD_EXISTED's); one the new config lacks is, new value
+  None.
 
   Args:
     saved: the saved config, as config.json holds it.
-    config: the new config (ml_collections); compared as its JSON gives it
-      (tuples as lists).
-
-  Returns:
-    (frozen, allowed): lists of (dotted field, saved value, new value), in
-    field order; `frozen` holds the fields `is_frozen` names.
+    config: the new config, compared as its JSON gives it.
   """
   diffs = _differences(flatten(saved), flatten(_as_dict(config)))
   diffs = [d for d in diffs if d[0] != 'workdir']
@@ -113,21 +91,9 @@ def _kind(value: Any) -> str:
 
 
 def mistyped(diffs: List[Tuple]) -> List[Tuple]:
-  """The differences whose saved value is of another kind than the new one.
-
-  A hand-edited config.json ('"learning_rate": "fast"') would otherwise
-  reach the code that reads the saved values (`schedule_note`) after the
-  folder was changed.
-
-  Args:
-    diffs: (dotted field, saved value, new value) triples, as `compare`
-      gives them.
-
-  Returns:
-    (field, saved value, the kind expected: 'a number', 'true or false',
-    'a string', 'a list') for each such field; an absent value on either
-    side is no mismatch, nor is an int against a float.
-  """
+  """(field, saved value, the kind expected) for each difference whose saved
+  value is of another kind than the new one (a hand-edited config.json);
+  an absent value or an int against a float is no mismatch."""
   return [(field, old, _kind(new)) for field, old, new in diffs
           if old is not None and new is not None and _kind(old) != _kind(new)]
 
@@ -138,43 +104,27 @@ def _short(value: Any, limit: int = 120) -> str:
 
 
 def describe(diffs: List[Tuple]) -> str:
-  """Differences on one line, for a log or an error.
-
-  Args:
-    diffs: (dotted field, saved value, new value) triples, as `compare`
-      gives them.
-
-  Returns:
-    'a.b: saved X, now Y; c: ...', each value as JSON (None as '(absent)'),
-    cut to 120 characters.
-  """
+  """Differences on one line: 'a.b: saved X, now Y; ...', values as JSON cut
+  to 120 characters."""
   return '; '.join(f'{field}: saved {_short(old)}, now {_short(new)}' for field, old, new in diffs)
 
 
 def schedule_note(allowed, update: int, schedule, env_steps_per_update: int,
                   anneal_to: float = 0.0, learning_rate: Optional[float] = None) -> str:
-  """The line that says how a new total_env_steps moves the learning rate.
+  """The line that says how a new total_env_steps moves the learning rate,
+  or '' when it did not change.
 
-  The rate anneals linearly to 0 (or to `optimizer.anneal_to` x its base)
-  over the run's total, so a new total moves it at the same learner update. The run follows the new total (a finished
-  run's old schedule is at 0, and training on needs a rate); the line gives
-  the rate at the resumed update under the new total and under the saved
-  one (from the saved learning rate, batch size and unroll length).
+  The rate anneals over the run's total, so the run follows the new total
+  (a finished run's old schedule is at 0); the line gives the rate at the
+  resumed update under the new total and under the saved one.
 
   Args:
-    allowed: the allowed changes, (field, saved value, new value) each, as
-      `compare` gives them.
+    allowed: the allowed changes, as `compare` gives them (saved values of
+      the rate, anneal_to, batch_size and unroll_length are read there).
     update: the learner update the run resumes at.
     schedule: the new learning-rate schedule (learner update -> rate).
-    env_steps_per_update: env steps per learner update in the new config.
-    anneal_to: the new config's optimizer.anneal_to (the saved one, where it
-      changed, is in `allowed`).
-    learning_rate: the new config's base rate (the saved one, where it
-      changed, is in `allowed`); None: the schedule's rate at update 0,
-      which a warmup lowers.
-
-  Returns:
-    The line, or '' when total_env_steps did not change.
+    env_steps_per_update: in the new config.
+    learning_rate: the new base rate; None: the schedule's rate at update 0.
   """
   changed = {field: (old, new) for field, old, new in allowed}
   if 'total_env_steps' not in changed:

@@ -1,12 +1,6 @@
 """The run spec: a run's config read once, at start-up, into frozen typed
-settings. agents/ receives it and never reads ml_collections paths; rl/ and
-networks/ receive the pieces they need (LossConfig, OptimizerConfig,
-NetworkConfig).
-
-configs/validation.py checks the config and makes the spec (`validate_spec`);
-the config itself stays the user's interface and the run folder's
-config.json.
-"""
+settings. agents/ receives it and never reads ml_collections paths; rl/
+and networks/ receive the pieces they need."""
 
 import dataclasses
 from typing import Any, Dict
@@ -27,22 +21,9 @@ from rl.value_classification import ValueConfig
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-  """Everything a run is, typed and checked.
-
-  Attributes:
-    run: the top-level fields (seed, steps, batch, costs, ...).
-    loss: what the learner's loss reads, the learner's own settings in it.
-    optimizer: the optimiser's group.
-    popart: PopArt's group.
-    value: the value head's group.
-    network: the network's group.
-    actors: the actors' group.
-    log: the logging cadences and sinks.
-    wandb: wandb's group.
-    distributed: the multi-process timeouts.
-    atari: the Atari protocol (its defaults for a config without one).
-    plan: the sizes and assignments derived from them (configs/plan.py).
-  """
+  """Everything a run is, typed and checked: one field per config group
+  (`run`: the top-level fields; `loss`: what the loss reads, the learner's
+  settings in it) and the derived `plan`."""
   run: RunConfig
   loss: LossConfig
   optimizer: OptimizerConfig
@@ -70,21 +51,8 @@ class RunSpec:
 def loss_config(run: RunConfig, popart: PopArtConfig, optimizer: OptimizerConfig,
                 learner_settings: Any, learner_name: str,
                 value: ValueConfig = ValueConfig()) -> LossConfig:
-  """The LossConfig of a run's settings.
-
-  Args:
-    run: the top-level fields (discount, costs, reward mode, reduction,
-      tasks).
-    popart: PopArt's settings.
-    optimizer: the optimiser's settings (clip_by 'term' clips per term in
-      the loss's step).
-    learner_settings: the learner's own settings (its group, read).
-    learner_name: `loss.name`.
-    value: the value head's settings.
-
-  Returns:
-    The LossConfig the learners read.
-  """
+  """The LossConfig the learners read, from a run's settings (clip_by 'term'
+  clips per term in the loss's step)."""
   return LossConfig(
       discount=run.discount, baseline_cost=run.baseline_cost, entropy_cost=run.entropy_cost,
       reward_mode=run.reward_mode, popart_enabled=popart.enabled, popart_beta=popart.beta,
@@ -94,18 +62,8 @@ def loss_config(run: RunConfig, popart: PopArtConfig, optimizer: OptimizerConfig
 
 
 def make_spec(groups: Dict[str, Any], learner_settings: Any, plan: RunPlan) -> RunSpec:
-  """The RunSpec of a checked config.
-
-  Args:
-    groups: the config's groups as configs/validation.read_groups reads
-      them ('' for the top-level fields, 'loss', 'optimizer', 'popart', 'value',
-      'network', 'actors', 'log', 'wandb', 'distributed', 'atari').
-    learner_settings: the chosen learner's own settings (its group, read).
-    plan: the config's RunPlan.
-
-  Returns:
-    The RunSpec, its LossConfig made by `loss_config`.
-  """
+  """The RunSpec of a checked config, from its groups as
+  validation.read_groups reads them."""
   run, popart, optimizer = groups[''], groups['popart'], groups['optimizer']
   return RunSpec(
       run=run, loss=loss_config(run, popart, optimizer, learner_settings, groups['loss'].name,
@@ -116,16 +74,5 @@ def make_spec(groups: Dict[str, Any], learner_settings: Any, plan: RunPlan) -> R
 
 
 def with_workdir(spec: RunSpec, workdir: str) -> RunSpec:
-  """The spec with its run folder set, for a folder chosen after validation.
-
-  rundir/run_folder.prepare chooses the folder and sets config.workdir.
-
-  Args:
-    spec: the RunSpec.
-    workdir: the run folder.
-
-  Returns:
-    A new RunSpec whose run.workdir is `workdir`; everything else is
-    `spec`'s.
-  """
+  """A new spec with run.workdir set, for a folder chosen after validation."""
   return dataclasses.replace(spec, run=dataclasses.replace(spec.run, workdir=workdir))

@@ -1,14 +1,10 @@
 """Start-up checks of a config; `validate` returns its run plan (configs/plan.py).
 
-Each config group is read into its component's frozen settings
-(`read_groups`), whose own checks stand beside the component's code
-(infra/settings.py: rl/, networks/, envs/atari.py, configs/actor_sizing.py,
-configs/log_settings.py, configs/pbt.py, infra/multihost.py). What is left
-here are the checks across components: the tasks against the envs, the
-network against their observations, the batch against the devices and the
-learner's minibatches. Every user mistake becomes a `ConfigError` naming
-the field and what it allows, raised before any env, thread or
-compilation starts.
+Each group's own checks stand beside its component (infra/settings.py);
+here are the checks across components: tasks against envs, the network
+against their observations, the batch against devices and minibatches.
+Every mistake is a `ConfigError` naming the field, raised before any env,
+thread or compilation starts.
 """
 
 import math
@@ -41,8 +37,7 @@ ConfigError = settings.SettingsError
 
 
 def _non_finite_fields(tree, prefix: str = ''):
-  """(field, value) for every NaN or infinite float anywhere in a config
-  dict (lists included, e.g. 'reward_scales[1]')."""
+  """(field, value) for every NaN or infinite float in a config dict."""
   if isinstance(tree, dict):
     for key, value in tree.items():
       yield from _non_finite_fields(value, f'{prefix}.{key}' if prefix else str(key))
@@ -54,9 +49,8 @@ def _non_finite_fields(tree, prefix: str = ''):
 
 
 def _check_finite(config) -> None:
-  """No NaN or infinity anywhere: one would pass every range check (NaN
-  compares false) and poison the learner (a NaN learning rate) or hide a
-  mistake (an infinite clip); use a large finite number instead."""
+  """No NaN or infinity anywhere: NaN passes every range check (it compares
+  false) and would poison the learner."""
   for field, value in _non_finite_fields(config.to_dict()):
     raise ConfigError(field, f'must be a finite number, got {value!r} (NaN and infinity are '
                       'not allowed in a config; for "no limit" give a large finite number)')
@@ -93,17 +87,11 @@ def _check_tasks(config) -> List[dict]:
 def task_env_kwargs(config, task: dict, num_tasks: int, training: bool = True) -> dict:
   """A task's env kwargs (envs/registry.task_env_kwargs), checked.
 
-  Where the task is an Atari game, the config's `atari` group is read and
-  checked first (its defaults where the config has none).
-
   Args:
     config: the run config.
-    task: one of the config's tasks ('name', 'env_id', 'env_kwargs').
+    task: one of its tasks ('name', 'env_id', 'env_kwargs').
     num_tasks: the run's number of tasks (Atari's action set).
-    training: False for evaluation (envs/registry.task_env_kwargs).
-
-  Returns:
-    A new dict of the task's env kwargs.
+    training: False for evaluation.
 
   Raises:
     ConfigError: for a bad `atari` field, or atari.action_set 'minimal' with
@@ -119,9 +107,8 @@ def task_env_kwargs(config, task: dict, num_tasks: int, training: bool = True) -
 
 
 def _random_character_tasks(tasks, env_kwargs):
-  """NetHack characters: each fixed one must be possible; tasks playing '@'
-  (random characters) get their task id from the role dealt each episode.
-  Returns (role -> task id table or None, indices of the '@' tasks)."""
+  """(role -> task id table or None, indices of the '@' tasks), after checking
+  each fixed NetHack character is possible."""
   random_tasks = {}
   for i, t in enumerate(tasks):
     if not registry.family_of(t['env_id']).deals_roles or 'character' not in env_kwargs[i]:
@@ -146,20 +133,8 @@ def _atari_settings(config) -> atari.AtariConfig:
 
 
 def check_distributed(config) -> DistributedConfig:
-  """The `distributed` group, checked.
-
-  It needs no device, so it can run before jax.distributed starts.
-
-  Args:
-    config: the run config.
-
-  Returns:
-    The DistributedConfig the group holds.
-
-  Raises:
-    ConfigError: when the config has no `distributed` group, or for a field
-      in it that is unknown or bad.
-  """
+  """The `distributed` group, checked; needs no device, so it can run before
+  jax.distributed starts."""
   group = config.get('distributed')
   if group is None:
     raise ConfigError('distributed', 'missing; configs start from configs.common.base_config()')
@@ -172,8 +147,7 @@ def _learner_groups() -> Dict[str, str]:
 
 
 def _check_learners(config) -> None:
-  """Each learner's settings group the config holds, checked by the learner
-  itself (rl/algorithms.py; the batch split is checked with the devices);
+  """Checks each learner's group the config holds (by the learner itself);
   the chosen learner's group must be there."""
   for group, name in _learner_groups().items():
     if group in config:
@@ -184,22 +158,17 @@ def _check_learners(config) -> None:
 
 
 def read_groups(config) -> Dict[str, object]:
-  """Every group of the config read into its component's settings, each
-  field checked beside its component.
-
-  Args:
-    config: a run config (ml_collections).
+  """Every group of the config read into its component's settings.
 
   Returns:
-    '' -> the top-level fields (configs/common.RunConfig), then each group
-    of configs/common.groups() -> its settings, and 'atari' -> the Atari
-    protocol (envs/atari.AtariConfig; its defaults where the config has no
-    `atari` group). The learners' groups are checked (`_check_learners`)
-    but not returned: the learner's settings travel in its LossConfig.
+    '' -> the top-level fields (common.RunConfig), each group of
+    common.groups() -> its settings, and 'atari' -> envs/atari.AtariConfig.
+    The learners' groups are checked but not returned (the learner's
+    settings travel in its LossConfig).
 
   Raises:
-    ConfigError: a field or group no component knows, a group a component
-      needs missing, or the first value a component refuses.
+    ConfigError: a field or group no component knows, a needed group
+      missing, or the first value a component refuses.
   """
   known = dict(common.groups())
   learner_groups = _learner_groups()
@@ -281,30 +250,16 @@ def _check_observations(config, tasks, env_kwargs, network) -> Tuple[Tuple[str, 
 
 
 def validate(config) -> RunPlan:
-  """Checks every field a run depends on (`validate_spec`).
-
-  Args:
-    config: a run config (ml_collections).
-
-  Returns:
-    The derived RunPlan (configs/plan.py).
-
-  Raises:
-    ConfigError: naming the first field that is unknown or bad, alone or
-      against another.
-  """
+  """The RunPlan of `validate_spec`; raises ConfigError naming the first bad field."""
   return validate_spec(config).plan
 
 
 def validate_spec(config) -> RunSpec:
   """Checks every field a run depends on.
 
-  Args:
-    config: a run config (ml_collections).
-
   Returns:
-    The RunSpec (configs/spec.py): every group read into its component's
-    frozen settings, and the derived RunPlan.
+    The RunSpec (configs/spec.py): the groups' frozen settings and the
+    derived RunPlan.
 
   Raises:
     ConfigError: naming the first field that is unknown or bad, alone or
@@ -357,22 +312,13 @@ def validate_spec(config) -> RunSpec:
 
 
 def validate_everywhere(config) -> RunSpec:
-  """`validate_spec` on every process, which agree on the outcome.
+  """`validate_spec` on every process (a collective: all must call it).
 
-  With several processes, a mistake found by any process (e.g. a device
-  count of its own) stops all of them alike: each gathers every process's
-  outcome (a collective, so every process must call it).
-
-  Args:
-    config: a run config (ml_collections).
-
-  Returns:
-    This process's RunSpec, when no process found a mistake.
+  A mistake found by any process stops all of them alike.
 
   Raises:
-    ConfigError: with one process, its own mistake; with several, the
-      mistake of the lowest-numbered process that found one, its text
-      ending '(found by process <p>)'.
+    ConfigError: with several processes, the mistake of the lowest-numbered
+      process that found one, ending '(found by process <p>)'.
   """
   try:
     spec, problem = validate_spec(config), None
