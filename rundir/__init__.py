@@ -1,3 +1,2 @@
 """The run folder: preparing it for training (lock, resume checks, damaged
-checkpoints), writing to it (config, metrics, wandb, TensorBoard) and reading
-it back."""
+checkpoints), writing to it (config, metrics, wandb, TensorBoard), reading it back."""

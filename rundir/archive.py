@@ -1,15 +1,6 @@
-"""A finished run's record, small enough to keep in git: its config.json,
-its metrics.jsonl gzipped (metrics.jsonl.gz) and its evaluations (eval/*.json),
-without checkpoints, wandb files or logs. `launch/archive_run.py` is the
-command line.
-
-The run folder's lock is held while it is copied, so a run still training
-is refused in one line (ArchiveError); an existing archive is replaced only
-with `overwrite`, and never one that is, holds or lies in the run folder.
-The gzip header carries no time or name, so archiving the same run twice
-gives the same bytes. analysis/run_metrics.load_metrics reads an archive
-as it reads the run folder.
-"""
+"""A finished run's record, small enough to keep in git: config.json,
+metrics.jsonl.gz and eval/*.json (`launch/archive_run.py`).
+analysis/run_metrics.load_metrics reads an archive as it reads a run folder."""
 
 import glob
 import gzip
@@ -34,31 +25,23 @@ def _inside(path: str, folder: str) -> bool:
 
 
 def archive(workdir: str, dest: str, overwrite: bool = False) -> List[str]:
-  """Writes a run folder's record to an archive folder.
+  """Writes a run folder's record to the archive folder `dest`.
 
-  The record is config.json, metrics.jsonl.gz (metrics.jsonl gzipped, with
-  no time or name in the header) and eval/*.json (no eval/ when there are
-  none). It is built in `<dest>.partial` and moved into place, so the
-  archive appears whole or not at all; an existing archive is moved to
-  `<dest>.old` and removed once the new one is in place. The run folder's
-  lock is held while it is copied; a run stopped without finishing is
-  archived as it is, with a note on stderr.
+  Guarantees: the run folder's lock is held while it is copied (a run still
+  training is refused); the archive is built in `<dest>.partial` and moved
+  into place, so it appears whole or not at all; the gzip header carries no
+  time or name, so the same run archives to the same bytes.
 
   Args:
-    workdir: the run folder.
-    dest: the archive folder; it must lie outside the run folder and not
-      hold it.
+    dest: must lie outside the run folder and not hold it.
     overwrite: replace a `dest` that exists and is not empty.
 
   Returns:
-    The paths of the files written, relative to `dest`, sorted.
+    The files written, relative to `dest`, sorted.
 
   Raises:
-    ArchiveError: one line, when `workdir` has no metrics.jsonl or
-      config.json, `dest` is, holds or lies in the run folder, `dest` is a
-      file or is not empty without `overwrite`, the run folder is locked by a
-      run still training, its config.json is not JSON, or the archive cannot
-      be written.
+    ArchiveError: one line, for any of the cases above, a run folder without
+      metrics.jsonl or a readable config.json, or a failed write.
   """
   for name in (METRICS, CONFIG):
     if not os.path.isfile(os.path.join(workdir, name)):

@@ -1,26 +1,16 @@
-"""An earlier run's files in a folder that a new run starts in.
-
-A run folder without a checkpoint to resume from starts a new run at env
-step 0. When it still holds what an earlier run wrote (a run stopped before
-its first checkpoint, or one whose checkpoints/ was deleted), those files
-would mix with the new run's: its metrics rows, its config.json overwritten,
-its wandb run id taken over, its TensorBoard files drawn as one curve with
-the new ones. `set_aside` moves them, together, into `earlier_run.<n>/`
-inside the folder, so the earlier run keeps its config beside its metrics,
-the new run gets a new wandb run id, and `tensorboard --logdir` shows the
-two as two runs.
-"""
+"""An earlier run's files in a folder that a new run starts in (no checkpoint
+to resume from). Left in place they would mix with the new run's (metrics
+rows, config, wandb run id, TensorBoard curves); `set_aside` moves them
+together into `earlier_run.<n>/`."""
 
 import fnmatch
 import json
 import os
 from typing import List, Optional, Tuple
 
-# What a run writes into its folder, besides checkpoints/ and run.lock
-# (docs/run_folder.md, "The files"): names or shell patterns. Not what the
-# new run itself writes before its folder is adopted: process_N.log
-# (launch/multihost_local.sh, from the start) and nle/ (NetHack ttyrecs,
-# from the actors' start).
+# What a run writes into its folder besides checkpoints/ and run.lock, as
+# names or shell patterns; not process_N.log and nle/, which the new run
+# itself writes before its folder is adopted.
 RUN_FILES = ('config.json', 'config.*.json', 'metrics.jsonl', 'metrics.after-*.jsonl',
              'wandb', 'wandb_run_id.txt', 'wandb_failed.txt', 'events.out.tfevents.*',
              'tensorboard_failed.txt', 'eval', 'saliency')
@@ -28,16 +18,10 @@ ASIDE_PREFIX = 'earlier_run.'
 
 
 def run_files(workdir: str) -> List[str]:
-  """The names in a run folder that an earlier run wrote (RUN_FILES), sorted.
+  """The names in `workdir` matching RUN_FILES, sorted ([] without the folder).
 
-  Only plain files and folders count: a symbolic link or a device under one
-  of those names was put there by hand, and stays.
-
-  Args:
-    workdir: the run folder.
-
-  Returns:
-    The matching names; [] when the folder does not exist.
+  Only plain files and folders count: a symbolic link or a device there was
+  put by hand, and stays.
   """
   try:
     names = os.listdir(workdir)
@@ -48,17 +32,13 @@ def run_files(workdir: str) -> List[str]:
 
 
 def _written(path: str) -> bool:
-  """A plain file or folder, as a run writes them; not a symbolic link or a
-  device someone placed there (a metrics.jsonl linked to /dev/full)."""
+  """A plain file or folder, not a link or a device (a metrics.jsonl linked to /dev/full)."""
   return not os.path.islink(path) and (os.path.isfile(path) or os.path.isdir(path))
 
 
 def last_env_step(workdir: str) -> Optional[int]:
-  """The largest env_steps of a folder's metrics.jsonl rows; None without any.
-
-  Lines that are not JSON rows with a number in env_steps are skipped: this
-  only describes the earlier run in a note.
-  """
+  """The largest env_steps of the folder's metrics.jsonl rows; None without
+  any. Rows that do not parse are skipped: this only feeds a note."""
   last = None
   path = os.path.join(workdir, 'metrics.jsonl')
   if not _written(path) or not os.path.isfile(path):   # never read a device (endless)
@@ -85,22 +65,14 @@ def _free_aside(workdir: str) -> str:
 
 
 def set_aside(workdir: str) -> Optional[Tuple[str, List[str], Optional[int]]]:
-  """Moves an earlier run's files out of the way of a new run in the same folder.
-
-  For a folder a new run starts in (no checkpoint to resume from). The
-  files named by RUN_FILES move into the first free `earlier_run.<n>/`
-  in the folder, by rename (the same file system: nothing is copied).
-
-  Args:
-    workdir: the run folder.
+  """Moves an earlier run's RUN_FILES by rename into the first free `earlier_run.<n>/`.
 
   Returns:
-    None when the folder holds none of them; else (the folder they moved
-    to, the names moved, the earlier run's last logged env step or None).
+    None when there are none; else (the folder they moved to, the names
+    moved, the earlier run's last logged env step or None).
 
   Raises:
-    OSError: when the folder cannot be made or a file cannot be moved; the
-      files moved before stay in it, the others where they were.
+    OSError: a move failed; files moved before stay moved.
   """
   names = run_files(workdir)
   if not names:

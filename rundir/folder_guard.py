@@ -1,8 +1,6 @@
 """A run folder's guards: a path the filesystem takes, a folder that can be
-written, and one writer at a time (`RunLock`). rundir/run_folder.prepare
-uses them before anything is written; every failure is a `RunFolderError`
-(one line, exit status 2).
-"""
+written, and one writer at a time (`RunLock`). Every failure is a one-line
+`RunFolderError`."""
 
 import contextlib
 import fcntl
@@ -19,27 +17,15 @@ class RunFolderError(RuntimeError):
   """The run folder cannot be used as asked; the message is one line."""
 
 
-# Room for the longest path a run writes inside its folder: orbax's temporary
-# checkpoint folders and data files (checkpoints/<step>.orbax-checkpoint-tmp-
-# <time>/default/ocdbt.process_0/d/<32 hex>), set-aside copies, TensorBoard's
-# event files: about 150 bytes; twice that to be safe.
+# Room for the longest path a run writes inside its folder (orbax's
+# temporary checkpoint files, about 150 bytes), twice over.
 INNER_PATH_ROOM = 300
 
 
 def check_path_length(workdir: str) -> None:
-  """Checks that the filesystem takes the paths a run writes in a folder.
-
-  The limits are those of the nearest existing folder on the path (255 and
-  4096 where the filesystem does not say). Writes nothing.
-
-  Args:
-    workdir: the run folder (it need not exist).
-
-  Raises:
-    RunFolderError: when a name in the path is longer than the filesystem's
-      NAME_MAX, or the whole path too long to leave INNER_PATH_ROOM bytes
-      under PATH_MAX; the message says to choose a shorter --config.workdir.
-  """
+  """Raises RunFolderError (asking for a shorter --config.workdir) when a name
+  in the path passes NAME_MAX, or the path leaves less than INNER_PATH_ROOM
+  under PATH_MAX, as the nearest existing folder's filesystem says. Writes nothing."""
   path = os.path.abspath(workdir)
   probe = path
   while not os.path.exists(probe):
@@ -60,17 +46,8 @@ def check_path_length(workdir: str) -> None:
 
 
 def check_usable(workdir: str) -> None:
-  """Makes sure a run folder exists and can be written, creating it if needed.
-
-  Args:
-    workdir: the run folder.
-
-  Raises:
-    RunFolderError: when it is a file or a broken symbolic link (dangling,
-      or a loop), cannot be created or written, or its
-      path is too long for the files a run writes in it
-      (check_path_length).
-  """
+  """Creates the run folder if needed; RunFolderError when it is a file or a
+  broken link, cannot be created or written, or its path is too long."""
   check_path_length(workdir)
   if os.path.islink(workdir) and not os.path.exists(workdir):
     raise RunFolderError(f'workdir {workdir} is a symbolic link to {os.readlink(workdir)}, which '
@@ -98,20 +75,13 @@ def _alive(pid: int) -> bool:
 
 
 class RunLock:
-  """The one-writer lock of a run folder.
+  """The one-writer lock of a run folder: an flock on `<workdir>/run.lock`.
 
-  An flock on `<workdir>/run.lock`, which also holds the holder's host, pid
-  and start time. The kernel drops an flock when its process dies (also by
-  kill -9), so a lock file whose flock nobody holds is stale and is taken
-  over. Where flock is not supported (some network filesystems), the
-  recorded pid is checked instead on the same host.
-
-  The lock file holds one JSON line {'host', 'pid', 'started' ('%Y-%m-%d
-  %H:%M:%S')}. After `acquire`, `stale_holder` is the holder record of a
-  stale lock that was taken over, else None.
-
-  Args:
-    workdir: the run folder.
+  The kernel drops an flock when its process dies (kill -9 too), so a lock
+  nobody holds is stale and is taken over (`stale_holder` then holds its
+  record). Where flock is unsupported (some network filesystems), the
+  recorded pid is checked on the same host. The file holds one JSON line
+  {'host', 'pid', 'started'}.
   """
 
   def __init__(self, workdir: str):
@@ -120,16 +90,11 @@ class RunLock:
     self.stale_holder: Optional[dict] = None
 
   def acquire(self) -> 'RunLock':
-    """Takes the lock without waiting and writes this process into the lock file.
-
-    Returns:
-      self.
+    """Takes the lock without waiting and writes this process into it; returns self.
 
     Raises:
-      RunFolderError: when another live trainer holds it ('<workdir> is in
-        use by another trainer (host ..., pid ..., since ...)'), the lock
-        file cannot be created or written (a full disk: it is removed), or
-        it keeps being replaced (10 tries).
+      RunFolderError: another live trainer holds it (named), the file cannot
+        be written (a full disk: it is removed), or it keeps being replaced.
     """
     for _ in range(10):
       fd = self._try_acquire()
@@ -208,5 +173,5 @@ def _who(holder: Optional[dict]) -> str:
 
 
 def describe_stale(holder: dict) -> str:
-  """A note for a stale lock taken over, naming its holder (RunLock.stale_holder)."""
+  """A note naming the holder of a stale lock taken over."""
   return f'took over the lock left by a stopped trainer ({_who(holder)})'

@@ -1,9 +1,7 @@
-"""A run's life, written once: validated, its folder prepared and locked,
-the trainer built (restoring the checkpoint), the folder adopted, the
-logger open, trained, saved, closed. `train` lives it whole for
-launch/train.py (and tests, notebooks); a population member
-(rundir/population.py) opens a `Run` and trains it interval by interval.
-"""
+"""A run's life: validated, its folder prepared and locked, the trainer built
+(restoring the checkpoint), the folder adopted, the logger open, trained,
+saved, closed. `train` lives it whole for launch/train.py; a population
+member (rundir/population.py) opens a `Run` and trains it interval by interval."""
 
 import sys
 import threading
@@ -25,35 +23,18 @@ from rundir.run_logger import MetricsWriteError, RunLogger
 
 
 class RunStopped(RuntimeError):
-  """The run stopped on a failure it reports in one line (exit status 1),
-  after saving what it had."""
+  """A failure the run reports in one line (exit status 1), after saving what it had."""
 
 
 class Run:
   """One run folder opened for training.
 
-  `Run(config)` validates the config (on every process) and prepares the
-  folder (sets `config.workdir`, takes its lock): configs.validation.
-  ConfigError or rundir.run_folder.RunFolderError before anything is
-  written. `start()` builds the trainer, which restores the checkpoint;
-  only then is anything written (config.json, metrics, rows and configs set
-  aside), so a resume that cannot restore leaves the folder as it was.
-  `train(until)` trains and saves; `close()` stops the actors and releases
-  the folder (idempotent; also after a failed start).
-
-  Attributes after the constructor: config, spec (configs/spec.RunSpec,
-  its workdir set), plan (the spec's RunPlan), workdir, lock, resume_step (the env step the run resumes from,
-  None for a new run) and notes (run_folder.prepare's lines); `trainer` and
-  `logger` are None until `start()`.
-
-  Args:
-    config: the run config; its workdir is set here.
-    stop_requested: set to end the run after the update in progress; None:
-      the trainer's own.
-
-  Raises:
-    configs.validation.ConfigError: for a config the run cannot use.
-    rundir.run_folder.RunFolderError: when the folder cannot be used.
+  The constructor validates the config on every process and prepares the
+  folder (sets `config.workdir`, takes the lock), raising ConfigError or
+  RunFolderError before anything is written. `start()` builds the trainer,
+  which restores the checkpoint; only then is anything written, so a resume
+  that cannot restore leaves the folder as it was. `trainer` and `logger`
+  are None until `start()`; `close()` is idempotent, also after a failed start.
   """
 
   def __init__(self, config, stop_requested: Optional[threading.Event] = None):
@@ -69,13 +50,8 @@ class Run:
     self.trainer = self.logger = None
 
   def nothing_to_do(self) -> Optional[str]:
-    """Why the run has nothing to train, or None.
-
-    Returns:
-      A message naming the folder, its env step and the config field to
-      raise, when the resume step is at or past total_env_steps (finished) or
-      pause_at_env_steps (paused); None when there is training to do.
-    """
+    """Why the run has nothing to train (its resume step is at or past
+    total_env_steps or pause_at_env_steps), naming the field to raise; or None."""
     config, step = self.config, self.resume_step
     if step is not None and step >= config.total_env_steps:
       return (f'{self.workdir} already finished at env step {step:,} (total_env_steps '
@@ -89,15 +65,8 @@ class Run:
     return None
 
   def start(self) -> List[str]:
-    """Builds the trainer (restoring the checkpoint), adopts the folder and opens the logger.
-
-    The primary process adopts the folder (run_folder.adopt); every process
-    opens a RunLogger (only the primary writes).
-
-    Returns:
-      The adoption's notes (what it set aside), one line each; [] on other
-      processes.
-    """
+    """Builds the trainer (restoring the checkpoint), adopts the folder (primary
+    process) and opens the logger; returns the adoption's notes."""
     self.trainer = Trainer(self.spec, self._stop_requested)
     notes = []
     if multihost.is_primary():
@@ -120,14 +89,8 @@ class Run:
                                 float(self.config.learning_rate))
 
   def start_lines(self) -> List[str]:
-    """The run's first log lines (needs `start()`).
-
-    Returns:
-      Lines: the actors, this process and the learner devices (with several
-      processes), the env step it resumes from, and the learner
-      hyperparameters taken from this config rather than the checkpoint
-      ('<key> <old> -> <new>').
-    """
+    """The run's first log lines (needs `start()`): actors, processes, the resume
+    step, and hyperparameters taken from this config rather than the checkpoint."""
     trainer, plan = self.trainer, self.plan
     lines = [plan.describe_actors()]
     if multihost.is_multiprocess():
@@ -142,27 +105,13 @@ class Run:
     return lines
 
   def train(self, until: Optional[int] = None, on_log: Optional[Callable] = None):
-    """Trains to an env step and saves a checkpoint there.
-
-    Every log row is written (RunLogger.write) and handed to `on_log`; the
-    checkpoint is saved where this process trained at all (`save`).
-    metrics.jsonl failing to take a row stops the run with RunStopped, after
-    a checkpoint where one process runs (with several, process 0 alone
-    writes metrics: the others are told, no collective save).
-
-    Args:
-      until: the env step to stop at; None: the config's pause_at_env_steps,
-        or the end (total_env_steps).
-      on_log: called with every log row after it is written; None: nothing.
-
-    Returns:
-      The learner state.
+    """Trains to `until` (None: pause_at_env_steps, else the end), writing every
+    log row and handing it to `on_log`, then saves a checkpoint.
 
     Raises:
-      RunStopped: when metrics.jsonl cannot be written ('<why>; <where the
-        checkpoint is>').
-      agents.update_checks.NonFiniteError, agents.trainer.ActorFailed: as the
-        trainer raises them.
+      RunStopped: metrics.jsonl cannot be written; with one process a
+        checkpoint is saved first (with several, only process 0 writes
+        metrics, so there is no collective save).
     """
     if until is None:
       until = self.config.get('pause_at_env_steps', 0) or None
@@ -186,35 +135,20 @@ class Run:
     return state
 
   def save(self) -> None:
-    """Saves the last checkpoint, where this process trained at all.
-
-    A stop before the first update leaves the folder's checkpoints as they
-    were.
-    """
+    """Saves the last checkpoint, only if this process trained at all."""
     if self.trainer.env_steps > self.trainer.start_env_steps:
       self.trainer.save_checkpoint()
 
   def saved_where(self) -> str:
-    """Where the newest checkpoint on disk is, as a phrase for a log line.
-
-    A final checkpoint that failed verification was set aside and is not it.
-
-    Returns:
-      'the checkpoint at env step <n> is in <dir>', or 'no checkpoint was
-      written'.
-    """
+    """'the checkpoint at env step <n> is in <dir>' for the newest checkpoint on
+    disk (not one set aside), or 'no checkpoint was written'."""
     steps = self.trainer.checkpointer.steps()
     if not steps:
       return 'no checkpoint was written'
     return f'the checkpoint at env step {steps[-1]:,} is in {self.trainer.checkpointer.directory}'
 
   def interrupted_line(self) -> str:
-    """The last line of a stopped run, true to what is on disk.
-
-    Returns:
-      'stopped before the first update; ...' when no update ran, else
-      'interrupted at env step <n>; <saved_where>' and where the metrics are.
-    """
+    """The last line of a stopped run, true to what is on disk."""
     trainer = self.trainer
     if trainer.env_steps == trainer.start_env_steps:
       return f'stopped before the first update; nothing new to save ({self.saved_where()})'
@@ -234,33 +168,18 @@ class Run:
 
 
 def train(config, stop_requested: Optional[threading.Event] = None):
-  """Runs a whole training run: validates, prepares the folder, trains and logs.
+  """Runs a whole training run; returns (final learner state or None when
+  nothing was trained, workdir). Progress goes to stderr.
 
-  Progress and notes go to stderr. A first SIGINT or SIGTERM (or
-  `stop_requested` set) ends the run after the update in progress with a
-  checkpoint (infra/stop_signals.py); during start-up, before the first
-  update. A second one saves what the trainer has and returns. The signal
-  handlers are restored on return. With several processes (jax.distributed
-  initialised) every process calls it; a process that fails tells the
-  others.
-
-  Args:
-    config: the run config; its workdir is set here.
-    stop_requested: an event that ends the run when set; None: a new one.
-
-  Returns:
-    (final learner state, workdir); the state is None when nothing was
-    trained (a stop during start-up, a run already finished or at its
-    pause).
+  A first SIGINT or SIGTERM (or `stop_requested`) ends the run after the
+  update in progress with a checkpoint; a second saves what the trainer has
+  and returns. The signal handlers are restored on return. With several
+  processes every process calls it, and one that fails tells the others.
 
   Raises:
-    configs.validation.ConfigError: before any work, on a bad config.
-    rundir.run_folder.RunFolderError: before writing anything, when the run
-      folder cannot be used (a file, not writable, locked by another
-      trainer, saved with another network or tasks).
-    agents.update_checks.NonFiniteError: after saving the last good state, when
-      the learner's loss, gradient, PopArt statistics, parameters or
-      optimiser state stop being finite.
+    configs.validation.ConfigError: before any work.
+    rundir.run_folder.RunFolderError: before writing anything.
+    agents.update_checks.NonFiniteError: after saving the last good state.
     RunStopped: after a checkpoint, when metrics.jsonl cannot be written.
   """
   multi = multihost.is_multiprocess()
@@ -328,17 +247,12 @@ def train(config, stop_requested: Optional[threading.Event] = None):
 
 
 def exit_on_failure(e: BaseException) -> None:
-  """Ends the process for a run that stopped on an error; never returns.
+  """Ends the process (status 1) for a run that stopped on `e`; never returns.
 
-  Prints the traceback to stderr (the actor's own for a dead actor; none for
-  NonFiniteError and RunStopped, whose line says all), then one last line
-  'error: <type>: <message>', and exits with status 1. With several
-  processes the others were told already (train()); when this process's
-  watchdog is ending it because of a peer, the error is a consequence and is
-  not reported: it waits for the watchdog to exit.
-
-  Args:
-    e: the error `train` raised.
+  Prints the traceback (the actor's own for a dead actor; none for the
+  one-line errors), then 'error: <type>: <message>'. When the watchdog is
+  ending this process for a peer, `e` is a consequence: it waits for the
+  watchdog instead.
   """
   if peer_watch.peer_stopping():
     while True:  # the watchdog prints the cause and exits
@@ -359,10 +273,9 @@ def exit_on_failure(e: BaseException) -> None:
 
 
 def _tell_peers(e: Exception, config) -> None:
-  """Tells the other processes this one failed (unless they are stopping
-  already, or the failure is a non-finite stop, which all share). A dead
-  peer breaks the others' collectives (e.g. gloo's "connection reset by
-  peer"): then the watchdog names it within its timeout."""
+  """Tells the other processes this one failed, unless they are stopping
+  already or it is a non-finite stop (all share it). After a failed
+  collective it first lets the watchdog name a dead peer."""
   if peer_watch.peer_stopping() or isinstance(e, NonFiniteError):
     return
   if isinstance(e, jax.errors.JaxRuntimeError):

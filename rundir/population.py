@@ -1,14 +1,10 @@
-"""Population-based training (Jaderberg et al. 2017, arXiv 1711.09846) of any config, on Ray
-Tune: the members, the scheduler that records every copy, the summary
-(`launch/pbt.py` is the command line and says how a population runs).
+"""Population-based training (Jaderberg et al. 2017, arXiv 1711.09846) of any
+config, on Ray Tune (`launch/pbt.py` is the command line).
 
-Each member is a normal run folder, `<workdir>/members/member_NNNNN/`,
-opened with rundir/lifecycle.Run and trained interval by interval. Every
-`pbt.interval_env_steps` a member saves a checkpoint and reports its score
-(configs/pbt.py says which); Ray Tune's PopulationBasedTraining then has
-the bottom quantile copy a top member: its orbax checkpoint goes into the
-copier's run folder, and the copier's hyperparameters are the donor's,
-perturbed and kept in range. Both members' metrics.jsonl record the copy.
+Each member is a run folder, `<workdir>/members/member_NNNNN/`, trained
+interval by interval; at each interval Ray Tune's PopulationBasedTraining
+has the bottom quantile copy a top member's checkpoint and perturbed
+hyperparameters. Both members' metrics.jsonl record the copy.
 """
 
 import datetime
@@ -46,28 +42,13 @@ def member_index(trial_id: str) -> int:
 
 
 def install_checkpoint(state_dir: str, workdir: str, step: int, own: bool) -> None:
-  """Makes a checkpoint the newest of a member's run folder, or, for the
-  member's own, keeps a newer one.
+  """Makes the checkpoint in `state_dir` the newest of a member's run folder at `step`.
 
-  A restore of the member's own checkpoint (`own`) changes nothing when the
-  folder holds an intact checkpoint at `step` or later: the member goes on
-  from its newest (Ray Tune restores a trial from its last Ray checkpoint,
-  which can be older than what the member trained and saved since).
-  Otherwise the checkpoint is first copied in whole beside the member's
-  own, as `<step>.copying` (not a checkpoint to the run folder); only then
-  do the member's checkpoints at `step` or later move to
-  `<workdir>/checkpoints.replaced/<step>.<YYYYmmdd-HHMMSS-ffffff>`, and the
-  copy is renamed to `<step>`. A copy that fails (a full disk) is removed
-  and leaves the member's checkpoints as they were.
-
-  Args:
-    state_dir: an orbax step folder with its manifest.
-    workdir: the member's run folder.
-    step: the env step the checkpoint is installed at.
-    own: whether the checkpoint is the member's own (a restore, not a copy).
-
-  Raises:
-    OSError: when the copy cannot be made; the member's folder is as before.
+  For the member's own (`own`, a restore), an intact checkpoint at `step` or
+  later is kept instead: Ray restores from its last checkpoint, which can be
+  older than what the member saved since. Otherwise the copy is staged whole
+  as `<step>.copying` before the member's checkpoints at `step` or later move
+  to `checkpoints.replaced/`, so a failed copy (OSError) leaves the folder as it was.
   """
   from agents import checkpoint  # pylint: disable=import-outside-toplevel
   root = checkpoint.directory(workdir)
@@ -98,19 +79,10 @@ def _trainable(tune):
     """One member: a run folder trained interval by interval."""
 
     def setup(self, tune_config, base=None, settings=None, population_dir=None):
-      """Makes the member's config; the run folder opens at the first step.
+      """Makes the member's config from `base`; the run folder opens at the first step.
 
-      The config is `base` with its workdir `<population_dir>/members/<name>`,
-      seed base.seed + member index, no progress lines, wandb's group the
-      population folder's name unless set, and the hyperparameters of
-      `tune_config` applied (configs.pbt.apply).
-
-      Args:
-        tune_config: Ray's config of this member: a value per key of
-          settings.ranges.
-        base: the population's base run config.
-        settings: the checked PBT settings (configs.pbt.check).
-        population_dir: the population folder.
+      Its workdir is `<population_dir>/members/<name>`, its seed base.seed +
+      member index, and `tune_config`'s hyperparameters applied (configs.pbt.apply).
       """
       self.settings, self.population_dir, self.ledger = settings, population_dir, None
       self.name = member_name(self.trial_id)
@@ -128,15 +100,13 @@ def _trainable(tune):
       self.last_score = -math.inf
 
     def load_checkpoint(self, checkpoint_dir):
-      """Installs the Ray checkpoint's run checkpoint (its member.json and
-      state/) into this member's run folder; a donor's is a copy, logged at
-      the next open."""
+      """Installs the Ray checkpoint's run checkpoint into this member's folder; a
+      donor's is a copy, recorded now and logged at the next open."""
       with open(os.path.join(checkpoint_dir, MEMBER_INFO)) as f:
         info = json.load(f)
       own = info['member'] == self.name
-      # After a copy, Ray Tune's last checkpoint of this trial is the donor's
-      # until the member is checkpointed again: a resume restores it, but the
-      # copy is in the member's folder already (and trained on since).
+      # After a copy, this trial's last Ray checkpoint is the donor's until the
+      # next one: a resume restores it, but the copy is installed already.
       installed = not own and record.was_installed(self.population_dir, self.name, info)
       install_checkpoint(os.path.join(checkpoint_dir, STATE), self.config.workdir,
                          int(info['env_steps']), own or installed)
@@ -169,14 +139,9 @@ def _trainable(tune):
             **{f'pbt/{k}': v for k, v in self.values.items()}})
 
     def step(self):
-      """Trains one interval (to the next multiple of the interval, at most
-      total_env_steps) and writes 'pbt/score', the hyperparameters and the
-      copies other members made of this one to its metrics.
-
-      Returns:
-        Ray's result: score (the last one when no episode ended), env_steps,
-        member, done and the hyperparameters.
-      """
+      """Trains one interval (to the next multiple, at most total_env_steps) and
+      writes 'pbt/score', the hyperparameters and the copies other members made
+      of this one to its metrics; returns Ray's result."""
       if self.member_run is None:
         self._open()
       total = self.config.total_env_steps
@@ -200,8 +165,8 @@ def _trainable(tune):
               'done': steps >= total, **self.values}
 
     def _ledger(self):
-      """The population's copy ledger (a named Ray actor), or None when it
-      cannot be reached (the population's end writes what is missing)."""
+      """The population's copy ledger (a named Ray actor), or None when it cannot
+      be reached (the population's end writes what is missing)."""
       if self.ledger is None:
         import ray  # pylint: disable=import-outside-toplevel
         try:
@@ -216,8 +181,7 @@ def _trainable(tune):
       self.ledger = False
 
     def _copies_of_mine(self):
-      """Rows for the copies other members installed of this one since its
-      last interval; none when the ledger cannot be reached."""
+      """Rows for the copies other members made of this one since its last interval."""
       ledger = self._ledger()
       if ledger is None:
         return []
@@ -229,9 +193,8 @@ def _trainable(tune):
         return []
 
     def save_checkpoint(self, checkpoint_dir):
-      """Copies the run folder's newest intact checkpoint to `<checkpoint_dir>/state`
-      and writes `<checkpoint_dir>/member.json` (member, env_steps, score,
-      workdir, values)."""
+      """Copies the newest intact run checkpoint to `<checkpoint_dir>/state`, with
+      `member.json` (member, env_steps, score, workdir, values)."""
       from agents import checkpoint  # pylint: disable=import-outside-toplevel
       step, _ = checkpoint.find_intact(self.config.workdir)
       shutil.copytree(os.path.join(checkpoint.directory(self.config.workdir), str(step)),
@@ -257,7 +220,7 @@ def _scheduler(tune, settings, population_dir):
   from ray.tune.schedulers import PopulationBasedTraining  # pylint: disable=import-outside-toplevel
 
   class RecordedPBT(PopulationBasedTraining):
-    """Ray's PBT, with every copy it decides written down as pending
+    """Ray's PBT, writing every copy it decides down as pending
     (rundir/population_record.py); the recipient records it once installed."""
 
     def _exploit(self, tune_controller, trial, trial_to_clone):
@@ -307,39 +270,24 @@ def _ledger_class(ray):
 def run_population(config, population=None, address=None):
   """Runs a population of members of a config to total_env_steps on Ray Tune.
 
-  The population folder is config.workdir, or the resolved workdir +
-  '-pbt'. It holds members/member_NNNNN/ (each a run folder), events.jsonl
-  (one JSON line per copy: time, donor, recipient, env_steps, donor_score,
-  recipient_score, new_values), ray/tune/ (Ray Tune's state: a population
-  found there is resumed) and population.json (the summary, written at the
-  end). config.actors.cores left at 0 is set to the CPUs of one member.
-  Ray starts locally on every CPU unless `address` names a cluster; it is
-  shut down on return. Progress and copies are printed to stdout.
+  The population folder (config.workdir, or the resolved workdir + '-pbt')
+  holds members/, events.jsonl (one line per copy), ray/tune/ (Ray Tune's
+  state: a population found there is resumed) and population.json (the
+  summary). Ray starts locally unless `address` names a cluster.
 
   Args:
-    config: the base run config; config.pbt holds the PBT settings.
     population: the number of members; None: config.pbt.population.
-    address: a Ray cluster's address; None: a local Ray.
 
   Returns:
-    (summary, exit status): summary has 'members' (per member, sorted by
-    name: member, score, env_steps, values, copied_from, copied_to, error),
-    'copies', 'failed' (the members that errored), 'best_score',
-    'score_kind' and 'finished' (False after an interrupt: the same command
-    resumes it); the exit status is 1 when a member failed, else 0.
+    (summary, exit status 1 when a member failed, else 0); the summary's
+    'finished' is False after an interrupt (the same command resumes).
 
   Raises:
-    PopulationFinished: when population.json says every member is at
-      total_env_steps; before Ray starts.
-    rundir.run_folder.RunFolderError: on a resume with a different
-      total_env_steps or pbt setting (population_settings.json), before Ray
-      starts; when population_settings.json cannot be written.
-    configs.validation.ConfigError: on a bad setting, before Ray starts.
-    rundir.run_folder.RunFolderError: when the members' paths would be too
-      long for the filesystem, the folder cannot be made, or another driver
-      holds the population (its run.lock).
-    rundir.ray_cluster.ClusterError: a malformed --address, one nothing
-      answers at, or too few CPUs for a member; before the folder is made.
+    PopulationFinished: every member is at total_env_steps.
+    configs.validation.ConfigError: a bad setting.
+    rundir.run_folder.RunFolderError: a resume with other fixed settings,
+      paths too long, the folder cannot be made, or another driver holds it.
+    rundir.ray_cluster.ClusterError: a bad --address, or too few CPUs.
   """
   plan = validation.validate(config)
   settings = pbt_lib.check(config, plan, population)
@@ -369,8 +317,7 @@ def run_population(config, population=None, address=None):
         f'{population_dir} already finished: every member at {config.total_env_steps:,} env '
         f'steps ({SUMMARY}); nothing to do. A population keeps its total: to train longer, start '
         'a new one in another --config.workdir')
-  # One driver per population: its folder's run.lock, taken before Ray starts
-  # when the folder exists (a second driver is refused at once), else once made.
+  # One driver per population: its folder's run.lock.
   lock = run_folder.RunLock(population_dir).acquire() if os.path.isdir(population_dir) else None
   try:
     at_once = ray_cluster.connect(ray, address, settings.cpus_per_member)

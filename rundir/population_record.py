@@ -1,27 +1,12 @@
-"""What a population records (rundir/population.py runs it): its copies, from
-the scheduler's decision to the recipient's folder, the donors' rows of
-them, and the summary.
+"""What a population records: its copies, from the scheduler's decision to
+the recipient's folder, the donors' rows of them, and the summary.
 
-A copy is recorded in three steps:
-1. the scheduler decides it and writes `copies.pending/<recipient>.json`
-   (`decide`);
-2. the recipient installs the donor's checkpoint in its run folder and only
-   then appends the copy to `events.jsonl` and queues the donor's row in the
-   ledger (`installed`), so an interrupt between the two records nothing;
-3. the donor writes its row at its next interval (the ledger), or the
-   population's end does (`write_missing_donor_rows`).
-
-The ledger is a named Ray actor, looked up by name: nothing that Ray Tune
-pickles (the trainable's parameters, the scheduler) holds a Ray handle, so
-a population's saved state can be restored by a later driver.
-
-`population.json` (`summarise`) says whether the population finished: every
-member at total_env_steps without a failure.
-
-`population_settings.json` (`fixed_settings`) holds what a resume cannot
-change: Ray Tune restores the members, the scheduler and the stop rule the
-first driver gave it, so a later driver's different total_env_steps or pbt
-setting would be ignored; `changed_settings` names them for the refusal.
+A copy goes `decide` (copies.pending/<recipient>.json), then `installed`
+(appended to events.jsonl only once the checkpoint is in the recipient's
+folder, so an interrupt between records nothing), then the donor's row at
+its next interval or `write_missing_donor_rows`. The ledger is looked up by
+name so nothing Ray Tune pickles holds a Ray handle. population_settings.json
+holds what a resume cannot change, as Ray Tune restores the first driver's.
 """
 
 import datetime
@@ -43,32 +28,18 @@ LEDGER_NAME = 'pbt_copy_ledger'
 
 
 def member_name(trial_id: str) -> str:
-  """A member's folder name from its Ray trial id.
-
-  Args:
-    trial_id: Ray Tune's trial id, '<experiment>_<index>'.
-
-  Returns:
-    'member_' + the part after the last '_' ('a1b2c_00003' -> 'member_00003').
-  """
+  """'member_' + the part after the trial id's last '_' ('a1b2c_00003' -> 'member_00003')."""
   return 'member_' + trial_id.rsplit('_', 1)[-1]
 
 
 def donor_row(event: dict) -> dict:
-  """The donor's record of a copy; written at the donor's env step then,
-  the copied checkpoint's step is 'pbt/copied_step'."""
+  """The donor's record of a copy (written at the donor's own env step)."""
   return {'pbt/copied_to': event['recipient'], 'pbt/copied_step': event['env_steps'],
           'pbt/recipient_score': event['recipient_score']}
 
 
 def decide(population_dir: str, event: dict) -> None:
-  """Step 1: the scheduler's decision of a copy, pending until installed.
-
-  Args:
-    population_dir: the population folder.
-    event: time, donor, recipient, env_steps, donor_score,
-      recipient_score, new_values.
-  """
+  """Step 1: the scheduler's decision of a copy, pending until installed."""
   folder = os.path.join(population_dir, PENDING)
   os.makedirs(folder, exist_ok=True)
   with atomic_write.atomic_open(os.path.join(folder, f'{event["recipient"]}.json')) as f:
@@ -76,22 +47,11 @@ def decide(population_dir: str, event: dict) -> None:
 
 
 def installed(population_dir: str, recipient: str, donor_info: dict, values: dict) -> dict:
-  """Step 2: a copy installed in the recipient's folder, appended to events.jsonl.
+  """Step 2: a copy installed in `recipient`'s folder, appended to events.jsonl; returns the event.
 
-  The scheduler's pending decision for the recipient supplies the scores
-  and time when it names the same donor and step; otherwise (a decision
-  from before an interrupt, restored by Ray Tune) they come from the
-  donor's checkpoint and the recipient's score is unknown (None).
-
-  Args:
-    population_dir: the population folder.
-    recipient: the member that installed the copy.
-    donor_info: the donor checkpoint's member.json (member, env_steps,
-      score).
-    values: the recipient's hyperparameters now.
-
-  Returns:
-    The event as written.
+  The pending decision supplies the scores and time when it names the same
+  donor and step; otherwise (a decision from before an interrupt) they come
+  from the donor's member.json and the recipient's score is None.
   """
   path = os.path.join(population_dir, PENDING, f'{recipient}.json')
   pending = {}
@@ -119,22 +79,14 @@ def installed(population_dir: str, recipient: str, donor_info: dict, values: dic
 
 
 def was_installed(population_dir: str, recipient: str, donor_info: dict) -> bool:
-  """Whether events.jsonl records this copy (donor and env step) as installed
-  in `recipient` already.
-
-  Args:
-    population_dir: the population folder.
-    recipient: the member restoring the checkpoint.
-    donor_info: the checkpoint's member.json (member, env_steps).
-  """
+  """Whether events.jsonl records this copy (donor and env step) in `recipient` already."""
   step = int(donor_info['env_steps'])
   return any(e['recipient'] == recipient and e['donor'] == donor_info['member']
              and e['env_steps'] == step for e in read_events(population_dir))
 
 
 def clear_pending(population_dir: str) -> None:
-  """Removes copies.pending/ of a finished population: a decision no member
-  installed (the population ended first) was never a copy."""
+  """Removes copies.pending/ of a finished population: a decision never installed was no copy."""
   shutil.rmtree(os.path.join(population_dir, PENDING), ignore_errors=True)
 
 
@@ -154,9 +106,8 @@ def read_events(population_dir: str) -> List[dict]:
 
 
 def write_missing_donor_rows(population_dir: str) -> None:
-  """Each copy in events.jsonl that its donor did not record (it finished
-  before its next interval, or the ledger was unreachable): written into
-  the donor's metrics now, at its last env step (its run folder is closed)."""
+  """Writes each copy its donor did not record (it finished first, or the
+  ledger was unreachable) into the donor's metrics, at its last env step."""
   for event in read_events(population_dir):
     path = run_folder.metrics_path(os.path.join(population_dir, MEMBERS, event['donor']))
     if not os.path.exists(path):
@@ -172,19 +123,9 @@ def write_missing_donor_rows(population_dir: str) -> None:
 
 
 def summarise(results, population_dir: str, settings, total_env_steps: int) -> dict:
-  """Writes population.json from Ray Tune's results and events.jsonl.
+  """Writes population.json (atomically) from Ray Tune's results and events.jsonl; returns it.
 
-  Args:
-    results: Ray Tune's ResultGrid (or a list of its results).
-    population_dir: the population folder.
-    settings: the checked PBT settings (configs.pbt.check).
-    total_env_steps: the env steps every member trains to.
-
-  Returns:
-    The summary: 'members' (per member, sorted by name: member, score,
-    env_steps, values, copied_from, copied_to, error), 'copies', 'failed',
-    'best_score', 'score_kind' and 'finished' (every member at
-    total_env_steps, none failed); written whole or not at all.
+  'finished' means every member at total_env_steps and none failed.
   """
   events = read_events(population_dir)
   members, failed = [], []
@@ -216,10 +157,8 @@ def summarise(results, population_dir: str, settings, total_env_steps: int) -> d
 
 
 def _result_member(result) -> str:
-  """The member a Ray Tune result is of, from its trial's folder name
-  ('Member_9b6e2_00001_1_<date>' -> 'member_00001'): after a copy, Ray
-  gives a trial the donor's last result, so its metrics can name the donor.
-  Falls back to the metrics' trial id when the folder name is not Ray's."""
+  """The member a Ray Tune result is of, from its trial folder's name: after a
+  copy Ray gives a trial the donor's last result, so its metrics may name the donor."""
   found = re.match(r'[^_]+_([0-9a-f]+_\d+)_', os.path.basename(os.path.normpath(result.path)))
   if found:
     return member_name(found.group(1))
@@ -227,8 +166,7 @@ def _result_member(result) -> str:
 
 
 def _own_progress(population_dir: str, name: str) -> dict:
-  """{'score', 'env_steps'} of a member's last PBT interval, read from its
-  own metrics.jsonl ({} when it has none)."""
+  """{'score', 'env_steps'} of a member's last PBT interval from its metrics.jsonl, or {}."""
   path = os.path.join(population_dir, MEMBERS, name, 'metrics.jsonl')
   try:
     rows = [r for r in run_folder.read_jsonl(path) if 'pbt/score' in r]
@@ -238,12 +176,8 @@ def _own_progress(population_dir: str, name: str) -> dict:
 
 
 def finished_at(population_dir: str, total_env_steps: int) -> Optional[dict]:
-  """The summary of a population already finished at total_env_steps, else None.
-
-  Finished: population.json says so (or, written before it said, no member
-  failed) and every member is at total_env_steps or past it. An unreadable
-  population.json is not finished (the population is resumed).
-  """
+  """The summary of a population finished at total_env_steps, else None (also
+  when population.json is unreadable: the population is resumed)."""
   try:
     with open(os.path.join(population_dir, SUMMARY)) as f:
       summary = json.load(f)
@@ -257,16 +191,8 @@ def finished_at(population_dir: str, total_env_steps: int) -> Optional[dict]:
 
 
 def fixed_settings(settings, total_env_steps: int) -> dict:
-  """What a population keeps from its first driver, by config field.
-
-  Args:
-    settings: the checked pbt settings (configs/pbt.py Settings).
-    total_env_steps: the run's total per member.
-
-  Returns:
-    {field: value}, JSON-ready: total_env_steps and the pbt group as Ray
-    Tune's trials and scheduler hold it (the interval resolved from 0).
-  """
+  """{config field: value} a population keeps from its first driver:
+  total_env_steps and the pbt group as Ray Tune holds them."""
   return {
       'total_env_steps': int(total_env_steps), 'pbt.population': settings.population,
       'pbt.adapt': sorted(settings.ranges),
@@ -279,13 +205,7 @@ def fixed_settings(settings, total_env_steps: int) -> dict:
 
 
 def write_settings(population_dir: str, fixed: dict) -> None:
-  """Writes `fixed` (fixed_settings) to population_settings.json, whole or
-  not at all.
-
-  Raises:
-    rundir.run_folder.RunFolderError: when it cannot be written (a full
-      disk), naming the file.
-  """
+  """Writes `fixed` to population_settings.json atomically; RunFolderError if it cannot."""
   path = os.path.join(population_dir, SETTINGS)
   try:
     with atomic_write.atomic_open(path) as f:
@@ -295,14 +215,8 @@ def write_settings(population_dir: str, fixed: dict) -> None:
 
 
 def changed_settings(population_dir: str, fixed: dict) -> List[tuple]:
-  """The fields of `fixed` that differ from what the population started
-  with, as (field, started with, now); [] for a population that recorded
-  none (one started before population_settings.json was written).
-
-  Raises:
-    rundir.run_folder.RunFolderError: when population_settings.json cannot
-      be read, naming it.
-  """
+  """(field, started with, now) for each field of `fixed` that differs ([]
+  without population_settings.json); RunFolderError if it is unreadable."""
   path = os.path.join(population_dir, SETTINGS)
   if not os.path.exists(path):
     return []
@@ -317,13 +231,8 @@ def changed_settings(population_dir: str, fixed: dict) -> List[tuple]:
 
 
 def check_unchanged(population_dir: str, fixed: dict) -> None:
-  """Refuses a resume whose `fixed` (fixed_settings) differs from what the
-  population started with.
-
-  Raises:
-    rundir.run_folder.RunFolderError: naming each changed field with both
-      values, or when population_settings.json cannot be read.
-  """
+  """Raises RunFolderError naming each field of `fixed` that differs from what
+  the population started with."""
   changed = changed_settings(population_dir, fixed)
   if changed:
     raise run_folder.RunFolderError(

@@ -1,12 +1,7 @@
-"""The Ray cluster a population runs on: its address checked, joined or
-started, and its CPUs checked against a member's, all before the population
-folder is made.
-
-`--address` is unset (Ray starts on this machine with its CPUs), 'auto'
-(the cluster this machine is part of) or host:port (a cluster's head).
-Every way this can fail is a `ClusterError`: one line, exit status 2, and
-no population folder left behind.
-"""
+"""The Ray cluster a population runs on: `--address` unset (Ray starts here),
+'auto' or host:port, checked, joined or started, and its CPUs checked
+against a member's before the population folder is made. Every failure is
+a one-line `ClusterError`."""
 
 import os
 import socket
@@ -24,18 +19,7 @@ class ClusterError(RuntimeError):
 
 
 def parse_address(address: str):
-  """A cluster address as (host, port), or None for 'auto'.
-
-  Args:
-    address: 'auto' or host:port.
-
-  Returns:
-    None for 'auto'; else (host, port).
-
-  Raises:
-    ClusterError: for anything else ('127.0.0.1' without a port, a port that
-      is not a number in 1-65535).
-  """
+  """(host, port) of a host:port address, None for 'auto'; ClusterError for anything else."""
   if address == 'auto':
     return None
   host, sep, port = address.rpartition(':')
@@ -46,12 +30,7 @@ def parse_address(address: str):
 
 
 def check_answers(host: str, port: int, seconds: float = CONNECT_SECONDS) -> None:
-  """Makes sure something accepts connections at host:port within `seconds`.
-
-  Raises:
-    ClusterError: naming the address when nothing does (refused, unknown
-      host, or no answer in time).
-  """
+  """Raises ClusterError unless something accepts connections at host:port within `seconds`."""
   try:
     with socket.create_connection((host, port), timeout=seconds):
       pass
@@ -63,19 +42,8 @@ def check_answers(host: str, port: int, seconds: float = CONNECT_SECONDS) -> Non
 
 
 def check_fits(cpus: float, cpus_per_member: float, where: str) -> int:
-  """How many members run at once; at least one must fit.
-
-  Args:
-    cpus: the cluster's CPUs.
-    cpus_per_member: pbt.cpus_per_member.
-    where: 'this machine' or the cluster's address, for the message.
-
-  Returns:
-    floor(cpus / cpus_per_member), at least 1.
-
-  Raises:
-    ClusterError: when no member fits (it would wait for ever).
-  """
+  """How many members run at once, floor(cpus / cpus_per_member); ClusterError
+  when none fits (it would wait for ever)."""
   at_once = int(cpus // cpus_per_member)
   if at_once < 1:
     raise ClusterError(
@@ -85,36 +53,19 @@ def check_fits(cpus: float, cpus_per_member: float, where: str) -> int:
 
 
 def connect(ray, address: Optional[str], cpus_per_member: float) -> int:
-  """Joins or starts the Ray cluster and checks that a member fits on it.
+  """Joins or starts the Ray cluster; returns how many members run at once.
 
-  Without an address Ray starts on this machine with os.cpu_count() CPUs
-  (its workers at nice 0 unless RAY_worker_niceness is set), after the
-  CPUs are checked, with infra/orphan_watchdog.py ending its processes
-  once the driver is gone, however it ends. With one, the address is parsed and, for host:port,
-  probed first, so nothing waits on an address nobody answers at; after
-  joining, the cluster's CPUs are checked (Ray is shut down again when they
-  are too few).
-
-  Args:
-    ray: the ray module.
-    address: None, 'auto' or host:port.
-    cpus_per_member: pbt.cpus_per_member.
-
-  Returns:
-    How many members run at once.
-
-  Raises:
-    ClusterError: a malformed address, nothing answering, no cluster for
-      'auto', or too few CPUs for one member.
+  Without an address Ray starts here on os.cpu_count() CPUs, watched by
+  infra/orphan_watchdog.py so its processes end with the driver. A host:port
+  is probed first, so nothing waits on an address nobody answers at; a
+  cluster with too few CPUs is left again. Raises ClusterError.
   """
   if not address:
     cpus = os.cpu_count() or 1
     at_once = check_fits(cpus, cpus_per_member, 'this machine')
-    # Ray starts its workers at nice 15; members are this job's main work
-    # (and a run beside them would starve them at start-up).
+    # Ray starts its workers at nice 15; members are this job's main work.
     os.environ.setdefault('RAY_worker_niceness', '0')
     ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=True)
-    # The Ray processes started here end with the driver, kill -9 included.
     orphan_watchdog.start(os.getpid())
     return at_once
   where = parse_address(address)

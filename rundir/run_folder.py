@@ -1,36 +1,11 @@
-"""The run folder: what is in it, how it is readied for training, how it is read.
+"""The run folder (`config.workdir`, described in docs/run_folder.md): how it is
+readied for training and how it is read.
 
-A run folder (`config.workdir`) holds config.json (the config of the run,
-written at its start; config.<step>.json: the one before a resume changed
-it), metrics.jsonl (one JSON row per log step), checkpoints/ (agents/
-checkpoint.py), run.lock, wandb's and TensorBoard's files
-(rundir/run_logger.py writes them) and eval/ (launch/evaluate.py).
-
-- `prepare(config)`: everything before training, called once by
-  launch/train.py (and per member by launch/pbt.py): the folder resolved,
-  usable, locked, a resume checked against the saved config, damaged
-  checkpoints set aside; with several processes, process 0's verdict
-  reaches every process.
-- `adopt(...)`: once the checkpoint restored, metrics past it set aside and
-  the previous config kept; for a new run, an earlier run's files moved to
-  earlier_run.<n>/ (rundir/earlier_run.py).
-- Readers: `read_config(workdir)` (config.json as a dict),
-  `read_metrics(workdir)` (metrics.jsonl rows, or an archived .gz).
-
-The guarantees, one by one:
-- `check_usable(workdir)` (rundir/folder_guard.py): the folder is (or can
-  be made) a writable folder, its path short enough for what a run writes.
-- `RunLock` (rundir/folder_guard.py): `<workdir>/run.lock`, held (flock) by
-  the one process that writes the folder; a second trainer on the folder
-  stops naming the holder's host and pid; a lock left by a dead process is
-  taken over.
-- `check_resume(workdir, config)`: the saved config.json against the new
-  config; a network, task or shape change stops the run before anything is
-  written.
-- `set_aside_metrics(workdir, step)`: metrics.jsonl rows past the restored
-  checkpoint go to a side file, so the file stays monotone in env steps.
-
-Every failure here is a `RunFolderError`: one line, exit status 2.
+`prepare` readies it before training (usable, locked, a resume checked
+against config.json, damaged checkpoints set aside; process 0 decides for
+every process); `adopt`, once the checkpoint is restored, sets aside metrics
+rows past it, so metrics.jsonl stays monotone in env steps, and keeps the
+previous config. Every failure is a one-line `RunFolderError` (exit status 2).
 """
 
 import datetime
@@ -54,23 +29,14 @@ describe_stale = folder_guard.describe_stale
 
 
 class ConfigFileError(RunFolderError, ValueError):
-  """A run folder's config.json that cannot be read or is not JSON; a
-  ValueError too, so a reading tool reports it as bad input in one line."""
+  """An unreadable config.json; a ValueError too, so a reading tool reports it as bad input."""
 
 CONFIG_FILE = 'config.json'
 METRICS_FILE = 'metrics.jsonl'
 
 
 def resolve_workdir(config) -> str:
-  """The run folder of a config.
-
-  Args:
-    config: the run config.
-
-  Returns:
-    config.workdir, or runs/<config_name>-<YYYYmmdd-HHMMSS> ('run' for a
-    config without a name) when it is empty.
-  """
+  """config.workdir, or runs/<config_name or 'run'>-<YYYYmmdd-HHMMSS> when it is empty."""
   if config.workdir:
     return config.workdir
   stamp = datetime.datetime.now().strftime('%Y%m%d-%H%M%S')
@@ -88,17 +54,7 @@ def metrics_path(workdir: str) -> str:
 
 
 def read_config(workdir: str) -> Optional[dict]:
-  """A run folder's config.json as written at the run's start.
-
-  Args:
-    workdir: the run folder.
-
-  Returns:
-    The config as a dict, or None where there is no config.json.
-
-  Raises:
-    ConfigFileError: when it cannot be read or is not JSON, naming it.
-  """
+  """The folder's config.json as a dict, None without one; ConfigFileError if unreadable."""
   path = config_path(workdir)
   if not os.path.isfile(path):
     return None
@@ -110,23 +66,15 @@ def read_config(workdir: str) -> Optional[dict]:
 
 
 def check_resume(workdir: str, config) -> List[Tuple]:
-  """Checks a resume's config against the run folder's saved config.json.
-
-  Called for a run folder with checkpoints; configs.resume decides which
-  fields are frozen. Writes nothing.
-
-  Args:
-    workdir: the run folder.
-    config: the new run config.
+  """Checks a resume's config against the saved config.json (configs.resume
+  decides which fields are frozen). Writes nothing.
 
   Returns:
     The allowed changes, (field, saved, new) each; [] without a saved config.
 
   Raises:
-    RunFolderError: naming every frozen field that differs from the saved
-      config (a network, task or shape change) and its saved value; a saved
-      value of the wrong kind (a string where a number belongs); or when
-      config.json cannot be read.
+    RunFolderError: naming every frozen field that differs (network, tasks,
+      shapes), a saved value of the wrong kind, or an unreadable config.json.
   """
   try:
     saved = read_config(workdir)
@@ -151,18 +99,8 @@ def check_resume(workdir: str, config) -> List[Tuple]:
 
 
 def keep_previous_config(workdir: str, step: int) -> Optional[str]:
-  """Keeps the config that trained up to a step, before a resume rewrites config.json.
-
-  Copies config.json to config.<step>.json; an existing copy is left as it
-  is.
-
-  Args:
-    workdir: the run folder.
-    step: the env step of the restored checkpoint.
-
-  Returns:
-    The copy's path, or None when there is no config.json.
-  """
+  """Copies config.json to config.<step>.json (an existing copy is kept) before
+  a resume rewrites it; returns the copy's path, or None without config.json."""
   src = config_path(workdir)
   if not os.path.isfile(src):
     return None
@@ -174,23 +112,12 @@ def keep_previous_config(workdir: str, step: int) -> Optional[str]:
 
 
 def set_aside_metrics(workdir: str, step: int) -> Tuple[int, Optional[str]]:
-  """Moves the metrics.jsonl rows logged past a step to a side file.
+  """Moves the metrics.jsonl rows logged past `step` (the restored checkpoint)
+  to metrics.after-<step>.jsonl; returns (rows moved, side file or None).
 
-  Rows past `step` were written after the restored checkpoint by a process
-  that stopped without saving; they go to metrics.after-<step>.jsonl
-  (appended if it exists, fsynced), and metrics.jsonl is rewritten with the
-  rest, in order, through a temporary file. A line that is not a JSON object,
-  or whose env_steps is not a number (`"x"`, null, NaN: cut by a kill, or
-  edited by hand), is moved too; an object without env_steps counts as env
-  step 0 and stays.
-
-  Args:
-    workdir: the run folder.
-    step: the env step of the restored checkpoint (0 for a new run).
-
-  Returns:
-    (rows moved, side file path or None when nothing moved or there is no
-    metrics.jsonl).
+  Lines that are not JSON objects or whose env_steps is not a number (cut by
+  a kill) move too; an object without env_steps counts as step 0. Both files
+  are fsynced, metrics.jsonl replaced atomically.
   """
   path = metrics_path(workdir)
   if not os.path.isfile(path):
@@ -228,24 +155,9 @@ def set_aside_metrics(workdir: str, step: int) -> Tuple[int, Optional[str]]:
 def adopt(workdir: str, step: Optional[int], allowed: List[Tuple]) -> List[str]:
   """Adopts a run folder once its checkpoint is restored; process 0 only.
 
-  A resume writes nothing before the restore. Moves the metrics rows logged
-  past `step` to a side file (set_aside_metrics) and, when allowed fields
-  changed, keeps the previous config.json (keep_previous_config). A new run
-  (no checkpoint) in a folder that holds an earlier run's files moves them,
-  config and wandb id included, to earlier_run.<n>/ (rundir/earlier_run.py).
-
-  Args:
-    workdir: the run folder.
-    step: the restored checkpoint's env step; None: a new run.
-    allowed: the allowed config changes (check_resume).
-
-  Returns:
-    Lines to print: the rows moved and where, the changed fields and where
-    the previous config is.
-
-  Raises:
-    RunFolderError: when the folder cannot be prepared ('cannot prepare
-      <workdir> for training: ...').
+  For a resume (`step`): set_aside_metrics, and keep_previous_config when
+  `allowed` fields changed. For a new run (None): an earlier run's files move
+  to earlier_run.<n>/. Returns lines to print; RunFolderError on failure.
   """
   notes = []
   try:
@@ -267,24 +179,16 @@ def adopt(workdir: str, step: Optional[int], allowed: List[Tuple]) -> List[str]:
 
 
 def read_metrics(workdir: str) -> List[Dict]:
-  """The rows of a run's metrics file, as logged.
+  """The rows of a run's metrics.jsonl (or an archived metrics.jsonl.gz), in file order.
 
   A resumed run's rows are all included (analysis/run_metrics.stitch_resumed
-  drops the ones a resume replaced). Reads metrics.jsonl, or an archived
-  run's metrics.jsonl.gz (docs/data/ keeps the documented runs' that way);
-  blank lines are skipped. A last line without its newline that is not yet
-  a JSON row is the row a live run is writing: it is left out.
-
-  Args:
-    workdir: a run folder or an archive of one.
-
-  Returns:
-    The rows, each a dict, in file order.
+  drops the replaced ones). A last line without its newline that does not
+  parse is a row a live run is writing, and is left out.
 
   Raises:
     FileNotFoundError: without either file.
-    ValueError: naming the file and line number of a line that is not a
-      JSON row, or naming a metrics.jsonl.gz that is cut off or damaged.
+    ValueError: a line that is not a JSON row (file and line number), or a
+      .gz that is cut off or damaged.
   """
   path = metrics_path(workdir)
   if os.path.exists(path):
@@ -324,30 +228,20 @@ class Prepared(NamedTuple):
 
 
 def prepare(config) -> Prepared:
-  """Readies the run folder of a config for training.
+  """Readies the run folder of a config for training, and sets config.workdir
+  to process 0's on every process.
 
-  Sets config.workdir to the folder (process 0's, on every process).
-  Process 0 checks the folder is usable, takes its lock, checks a resume
-  against the saved config (nothing but the lock is written before that
-  passes), finds the newest intact checkpoint and sets damaged newer ones
-  aside. Its verdict reaches every process: a RunFolderError stops all of
-  them alike, and the lock is released. What a resume changes besides
-  (metrics rows, the previous config) waits for the restore: `adopt`.
-
-  Args:
-    config: the run config.
-
-  Returns:
-    A Prepared: the folder, the lock (process 0), the resume step, notes and
-    the allowed config changes.
+  Process 0 checks the folder, takes its lock, checks a resume against the
+  saved config (nothing but the lock is written before that passes), finds
+  the newest intact checkpoint and sets damaged newer ones aside. Its verdict
+  reaches every process, so a RunFolderError stops all alike (the lock
+  released). The rest waits for the restore: `adopt`.
 
   Raises:
-    RunFolderError: when the folder cannot be used, is locked by another
-      trainer, a resume changes frozen fields, or every checkpoint is
-      damaged; OSError and ValueError while preparing are reported as one.
+    RunFolderError: the folder cannot be used or is locked, a resume changes
+      frozen fields, or every checkpoint is damaged.
   """
   with config.unlocked():
-    # Every process writes to and resumes from process 0's run folder.
     config.workdir = multihost.allgather_json(resolve_workdir(config))[0]
   workdir, lock, notes, problem, step, allowed = config.workdir, None, [], None, None, []
   if multihost.is_primary():
@@ -385,19 +279,7 @@ def prepare(config) -> Prepared:
 
 
 def read_jsonl(path: str) -> List[Dict]:
-  """The rows of a JSON-lines file.
-
-  Lines that are not JSON (a torn last line of a killed writer) are skipped.
-
-  Args:
-    path: the file.
-
-  Returns:
-    The decoded rows, in file order.
-
-  Raises:
-    OSError: when the file cannot be read.
-  """
+  """The rows of a JSON-lines file, skipping lines that are not JSON (a writer's torn line)."""
   rows = []
   with open(path) as f:
     for line in f:

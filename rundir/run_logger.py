@@ -1,19 +1,13 @@
-"""Where a run's results go: <workdir>/config.json, metrics.jsonl, wandb,
-TensorBoard event files, terminal.
+"""Where a run's results go: <workdir>/config.json, metrics.jsonl, wandb
+(offline by default), TensorBoard event files, terminal. Only the primary
+process writes.
 
-Every metrics line is flushed as it is written, so nothing logged before a
-crash or Ctrl-C is lost. wandb keeps its files inside the workdir; its
-default mode is offline, so no account is needed. TensorBoard's event files
-(rundir/tensorboard_writer.py; `log.tensorboard`, on by default) go in the
-workdir itself. With several processes only process 0 (`primary`) writes;
-the others only print their messages.
-
-A wandb or TensorBoard failure (at start or later, e.g. wandb-core died, a
-full disk under the event writer) is a warning: that writer is dropped for
-the rest of the run, `wandb_failed.txt` / `tensorboard_failed.txt` in the
-workdir says when and why, and metrics.jsonl goes on. A metrics.jsonl that
-cannot be written raises MetricsWriteError naming the file, which the
-trainer answers with a checkpoint and a one-line stop.
+Guarantees: every metrics line is flushed as written, so nothing logged
+before a crash is lost. A wandb or TensorBoard failure only drops that
+writer for the rest of the run, with a warning and a note in
+`wandb_failed.txt` / `tensorboard_failed.txt`; a metrics.jsonl that cannot
+be written raises MetricsWriteError, which the trainer answers with a
+checkpoint and a one-line stop.
 """
 
 import datetime
@@ -44,7 +38,8 @@ def _jsonable(value):
 
 
 def _wandb_run_id(workdir: str) -> str:
-  """The workdir's wandb run id, made on its first run and kept in the workdir."""
+  """The workdir's wandb run id, made on its first run and kept in the workdir
+  (a resumed run continues its wandb run)."""
   path = os.path.join(workdir, 'wandb_run_id.txt')
   if os.path.exists(path):
     with open(path) as f:
@@ -58,33 +53,22 @@ def _wandb_run_id(workdir: str) -> str:
 class RunLogger:
   """Writes a run's config and metrics rows to every destination of the module docstring.
 
-  On the primary process the constructor writes <workdir>/config.json (the
-  config's JSON, indented 2, keys sorted), opens metrics.jsonl for appending
-  (line-buffered), starts wandb unless config.wandb.mode is 'disabled' (its
-  run id kept in <workdir>/wandb_run_id.txt, so a resumed run continues its
-  wandb run) and TensorBoard when config.log.tensorboard is set. On the
-  others it writes nothing. `wandb_failure` and `tensorboard_failure` hold
-  the one-line reason a writer was dropped, else None.
+  On the primary process the constructor writes config.json and opens
+  metrics.jsonl, wandb (unless config.wandb.mode is 'disabled') and
+  TensorBoard (config.log.tensorboard). `wandb_failure` and
+  `tensorboard_failure` hold why a writer was dropped, else None.
 
   Args:
-    workdir: the run folder.
-    config: the run config (ml_collections).
-    task_names: the run's task names, for the progress line and the wandb
-      action histograms.
-    primary: whether this process writes (process 0).
-    process_index: this process's index, the prefix of its messages when
-      not primary.
-    resume_step: the env step of the checkpoint a resumed run starts from
-      (None: a new run); TensorBoard drops earlier points from there on.
+    process_index: the prefix of its messages when not primary.
+    resume_step: the env step a resumed run starts from (None: a new run);
+      TensorBoard drops earlier points from there on.
 
   Raises:
-    RunFolderError: when config.json or metrics.jsonl cannot be written
-      ('cannot write <file>: <why>').
+    RunFolderError: config.json or metrics.jsonl cannot be written.
   """
 
   def __init__(self, workdir: str, config, task_names: Sequence[str], primary: bool = True,
                process_index: int = 0, resume_step: Optional[int] = None):
-    """See the class docstring."""
     self.workdir = workdir
     self._task_names = tuple(task_names)
     self._primary = primary
@@ -129,21 +113,13 @@ class RunLogger:
   def write(self, metrics: Dict) -> None:
     """Writes one metrics row everywhere; does nothing on other processes.
 
-    metrics.jsonl gets {'time': seconds since the logger opened, **metrics}
-    as one JSON line, flushed, with non-finite floats written as strings
-    ('nan', 'inf'). wandb gets the row at step env_steps, with each task's
-    `actions/<task>/...` frequencies also as the histogram
-    'action_histogram/<task>'; TensorBoard its scalars. With
-    config.log.progress a progress line goes to stdout. A wandb or
-    TensorBoard failure drops that writer (the module docstring).
-
-    Args:
-      metrics: one log row; needs 'env_steps', and for the progress line
-        'learner_steps', 'sps', 'loss/total', 'entropy' and 'policy_lag'.
+    metrics.jsonl gets {'time': seconds since open, **metrics}, non-finite
+    floats as strings; wandb the row at step env_steps, plus each task's
+    action frequencies as a histogram. The progress line needs
+    'learner_steps', 'sps', 'loss/total', 'entropy' and 'policy_lag'.
 
     Raises:
-      MetricsWriteError: when metrics.jsonl cannot take the row ('cannot
-        write metrics to <path>: <why>').
+      MetricsWriteError: metrics.jsonl cannot take the row.
     """
     if not self._primary:
       return
@@ -194,8 +170,7 @@ class RunLogger:
     print(line, file=sys.stdout, flush=True)
 
   def _writer_failed(self, name: str, note_file: str, e: BaseException, doing: str) -> str:
-    """One warning and a note in the workdir for a writer dropped for the
-    rest of the run; returns the one-line reason."""
+    """Warns and notes in the workdir that a writer is dropped; returns the one-line reason."""
     first = next((line.strip() for line in str(e).splitlines() if line.strip()), '')
     reason = f'{type(e).__name__}: {first}'[:300]
     self.message(f'warning: {name} failed while {doing} ({reason}); {name} is off for the '
@@ -219,8 +194,7 @@ class RunLogger:
         pass
 
   def _wandb_failed(self, e: BaseException, doing: str) -> None:
-    """Drops wandb for the rest of the run, with one warning and a note in
-    the workdir; metrics.jsonl is unaffected."""
+    """Drops wandb for the rest of the run; metrics.jsonl is unaffected."""
     self.wandb_failure = self._writer_failed('wandb', WANDB_FAILED_FILE, e, doing)
     run, self._wandb = self._wandb, None
     if run is not None:
@@ -237,15 +211,11 @@ class RunLogger:
       pass
 
   def message(self, text: str) -> None:
-    """Prints `text` to stderr, flushed; prefixed '[process <i>] ' on non-primary processes."""
+    """Prints `text` to stderr, flushed, prefixed '[process <i>] ' off the primary."""
     print(self._prefix + text, file=sys.stderr, flush=True)
 
   def close(self) -> None:
-    """Closes metrics.jsonl, finishes wandb and closes TensorBoard.
-
-    A failure to finish wandb or to close TensorBoard is a warning and a note
-    in the workdir, not an error.
-    """
+    """Closes metrics.jsonl, wandb and TensorBoard; a writer's failure here is only a warning."""
     if self._metrics is not None:
       try:
         self._metrics.close()
