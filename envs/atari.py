@@ -1,17 +1,14 @@
 """IMPALA's Atari protocol on EnvPool, in one place, and human-normalised scores.
 
-`protocol_kwargs` turns the config's `atari` group into EnvPool options:
-84x84 grey, frame stack 4, action repeat 4 with a max over the last two
-frames (EnvPool does the max), up to 30 no-op starts, an episode cap of 108k
-frames (27k agent steps), end of episode on life loss for training only,
-optional sticky actions (probability 0.25), rewards left unclipped (the
-learner clips or not, per `reward_mode`). See Espeholt et al. 2018
-(arXiv 1802.01561) for the protocol and Machado et al. 2018
-(arXiv 1709.06009) for sticky actions.
+The protocol (Espeholt et al. 2018, arXiv 1802.01561): 84x84 grey, frame
+stack 4, action repeat 4 with a max over the last two frames, up to 30
+no-op starts, episodes capped at 108k frames, end of episode on life loss
+for training only, rewards unclipped here (the learner clips or not);
+sticky actions optional (Machado et al. 2018, arXiv 1709.06009).
 
-With end-of-life episodes EnvPool reports every life loss as `terminated`
-and a real game over in `info['terminated']`; the adapter passes the latter
-on as `StepResult.game_over`, so logged returns are whole games.
+With end-of-life episodes EnvPool reports a life loss as `terminated` and
+a game over in `info['terminated']`, passed on as `StepResult.game_over`,
+so logged returns are whole games.
 """
 
 import dataclasses
@@ -29,11 +26,9 @@ FRAME_SKIP = 4
 
 
 def _atari_games() -> Tuple[str, ...]:
-  """Every '<game>-v5' whose registered spec class is EnvPool's AtariEnvSpec,
-  read from the registry's entry (module, spec class, kwargs). Making each
-  spec to ask its type imported MuJoCo and the other families: 5-35 s at the
-  start of every process that imports this module, against milliseconds
-  (tests/unit/test_atari.py checks the list against made specs)."""
+  """Every '<game>-v5' whose registered spec class is AtariEnvSpec, read from
+  the registry's entry: making each spec would import MuJoCo and the other
+  families at every start (tests/unit/test_atari.py checks the list)."""
   return tuple(sorted(env_id[:-len('-v5')] for env_id in envpool.list_all_envs()
                       if env_id.endswith('-v5') and registry.specs[env_id][1] == 'AtariEnvSpec'))
 
@@ -61,33 +56,19 @@ class AtariConfig:
 
 
 def game_of(env_id_: str) -> Optional[str]:
-  """The Atari game of an env id.
-
-  Args:
-    env_id_: an env id, e.g. 'Pong-v5'.
-
-  Returns:
-    The game ('Pong' for 'Pong-v5'); None for ids that are not EnvPool Atari
-    games (not '<game>-v5' with a game of ATARI_GAMES).
-  """
+  """The Atari game of an env id ('Pong' for 'Pong-v5'); None for ids that
+  are not EnvPool Atari games."""
   if env_id_.endswith('-v5') and env_id_[:-3] in ATARI_GAMES:
     return env_id_[:-3]
   return None
 
 
 def check_games(games: Sequence[str]) -> Tuple[str, ...]:
-  """Checks a list of Atari game names.
-
-  Args:
-    games: game names as in ATARI_GAMES ('Pong', 'Breakout').
-
-  Returns:
-    The games as a tuple, in the order given.
+  """The games as a tuple, in order, after checking them.
 
   Raises:
-    ValueError: for no games ('no Atari games given; e.g. games=Pong+Breakout'),
-      for unknown names (naming them and the valid games), or for a game
-      listed twice.
+    ValueError: for no games, unknown names (naming the valid games), or a
+      game listed twice.
   """
   games = tuple(games)
   if not games:
@@ -102,23 +83,13 @@ def check_games(games: Sequence[str]) -> Tuple[str, ...]:
 
 
 def protocol_kwargs(atari_config, num_tasks: int, training: bool = True) -> Dict:
-  """EnvPool kwargs for an Atari task from the config's `atari` group.
-
-  IMPALA's protocol (the module docstring): 84x84 grey frames stacked 4, a
-  frame skip of FRAME_SKIP, up to `noop_max` no-op starts, an episode cap of
-  FRAMES_PER_EPISODE_CAP frames, unclipped rewards, sticky actions with
-  probability 0.25 when `sticky_actions` is set. `training=False`
-  (evaluation) plays whole games: no end-of-life episodes.
+  """envpool.make's kwargs for an Atari task: the module docstring's protocol
+  from the config's `atari` group.
 
   Args:
-    atari_config: the config's `atari` group (action_set, noop_max,
-      episodic_life, fire_reset, sticky_actions).
-    num_tasks: the run's number of tasks; action_set 'auto' means the full
+    num_tasks: the run's number of tasks; action_set 'auto' is the full
       18-action set when it is > 1, the game's minimal set otherwise.
-    training: False for evaluation.
-
-  Returns:
-    A dict of keyword arguments for envpool.make.
+    training: False for evaluation: whole games, no end-of-life episodes.
 
   Raises:
     ValueError: for an action_set not in ACTION_SETS.
@@ -178,16 +149,8 @@ REFERENCE_SCORES: Dict[str, Optional[Tuple[float, float]]] = {
 
 
 def human_normalised(game: Optional[str], score: float) -> Optional[float]:
-  """The human-normalised score of a game's score.
-
-  Args:
-    game: an Atari game name, or None (a task that is not Atari).
-    score: the game's score (an episode return, unclipped).
-
-  Returns:
-    (score - random) / (human - random) with REFERENCE_SCORES; None for games
-    without references and for game None.
-  """
+  """(score - random) / (human - random) with REFERENCE_SCORES; None for a
+  game without references and for game None (not Atari)."""
   ref = REFERENCE_SCORES.get(game)
   if ref is None:
     return None
@@ -196,16 +159,8 @@ def human_normalised(game: Optional[str], score: float) -> Optional[float]:
 
 
 def hns_summary(per_game: Dict[str, float]) -> Dict[str, float]:
-  """Median and mean of per-game human-normalised scores.
-
-  Args:
-    per_game: game -> human-normalised score; None and non-finite values are
-      left out.
-
-  Returns:
-    {'median': ..., 'mean': ...} over the finite values (the median of an even
-    count is the mean of the middle two); {} when there are none.
-  """
+  """{'median': ..., 'mean': ...} of the finite per-game human-normalised
+  scores; {} when there are none."""
   values = sorted(v for v in per_game.values() if v is not None and math.isfinite(v))
   if not values:
     return {}

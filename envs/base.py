@@ -1,15 +1,12 @@
 """The one batched-environment interface every adapter in `envs/` implements.
 
-All adapters follow EnvPool's auto-reset convention, so the actor and the
-learner handle every environment the same way:
-
-* `step` returns the observation reached, the reward for the action, and
-  `terminated` / `truncated` flags for that transition.
-* The step *after* an env reported `terminated or truncated` ignores its action,
-  resets that env and returns the first observation of the new episode with
-  reward 0 and both flags False (a "reset step"). The learner masks reset steps
-  out of the losses; at truncation the terminal observation's value is the
-  bootstrap, at termination the discount is 0.
+All adapters follow EnvPool's auto-reset convention: `step` returns the
+observation reached, the reward and the `terminated` / `truncated` flags
+of that transition; the step *after* an env reported either ignores its
+action, resets it and returns the new episode's first observation with
+reward 0 and both flags False (a "reset step", masked out of the losses).
+At truncation the terminal observation's value is the bootstrap; at
+termination the discount is 0.
 """
 
 import dataclasses
@@ -31,9 +28,7 @@ class StepResult:
   # learner's episode but the game goes on; logged returns follow games.
   game_over: Optional[np.ndarray] = None
   # Per-env float arrays [B] for logging, valid where `game_ended` (the ended
-  # game's final values; arbitrary elsewhere). NLE: 'score' (in-game score),
-  # 'depth' (deepest dungeon level reached), 'turns' (game turns). None: the
-  # env has none.
+  # game's final values); NLE: 'score', 'depth', 'turns'. None: the env has none.
   episode_stats: Optional[Dict[str, np.ndarray]] = None
 
   @property
@@ -51,23 +46,12 @@ class BatchedEnv(Protocol):
   observation_spec: Dict[str, tuple]  # key -> (shape without batch, dtype)
 
   def reset(self) -> StepResult:
-    """Starts a new episode in every env.
-
-    Returns:
-      The first observations, reward 0 and both flags False for every env.
-    """
+    """Starts a new episode in every env: first observations, reward 0, flags False."""
     ...
 
   def step(self, actions: np.ndarray) -> StepResult:
-    """Steps every env once, with the auto-reset convention of the module docstring.
-
-    Args:
-      actions: int [B], one action per env; ignored for envs that take a reset
-        step.
-
-    Returns:
-      The observations reached, rewards and flags of the B transitions.
-    """
+    """Steps every env once with int [B] actions (the module's auto-reset
+    convention: ignored for envs that take a reset step)."""
     ...
 
   def close(self) -> None:

@@ -1,25 +1,14 @@
 """Catch from pixels: a control task for the Atari pipeline, in pure numpy.
 
-bsuite's Catch (Osband et al. 2020, arXiv 1908.03568): a ball falls one row per step from a
-random column of the top row; a paddle on the bottom row moves left, stays
-or moves right. When the ball reaches the bottom row the episode terminates
-with reward +1 if the paddle is under it, else -1 (rows - 1 steps per
-episode; random play scores about -0.6).
+bsuite's Catch (Osband et al. 2020, arXiv 1908.03568): a ball falls one
+row per step from a random top column; a paddle on the bottom row moves
+left, stays or moves right; when the ball reaches the bottom the episode
+terminates with reward +1 if the paddle is under it, else -1.
 
-It is drawn exactly as the Atari path gives observations, {'frames': uint8
-[4, H, W]}: the last 4 frames, channel-first, newest last, the stack filled
-with copies of the first frame at an episode start (as EnvPool does), ball
-and paddle blocks of grey level `foreground` (255) on `background` (0). So
-the Nature CNN (`shallow`) and the whole actor / learner path run
-unchanged, and a run that fails to learn Catch points at the pixel
-pipeline, not at a slow game.
-
-`pong_like()` gives Catch with Pong's difficulties (configs/catch.py's
-`pong` variant): Pong's mean grey (106) as a background that fills the
-frame, Pong's white (236) for small blocks (a 10 x 10 grid: cells of about
-8 x 8 pixels at 84 x 84), and a reward only every 9 steps.
-
-Follows envs/base.py's auto-reset convention.
+Drawn as the Atari path's observations, {'frames': uint8 [4, H, W]}
+(newest last, the stack filled with the first frame at an episode start,
+as EnvPool does), so the Nature CNN and the whole actor / learner path
+run unchanged. Follows envs/base.py's auto-reset convention.
 """
 
 from typing import Any, Dict, Tuple
@@ -43,32 +32,20 @@ DEFAULT_KWARGS = {
 
 
 def pong_like(size: int = 84) -> Dict[str, int]:
-  """Catch's kwargs with Pong's difficulties (the module docstring).
-
-  Args:
-    size: the frame's height and width in pixels.
-
-  Returns:
-    env kwargs: a 10 x 10 grid, background 106, foreground 236.
-  """
+  """Catch's kwargs with Pong's difficulties for `size`-pixel frames: Pong's
+  mean grey (106) as a background filling the frame, Pong's white (236)
+  for small blocks (a 10 x 10 grid), a reward only every 9 steps."""
   return {'rows': 10, 'columns': 10, 'img_height': size, 'img_width': size,
           'background': 106, 'foreground': 236}
 
 
 def check_kwargs(env_kwargs: Dict[str, Any]) -> Dict[str, int]:
-  """Checks Catch's env kwargs and fills in the defaults.
-
-  Args:
-    env_kwargs: keys of DEFAULT_KWARGS, integer values.
-
-  Returns:
-    The full settings, every key of DEFAULT_KWARGS, as ints.
+  """Catch's env kwargs checked, every key of DEFAULT_KWARGS filled in, as ints.
 
   Raises:
-    ValueError: for unknown keys or non-integer values (naming the allowed
-      keys), rows < 2 or columns < 1, grey levels outside 0..255, equal
-      background and foreground, or a frame smaller than the grid (one pixel
-      per cell at least).
+    ValueError: for unknown keys or non-integer values, rows < 2 or
+      columns < 1, grey levels outside 0..255, equal background and
+      foreground, or a frame smaller than the grid.
   """
   allowed = ', '.join(DEFAULT_KWARGS)
   unknown = sorted(set(env_kwargs) - set(DEFAULT_KWARGS))
@@ -95,17 +72,8 @@ def check_kwargs(env_kwargs: Dict[str, Any]) -> Dict[str, int]:
 
 
 def observation_spec(env_kwargs: Dict[str, Any]) -> Dict[str, Tuple[tuple, np.dtype]]:
-  """Catch's observation spec.
-
-  Args:
-    env_kwargs: as for `check_kwargs`.
-
-  Returns:
-    {'frames': ((FRAME_STACK, img_height, img_width), uint8)}.
-
-  Raises:
-    ValueError: as `check_kwargs`.
-  """
+  """{'frames': ((FRAME_STACK, img_height, img_width), uint8)}; raises as
+  `check_kwargs`."""
   s = check_kwargs(env_kwargs)
   return {'frames': ((FRAME_STACK, s['img_height'], s['img_width']), np.dtype(np.uint8))}
 
@@ -120,15 +88,11 @@ def _cell_masks(cells: int, pixels: int) -> np.ndarray:
 class CatchEnv:
   """`num_envs` Catch games of one task, stepped together with numpy.
 
-  A BatchedEnv (envs/base.py): observations {'frames': uint8 [B, 4, H, W]},
-  rewards +1 / -1 / 0 times `reward_scale` (float32), never truncated.
+  A BatchedEnv (envs/base.py): rewards +1 / -1 / 0 times `reward_scale`,
+  never truncated.
 
   Args:
     env_id: must be ENV_ID.
-    num_envs: B, the games stepped together.
-    task_id: the task index every env reports.
-    env_kwargs: Catch's kwargs (`check_kwargs`).
-    reward_scale: the factor applied to every reward.
     seed: seeds the balls' start columns.
 
   Raises:
@@ -183,17 +147,8 @@ class CatchEnv:
     return self._result(np.zeros(self.num_envs, np.float32), np.zeros(self.num_envs, bool))
 
   def step(self, actions: np.ndarray) -> StepResult:
-    """Steps every game once (envs/base.py's auto-reset convention).
-
-    Args:
-      actions: int [B]: 0 left, 1 stay, 2 right (ACTION_NAMES).
-
-    Returns:
-      The StepResult of the B transitions.
-
-    Raises:
-      ValueError: when `actions` is not of shape [B].
-    """
+    """Steps every game once with int [B] actions (ACTION_NAMES), as
+    envs/base.py's auto-reset convention says."""
     actions = np.asarray(actions)
     if actions.shape != (self.num_envs,):
       raise ValueError(f'expected {self.num_envs} actions, got shape {actions.shape}')
@@ -217,14 +172,7 @@ class CatchEnv:
     return self._result(reward, terminated)
 
   def render(self, env_ids=(0,)) -> np.ndarray:
-    """The newest screens of some envs as RGB, for videos.
-
-    Args:
-      env_ids: indices of the envs to draw.
-
-    Returns:
-      uint8 [n, H, W, 3], grey repeated over the 3 channels.
-    """
+    """uint8 [n, H, W, 3]: the newest screens of envs `env_ids`, grey as RGB."""
     newest = self._frames[np.asarray(env_ids), -1]
     return np.repeat(newest[..., None], 3, axis=-1)
 

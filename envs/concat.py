@@ -10,18 +10,13 @@ from envs.base import StepResult
 class ConcatEnv:
   """Concatenates sub-envs along the env axis; they must share observation specs.
 
-  Sub-envs that can step asynchronously (`step_async` / `step_wait`) are all
-  started before any is waited on, so their threads or processes overlap.
-  Results are concatenated in the order of `envs`; an episode statistic that
-  some parts lack is NaN for their envs, and `game_over` is each part's
-  `terminated` where the part has none.
-
-  Args:
-    envs: the batched envs, in env-axis order.
+  Sub-envs with `step_async` / `step_wait` are all started before any is
+  waited on, so their threads or processes overlap. An episode statistic
+  some parts lack is NaN for their envs; `game_over` is a part's
+  `terminated` where it has none.
 
   Raises:
-    ValueError: when the sub-envs differ in observation spec or action count
-      ('tasks in one run need the same ...').
+    ValueError: when the sub-envs differ in observation spec or action count.
   """
 
   def __init__(self, envs: Sequence):
@@ -73,14 +68,7 @@ class ConcatEnv:
     return self._concat([e.reset() for e in self._envs])
 
   def step(self, actions: np.ndarray) -> StepResult:
-    """Steps every sub-env.
-
-    Args:
-      actions: int [num_envs], split among the sub-envs in order.
-
-    Returns:
-      The sub-envs' StepResults concatenated on the env axis.
-    """
+    """Steps every sub-env, int [num_envs] actions split among them in order."""
     parts = np.split(np.asarray(actions), self._splits)
     if all(hasattr(e, 'step_async') for e in self._envs):
       for env, a in zip(self._envs, parts):

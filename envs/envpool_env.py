@@ -1,10 +1,8 @@
 """EnvPool adapter: one pool of identical envs of one task (classic control or Atari).
 
 EnvPool steps its envs in its own C++ threads and releases the GIL, so an
-actor thread drives it directly. Observations are exposed as {'state': ...}
-for vector observations and {'frames': uint8 [4, 84, 84]} for Atari.
-With `render=True` (for videos) `render()` also gives the screens in colour
-at full resolution (Atari [210, 160, 3], CartPole [400, 600, 3]).
+actor thread drives it directly. Observations are {'state': ...} for
+vectors, {'frames': uint8 [4, 84, 84]} for Atari.
 """
 
 from typing import Any, Dict
@@ -16,33 +14,19 @@ from envs.base import StepResult
 
 
 def observation_key(shape) -> str:
-  """The observation key for an EnvPool observation shape (without the batch axis).
-
-  Args:
-    shape: the observation space's shape.
-
-  Returns:
-    'frames' for 3-d (stacked image) observations, else 'state'.
-  """
+  """'frames' for a 3-d (stacked image) observation shape, else 'state'."""
   return 'frames' if len(shape) == 3 else 'state'
 
 
 class EnvPoolEnv:
   """`num_envs` copies of one EnvPool env, all belonging to task `task_id`.
 
-  A BatchedEnv (envs/base.py) over one gymnasium-style EnvPool pool with
-  batch_size = num_envs, so every step returns all envs, sorted by env id.
-  Rewards are float32 times `reward_scale`; `game_over` is EnvPool's
-  info['terminated'] where the env reports one (Atari).
+  A BatchedEnv (envs/base.py) over one gymnasium-style pool with batch_size
+  = num_envs, so every step returns all envs, sorted by env id. `game_over`
+  is EnvPool's info['terminated'] where the env reports one (Atari).
 
   Args:
-    env_id: the EnvPool id, e.g. 'Pong-v5'.
-    num_envs: B, the envs in the pool.
-    task_id: the task index every env reports.
-    env_kwargs: keyword arguments for envpool.make (atari.protocol_kwargs for
-      Atari).
-    reward_scale: the factor applied to every reward.
-    seed: the pool's seed.
+    env_kwargs: envpool.make's kwargs (atari.protocol_kwargs for Atari).
     num_threads: EnvPool's worker threads (0: EnvPool's default).
     render: make the pool able to draw its screens (`render`).
   """
@@ -104,17 +88,8 @@ class EnvPoolEnv:
     return self.step_wait()
 
   def render(self, env_ids=(0,)) -> np.ndarray:
-    """The current screens of some envs in colour, at full resolution.
-
-    Args:
-      env_ids: indices of the envs to draw.
-
-    Returns:
-      uint8 [n, H, W, 3] (Atari [210, 160, 3], CartPole [400, 600, 3]).
-
-    Raises:
-      ValueError: when the env was made without render=True.
-    """
+    """uint8 [n, H, W, 3]: envs `env_ids`' screens in colour at full resolution;
+    ValueError when made without render=True."""
     if not self._render:
       raise ValueError('EnvPoolEnv was made without render=True')
     return self._pool.render(np.asarray(env_ids, np.int32))

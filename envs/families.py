@@ -48,12 +48,8 @@ def _cached_spec(env_id, kwargs_items):
 
 def _envpool_spec(env_id, env_kwargs):
   """EnvPool's spec of `env_id` with `env_kwargs`, made once per process for
-  hashable kwargs (making one takes about 0.1 s; validating a six-game config
-  makes six).
-
-  Raises:
-    TypeError: EnvPool rejects `env_kwargs` (never cached).
-  """
+  hashable kwargs (making one is slow, and validation makes one per task);
+  TypeError when EnvPool rejects the kwargs (never cached)."""
   items = tuple(sorted(env_kwargs.items()))
   try:
     hash(items)
@@ -63,7 +59,7 @@ def _envpool_spec(env_id, env_kwargs):
 
 class EnvPoolFamily(EnvFamily):
   """Every id EnvPool lists: Atari games ('<Game>-v5', frames) and classic
-  control (a state vector). One EnvPool pool per task per actor."""
+  control (a state vector); one pool per task per actor."""
 
   name = 'envpool'
   actor_kind = 'envpool'
@@ -82,15 +78,8 @@ class EnvPoolFamily(EnvFamily):
             f'such as Pong-v5)')
 
   def spaces(self, env_id, env_kwargs, observation_keys=None, with_num_actions=True):
-    """EnvFamily.spaces from EnvPool's spec: ('frames' or 'state') -> (shape, dtype).
-
-    `observation_keys` and `with_num_actions` are ignored: the one key is
-    always given, and the number of actions is always counted.
-
-    Raises:
-      EnvKwargsError: when EnvPool rejects `env_kwargs`, naming the keys the
-        env takes (its config fields without the batch's).
-    """
+    """EnvFamily.spaces from EnvPool's spec (one key, actions always counted);
+    EnvKwargsError names the keys the env takes."""
     try:
       spec = _envpool_spec(env_id, env_kwargs)
     except TypeError:
@@ -103,17 +92,14 @@ class EnvPoolFamily(EnvFamily):
             {observation_key(space.shape): (tuple(space.shape), np.dtype(space.dtype))})
 
   def frames_per_step(self, env_id, env_kwargs):
-    """EnvFamily.frames_per_step: Atari's `frame_skip` (default 4); 1 for classic control."""
+    """Atari's `frame_skip` (default 4); 1 for classic control."""
     if atari.game_of(env_id) is None:
       return 1
     return int(env_kwargs.get('frame_skip', atari.FRAME_SKIP))
 
   def make_batches(self, groups, seed, settings):
-    """EnvFamily.make_batches: one EnvPoolEnv per group, seeded seed + 1000 * index.
-
-    Each pool gets min(settings['envpool_threads'], its envs) threads (0:
-    EnvPool's default).
-    """
+    """One EnvPoolEnv per group, seeded seed + 1000 * index, with at most its
+    envs' count of threads."""
     threads = settings['envpool_threads']
     return [EnvPoolEnv(g.env_id, g.num_envs, g.task_id, dict(g.env_kwargs), g.reward_scale,
                        seed=seed + 1000 * i,
@@ -121,18 +107,14 @@ class EnvPoolFamily(EnvFamily):
             for i, g in groups]
 
   def action_names(self, env_id, env_kwargs):
-    """EnvFamily.action_names: ATARI_FULL_ACTIONS with `full_action_space`, else None."""
+    """ATARI_FULL_ACTIONS with `full_action_space`, else None."""
     # EnvPool does not expose the minimal sets' meanings; classic control has none.
     return ATARI_FULL_ACTIONS if env_kwargs.get('full_action_space') else None
 
   def evaluation_env(self, env_id, task_id, env_kwargs, num_envs, seed, video,
                      observation_keys, workers):
-    """EnvFamily.evaluation_env: an EnvPoolEnv, rendering when `video`.
-
-    The video runs at 60 / frames_per_step fps for Atari (its emulator's
-    60 frames a second), CLASSIC_VIDEO_FPS otherwise; `observation_keys` and
-    `workers` are ignored.
-    """
+    """An EnvPoolEnv rendering when `video`, at Atari's 60 frames a second over
+    its action repeat (classic control: CLASSIC_VIDEO_FPS)."""
     env = EnvPoolEnv(env_id, num_envs, task_id, env_kwargs, seed=seed, render=video)
     # Atari's 60 emulator frames a second over its action repeat.
     fps = 60.0 / self.frames_per_step(env_id, env_kwargs) if atari.game_of(env_id) else CLASSIC_VIDEO_FPS
@@ -157,12 +139,8 @@ class NLEFamily(EnvFamily):
     return f'an NLE id ({", ".join(NLE_ENV_IDS)})'
 
   def spaces(self, env_id, env_kwargs, observation_keys=None, with_num_actions=True):
-    """EnvFamily.spaces: the spec of the keys asked for (all NLE_OBSERVATION_KEYS for None).
-
-    The spec is NLEBatchedEnv's (nle_worker.observation_desc). Counting the
-    actions makes (and closes) one NLE env in this process, with
-    `max_episode_steps` and `savedir` left out of the kwargs.
-    """
+    """The spec of the keys asked for (None: NLE_OBSERVATION_KEYS), as
+    NLEBatchedEnv reports it; counting the actions makes one NLE env here."""
     keys = NLE_OBSERVATION_KEYS if observation_keys is None else tuple(observation_keys)
     spec = {k: observation_desc(k) for k in keys}  # what NLEBatchedEnv reports
     if not with_num_actions:
@@ -176,12 +154,8 @@ class NLEFamily(EnvFamily):
     return num_actions, spec
 
   def make_batches(self, groups, seed, settings):
-    """EnvFamily.make_batches: one NLEBatchedEnv per env id for all the groups given.
-
-    The groups of one env id share max(1, min(settings['nle_workers'], their
-    envs)) worker processes; the j-th env id's batch is seeded
-    seed + 7919 * (j + 1), and its ttyrecs go under settings['nle_savedir'].
-    """
+    """One NLEBatchedEnv per env id for all the groups given, sharing
+    min(nle_workers, their envs) workers (at least 1)."""
     by_id: Dict[str, List] = {}
     for _, g in groups:
       by_id.setdefault(g.env_id, []).append(g)
@@ -200,12 +174,8 @@ class NLEFamily(EnvFamily):
     return parts
 
   def action_names(self, env_id, env_kwargs):
-    """EnvFamily.action_names: the names of the task's `actions` kwarg, or of NLE's defaults.
-
-    The defaults are nle.nethack.ACTIONS for Challenge ids and
-    nle.env.tasks.TASK_ACTIONS otherwise; moves read 'move_<dir>', long moves
-    'run_<dir>', other actions their lower-case NLE name.
-    """
+    """The names of the task's `actions` kwarg, or of NLE's default actions:
+    'move_<dir>', 'run_<dir>', or the lower-case NLE name."""
     import nle.env.tasks
     import nle.nethack
     actions = env_kwargs.get('actions') or (
@@ -214,12 +184,8 @@ class NLEFamily(EnvFamily):
 
   def evaluation_env(self, env_id, task_id, env_kwargs, num_envs, seed, video,
                      observation_keys, workers):
-    """EnvFamily.evaluation_env: an NLEBatchedEnv with max(1, min(workers, num_envs)) workers.
-
-    With `video` the env also gives 'tty_chars' and 'tty_colors', and
-    frame_fn returns env 0's terminal as a render.TtyFrame; the video runs at
-    NLE_VIDEO_FPS.
-    """
+    """An NLEBatchedEnv; with `video` it also gives the tty observations and
+    frame_fn returns env 0's terminal as a render.TtyFrame."""
     keys = tuple(observation_keys)
     if video:  # the terminal screen, for the video only
       keys += tuple(k for k in ('tty_chars', 'tty_colors') if k not in keys)
@@ -246,9 +212,9 @@ def _nle_action_name(action) -> str:
 class ModuleFamily(EnvFamily):
   """Small numpy envs of our own, one module each, stepped in the actor thread.
 
-  A module has ENV_ID, ACTION_NAMES, VIDEO_FPS,
-  `observation_spec(env_kwargs)` (ValueError for bad kwargs) and an env
-  class `make(env_id, num_envs, task_id, env_kwargs, reward_scale, seed)`.
+  A module has ENV_ID, ACTION_NAMES, VIDEO_FPS, `observation_spec(env_kwargs)`
+  (ValueError for bad kwargs) and an env class taking (env_id, num_envs,
+  task_id, env_kwargs, reward_scale, seed).
 
   Args:
     modules: env id -> (module, env class).
@@ -269,12 +235,8 @@ class ModuleFamily(EnvFamily):
     return f'a control task ({", ".join(self.modules)})'
 
   def spaces(self, env_id, env_kwargs, observation_keys=None, with_num_actions=True):
-    """EnvFamily.spaces from the module: (len(ACTION_NAMES), observation_spec(env_kwargs)).
-
-    Raises:
-      EnvKwargsError: when the module's observation_spec raises ValueError,
-        with its message.
-    """
+    """(len(ACTION_NAMES), observation_spec(env_kwargs)); EnvKwargsError for the
+    module's ValueError."""
     module = self.modules[env_id][0]
     try:
       return len(module.ACTION_NAMES), module.observation_spec(env_kwargs)
@@ -282,24 +244,12 @@ class ModuleFamily(EnvFamily):
       raise EnvKwargsError(f'{env_kwargs} is not valid for {env_id}: {e}') from None
 
   def make(self, env_id, num_envs, task_id, env_kwargs, reward_scale=1.0, seed=0):
-    """A batched env of the module's env class.
-
-    Args:
-      env_id: one of the modules' ids.
-      num_envs: the envs stepped together.
-      task_id: the task index every env reports.
-      env_kwargs: the task's env kwargs.
-      reward_scale: the factor applied to every reward.
-      seed: the env seed.
-
-    Returns:
-      The env class's instance.
-    """
+    """A batched env of the module's env class."""
     return self.modules[env_id][1](env_id, num_envs, task_id, env_kwargs, reward_scale,
                                    seed=seed)
 
   def make_batches(self, groups, seed, settings):
-    """EnvFamily.make_batches: one env per group, seeded seed + 1000 * index."""
+    """One env per group, seeded seed + 1000 * index."""
     return [self.make(g.env_id, g.num_envs, g.task_id, dict(g.env_kwargs), g.reward_scale,
                       seed=seed + 1000 * i) for i, g in groups]
 
@@ -309,15 +259,11 @@ class ModuleFamily(EnvFamily):
 
   def evaluation_env(self, env_id, task_id, env_kwargs, num_envs, seed, video,
                      observation_keys, workers):
-    """EnvFamily.evaluation_env: the module's env, drawn with its `render`, at VIDEO_FPS."""
+    """The module's env, drawn with its `render`, at VIDEO_FPS."""
     env = self.make(env_id, num_envs, task_id, env_kwargs, seed=seed)
     return env, _draw_env_0(env) if video else None, self.modules[env_id][0].VIDEO_FPS
 
 
 def builtin() -> Tuple[EnvFamily, ...]:
-  """The families every run knows, in lookup order.
-
-  Returns:
-    (EnvPoolFamily, NLEFamily, ModuleFamily of Catch), new instances.
-  """
+  """New instances of the families every run knows, in lookup order."""
   return (EnvPoolFamily(), NLEFamily(), ModuleFamily({catch.ENV_ID: (catch, catch.CatchEnv)}))

@@ -1,15 +1,9 @@
 """An environment family: one object that knows a set of env ids.
 
 Everything the rest of the code asks of an env goes through its family
-(envs/registry.family_of): validation asks for the spaces and checks the
-kwargs, the actors ask for batches, the action metrics for names,
-evaluation for an env that can draw its screen. A new family is a subclass
-of `EnvFamily` passed to `registry.register`; nothing else changes
-(tests/system/test_plugins.py registers one from the test file alone).
-
-The built-in families (envs/families.py): 'envpool' (Atari and classic
-control through EnvPool), 'nle' (NetHack in worker processes) and
-'synthetic' (small numpy envs stepped in the actor thread, such as Catch).
+(registry.family_of). A new family is a subclass of `EnvFamily` passed to
+`registry.register`; nothing else changes (tests/system/test_plugins.py).
+The built-in ones are in envs/families.py.
 """
 
 import abc
@@ -28,11 +22,8 @@ class EnvKwargsError(ValueError):
 
 
 class EnvFamily(abc.ABC):
-  """The env ids a family knows and how to make and describe their envs.
-
-  Subclasses set `name` and `actor_kind` and implement the abstract
-  methods; the others have defaults.
-  """
+  """The env ids a family knows and how to make and describe their envs;
+  subclasses set `name` and `actor_kind` and implement the abstract methods."""
 
   name: str = ''
   actor_kind: str = 'synthetic'   # one of ACTOR_KINDS
@@ -49,72 +40,48 @@ class EnvFamily(abc.ABC):
 
   @abc.abstractmethod
   def ids_hint(self) -> str:
-    """A few words naming the ids it knows, for the unknown-id error (a str)."""
+    """A few words naming the ids it knows, for the unknown-id error."""
 
   @abc.abstractmethod
   def spaces(self, env_id: str, env_kwargs: Dict[str, Any],
              observation_keys: Optional[Sequence[str]] = None,
              with_num_actions: bool = True) -> Tuple[Optional[int], Spec]:
-    """The spaces of a task's env, without starting one.
+    """(number of actions, observation spec) of a task's env, without starting one.
 
     Args:
-      env_id: an id this family matches.
-      env_kwargs: the task's env kwargs.
       observation_keys: the keys the run reads, for families that give only
-        what is asked (None: all it can give).
+        what is asked (None: all).
       with_num_actions: False may skip counting the actions where that is
-        costly.
+        costly (the count is then None).
 
     Returns:
-      (number of actions, observation spec): the spec maps each observation
-      key to (shape without batch, dtype), as the batched env reports it; the
-      number of actions may be None when `with_num_actions` is False.
+      The spec maps each observation key to (shape without batch, dtype), as
+      the batched env reports it.
 
     Raises:
       EnvKwargsError: naming the kwargs the env does not take.
     """
 
   def frames_per_step(self, env_id: str, env_kwargs: Dict[str, Any]) -> int:
-    """Emulator frames per agent step of a task's env (an int).
-
-    Args:
-      env_id: an id this family matches.
-      env_kwargs: the task's env kwargs.
-
-    Returns:
-      1 by default; 4 for Atari's action repeat.
-    """
+    """Emulator frames per agent step: 1 by default; 4 for Atari's action repeat."""
     return 1
 
   @abc.abstractmethod
   def make_batches(self, groups: Sequence[Tuple[int, Any]], seed: int,
                    settings: Dict[str, Any]) -> List[Any]:
-    """Makes the batched envs of an actor's groups of this family.
+    """The batched envs of an actor's groups of this family, whose env axes, in
+    order, hold the groups' envs.
 
     Args:
-      groups: (index in the actor's groups, registry.EnvGroup) pairs: one
-        pair at a time, or all of the actor's groups of this family when
-        `batches_together` is set.
-      seed: the actor's env seed.
+      groups: (index in the actor's groups, registry.EnvGroup) pairs: one at a
+        time, or all of this family's when `batches_together` is set.
       settings: 'envpool_threads', 'nle_workers', 'observation_keys' and
         'nle_savedir'.
-
-    Returns:
-      A list of batched envs (envs/base.BatchedEnv) whose env axes, in order,
-      hold the groups' envs.
     """
 
   def action_names(self, env_id: str, env_kwargs: Dict[str, Any]) -> Optional[Sequence[str]]:
-    """Readable action names of a task's env.
-
-    Args:
-      env_id: an id this family matches.
-      env_kwargs: the task's env kwargs.
-
-    Returns:
-      The names in action-id order, or None (the default; then the registry
-      uses 'a0', 'a1', ...).
-    """
+    """A task's action names in action-id order, or None (the registry then
+    uses 'a0', 'a1', ...)."""
     return None
 
   @abc.abstractmethod
@@ -125,18 +92,11 @@ class EnvFamily(abc.ABC):
     """An env for evaluating a task.
 
     Args:
-      env_id: an id this family matches.
-      task_id: the task index its envs report.
-      env_kwargs: the task's env kwargs (registry.task_env_kwargs with
-        training=False).
-      num_envs: the envs to play in parallel.
-      seed: the env seed.
-      video: whether a video is recorded.
-      observation_keys: the keys the network reads.
+      env_kwargs: registry.task_env_kwargs with training=False.
       workers: worker processes, for families that step in processes.
 
     Returns:
       (batched env with rewards unscaled, frame_fn or None, video fps):
       `frame_fn(result)` draws env 0's screen (an RGB image or a
-      render.TtyFrame) when `video`, else None.
+      render.TtyFrame) when `video`.
     """

@@ -1,14 +1,10 @@
 """NetHack characters: 'role-race-alignment-gender' strings and the game's rules.
 
-NLE (the NetHack Learning Environment, Kuttler et al. 2020, arXiv
-2006.13760) takes a character as e.g. 'val-dwa-law-fem' (NetHack's three-letter codes),
-or '@' for a random one dealt by the game, as NetHackChallenge plays. For an
-impossible combination NLE silently starts some other character instead
-('kni-elf-law-mal' plays a human Knight), so configs check their characters
-here, against NetHack 3.6's rules (src/role.c: each role's allowed races,
-alignments and genders, and each race's allowed alignments).
-
-Pure Python on purpose: configs import it without loading NLE or JAX.
+NLE (Kuttler et al. 2020, arXiv 2006.13760) takes a character as e.g.
+'val-dwa-law-fem', or '@' for a random one dealt by the game. For an
+impossible combination NLE silently starts another character, so configs
+check theirs here against NetHack 3.6's rules (src/role.c). Pure Python:
+configs import it without loading NLE or JAX.
 """
 
 import itertools
@@ -96,19 +92,12 @@ CHARACTERS = tuple(c for c in itertools.starmap(
 
 
 def parse_character(spec: str) -> Optional[Character]:
-  """Parses and checks a character string against NetHack 3.6's rules.
-
-  Args:
-    spec: 'role-race-alignment-gender' in three-letter codes (any case,
-      surrounding spaces ignored), e.g. 'val-dwa-law-fem', or '@' (RANDOM).
-
-  Returns:
-    The Character it names, or None for '@' (a random character).
+  """The Character a 'role-race-alignment-gender' string names (any case), or
+  None for '@' (RANDOM).
 
   Raises:
-    ValueError: for a spec not of four parts, naming the part that is wrong
-      and the choices, or for an impossible combination, naming the rule it
-      breaks and the characters its role can be.
+    ValueError: for a spec not of four known parts, or an impossible
+      combination, naming the rule it breaks and its role's characters.
   """
   spec = str(spec).strip()
   if spec == RANDOM:
@@ -132,15 +121,7 @@ def parse_character(spec: str) -> Optional[Character]:
 
 
 def role_of_monster(name: str) -> Optional[str]:
-  """The role whose hero is drawn as a monster.
-
-  Args:
-    name: a monster's name (NLE's permonst name, lower case), e.g. 'cavewoman'.
-
-  Returns:
-    The role code ('cav' for 'cavewoman'), or None for monsters that are no
-    role's hero.
-  """
+  """The role whose hero is drawn as monster `name` ('cav' for 'cavewoman'), or None."""
   for role, titles in ROLE_TITLES.items():
     if name in (t.lower() for t in titles if t):
       return role
@@ -148,22 +129,16 @@ def role_of_monster(name: str) -> Optional[str]:
 
 
 def role_task_ids(random_tasks: Mapping[str, int]) -> Optional[Tuple[int, ...]]:
-  """Task ids of the episodes of envs dealt random characters ('@').
+  """Task ids, in ROLES order, of the episodes of envs dealt random characters.
 
-  Tasks named by role (one task per role in ROLES, e.g. 'arc'): each episode
-  takes the id of the role the game dealt. A single task under another name
-  pools all roles under its fixed task id.
+  Tasks named by role (one per role) give each episode the id of the role
+  dealt; a single task under another name pools all roles (None).
 
   Args:
     random_tasks: the names of the tasks that play '@' -> their task ids.
 
-  Returns:
-    The task ids in ROLES order, or None for a single task not named for a
-    role.
-
   Raises:
-    ValueError: when the tasks are neither one per role nor a single one,
-      naming the unknown or the missing roles.
+    ValueError: when the tasks are neither one per role nor a single one.
   """
   if len(random_tasks) == 1 and next(iter(random_tasks)) not in ROLES:
     return None

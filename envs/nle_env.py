@@ -1,48 +1,27 @@
-"""NetHack (NLE) behind the `BatchedEnv` interface, stepped in worker processes.
+"""NetHack (NLE, Kuttler et al. 2020) behind `BatchedEnv`, stepped in worker processes.
 
-NLE is the NetHack Learning Environment (Kuttler et al. 2020, arXiv 2006.13760).
+NLE holds the GIL while it steps, so each worker *process* owns a
+contiguous slice of the envs; observations, rewards, flags and actions
+live in one shared-memory block, and only tiny commands cross the pipes.
+A worker starts an ended game's next one right after answering, while the
+policy works. Workers are spawned (the parent runs JAX threads), so a
+script that builds this env needs the `if __name__ == '__main__':` guard.
+The worker's side is envs/nle_worker.py.
 
-NLE holds the GIL while it steps, so threads would not run in parallel: each
-worker *process* owns a contiguous slice of the envs. Observations, rewards,
-flags and actions live in one shared-memory block that the parent and every
-worker map, so only tiny command messages cross the pipes. A step writes the
-actions, sends `step` to every worker, then waits for all of them. A worker
-starts the next game of an env whose game just ended right after answering,
-while the parent and the policy work: a reset costs dozens of steps. Workers
-are spawned (the parent runs JAX threads, so forking it is unsafe), which means
-a script that builds this env needs the `if __name__ == '__main__':` guard.
+Crashes: a worker that dies, raises or does not answer within
+`step_timeout_s` is replaced (`restarts` + 1). That step reports its envs
+`truncated=True` with reward 0, the new episode's first observation, and
+the lost episode's task id and statistics; the next is the usual reset
+step, so envs/base.py's auto-reset convention holds throughout.
 
-NLE segfaults now and then on long runs. A worker that dies, raises or does not
-answer within `step_timeout_s` is killed (its traceback, if any, is logged) and
-replaced, and `restarts` goes up by one. The replacement starts new episodes, so
-that step reports the worker's envs as `truncated=True` with reward 0 and the
-*new* episode's first observation (the old episode's last one is lost with the
-worker; bootstrapping from a fresh start is a small, rare bias). The step after
-is the usual reset step (action ignored, reward 0, flags False, that same first
-observation), so the auto-reset convention of `envs/base.py` holds throughout.
-That truncation step still reports the lost episode's task id and episode
-statistics (the last ones the dead worker wrote), so the lost game is logged as
-ended under its own task; the reset step after it reports the new episode's.
+Task ids: fixed per env, unless `role_task_ids` is given ('@'): then each
+episode takes the id of the role dealt, read from the hero's glyph. A
+step's task id is its observation's episode's: the game-end step keeps
+the old id, the reset step carries the new one. Episode statistics
+(score, deepest level, turns) are the last live values from blstats.
 
-Task ids. Each env has a fixed task id, unless it is given `role_task_ids`
-(envs playing random characters, '@'): then each episode takes the task id of
-the role the game dealt, read from the hero's glyph in the episode's first
-observation. A step's task id is that of the episode its observation belongs
-to: the game-end step keeps the old episode's id, the reset step after it
-carries the new one.
-
-Episode statistics. Every step also reports, per env, the in-game score, the
-deepest dungeon level reached and the game turn of the episode so far, read
-from blstats; at a game end they are the ended game's final ones. NLE blanks
-the observation once a game is over, so the last live values are kept.
-
-The worker process's side (its loop, the pipe protocol, the shared-memory
-layout) is `envs/nle_worker.py`.
-
-Files. NLE makes a scratch folder per game instance (lock files, record, save/)
-in the temp dir; each worker gets its own temp dir, removed by the parent when
-the worker stops, even if it crashed. Ttyrecs are written only when `savedir`
-is given, into a new folder per batched env under it.
+Files: each worker's NLE scratch folders go in its own temp dir, removed
+by the parent even after a crash; ttyrecs only under `savedir`.
 """
 
 import contextlib
@@ -125,12 +104,9 @@ _MAIN_LOCK = threading.Lock()  # workers are restarted from actor threads
 
 @contextlib.contextmanager
 def _spawn_without_main():
-  """Starts spawned workers without re-importing the launching script.
-
-  spawn runs the parent's __main__ module in every child (as __mp_main__);
-  for launch/train.py that is JAX and the whole agent, seconds of CPU per
-  worker. The workers' code is envs.nle_worker's, so they need nothing from
-  it: while they start, __main__ shows no file or spec to re-import."""
+  """Starts spawned workers without re-importing the launching script: spawn
+  runs the parent's __main__ in every child (for launch/train.py, JAX and
+  the whole agent), which the workers do not need."""
   main = sys.modules.get('__main__')
   with _MAIN_LOCK:
     saved = {k: main.__dict__[k] for k in ('__file__', '__spec__') if main and k in main.__dict__}
@@ -149,39 +125,28 @@ def _spawn_without_main():
 class NLEBatchedEnv:
   """`num_envs` NLE envs stepped in `num_workers` processes, EnvPool-style.
 
-  A BatchedEnv (envs/base.py) with the worker, task-id, statistics and file
-  behaviour of the module docstring. The workers are spawned and ready when
-  the constructor returns; env i belongs to the worker whose contiguous slice
-  holds it. Observations hold `observation_keys` (nle_worker.observation_desc
-  gives their shapes and dtypes); rewards are float32 times the env's reward
-  scale; `episode_stats` holds 'score', 'depth' and 'turns'.
+  A BatchedEnv (envs/base.py) behaving as the module docstring says; the
+  workers are spawned and ready when the constructor returns.
+  `episode_stats` holds 'score', 'depth' and 'turns'.
 
   Args:
-    env_id: an NLE gymnasium id (NLE_ENV_IDS).
-    num_envs: B, the envs stepped together.
-    task_ids: the task id of each env, [B].
-    env_kwargs: each env's gymnasium kwargs, [B].
+    task_ids, env_kwargs, reward_scales: one per env (reward_scales None:
+      all 1).
     observation_keys: NLE observation keys and DERIVED_OBS to give.
-    reward_scales: each env's reward factor, [B]; None: all 1.
     num_workers: worker processes (at most num_envs are used).
-    seed: the base seed; each env's game seeds derive from it, its index and
-      its worker's generation (a replaced worker gets new seeds).
-    savedir: where ttyrecs go (a new folder per batched env, a subfolder
-      'env<i>' per env); None: no ttyrecs.
-    step_timeout_s: seconds a worker may take to answer before it is
-      replaced (starting waits at least 60 s).
+    seed: the base seed; each game's seeds derive from it, the env index
+      and its worker's generation (a replacement gets new seeds).
+    savedir: where ttyrecs go (a new folder per batched env, 'env<i>' per
+      env); None: no ttyrecs.
+    step_timeout_s: seconds a worker may take to answer (starting waits at
+      least 60 s).
     role_task_ids: per env, None or one task id per role of nethack.ROLES:
-      `role_task_ids[i][r]` for role `nethack.ROLES[r]` makes env i take each
-      episode's task id from the role the game dealt (for envs with character
-      '@'); `task_ids[i]` is then only reported before the first reset.
+      the env's episodes take the id of the role dealt ('@').
 
   Raises:
-    ValueError: for an id that is not NLE's, unknown observation keys, lists
-      that are not one entry per env, role_task_ids entries not one per role,
-      num_envs or num_workers < 1, or envs that disagree on the number of
-      actions.
-    RuntimeError: when workers fail to start ('NLE workers failed to start',
-      with their tracebacks).
+    ValueError: for a bad id, observation key or per-env list, num_envs or
+      num_workers < 1, or envs that disagree on the number of actions.
+    RuntimeError: when workers fail to start.
   """
 
   def __init__(self, env_id: str, num_envs: int, task_ids: Sequence[int],
@@ -263,52 +228,22 @@ class NLEBatchedEnv:
     return self._savedir
 
   def reset(self) -> StepResult:
-    """Starts a new game in every env.
-
-    Returns:
-      The first observations, reward 0 and both flags False for every env.
-
-    Raises:
-      RuntimeError: when the env is closed, or a worker fails to start 3
-        times in a row.
-    """
+    """Starts a new game in every env; RuntimeError when closed, or when a
+    worker fails to start 3 times in a row."""
     self._command('reset', False)
     return self._result()
 
   def step(self, actions: np.ndarray) -> StepResult:
-    """Steps every env once, replacing workers that die, raise or time out.
-
-    Args:
-      actions: int [B], one action per env (ignored on reset steps).
-
-    Returns:
-      The StepResult (copies of the shared arrays); the envs of a replaced
-      worker report truncated=True with reward 0 (the module docstring).
-
-    Raises:
-      RuntimeError: when the env is closed, or a worker fails to start 3
-        times in a row.
-    """
+    """Steps every env once with int [B] actions, replacing workers that die,
+    raise or time out (the module docstring); raises as `reset`."""
     self._action[:] = actions
     self._command('step')
     return self._result()
 
   def env_attr(self, name: str) -> list:
-    """Debugging aid: an attribute of every env's unwrapped NLE env.
-
-    Not for use mid-training: a worker replaced during this call starts new
-    episodes that no step reports as truncated.
-
-    Args:
-      name: the attribute's name.
-
-    Returns:
-      `getattr(env.unwrapped, name)` of every env, in env order; None for the
-      envs of a worker that failed to answer.
-
-    Raises:
-      RuntimeError: when the env is closed.
-    """
+    """Debugging aid: `getattr(env.unwrapped, name)` of every env, None for a
+    worker that failed to answer. Not for use mid-training: a worker replaced
+    here starts episodes no step reports as truncated."""
     replies = self._command('getattr', name)
     return [x for w, worker in enumerate(self._workers)
             for x in replies.get(w, [None] * (worker.hi - worker.lo))]
@@ -417,9 +352,7 @@ class NLEBatchedEnv:
     else:
       raise RuntimeError(f'NLE worker {w} failed {_START_TRIES} times in a row; last: {why}')
     if truncate:
-      # The lost episodes end here (truncated); they are logged under their
-      # own task with their last statistics. The new worker reports the new
-      # episodes' values from the next (reset) step on.
+      # The lost episodes end here, logged under their own task and statistics.
       self._truncated[lo:hi] = True
       self._task_id[lo:hi] = lost_task_id
       for k, v in self._stats.items():

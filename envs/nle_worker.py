@@ -1,11 +1,6 @@
-"""The worker-process side of `envs/nle_env.py`: NLE envs stepped in a child
-process, observations written into the shared-memory block the parent maps.
-
-`worker_main` is the process's target; `send_msg` / `recv_msg` are the pipe
-protocol both sides speak; `shared_layout` / `shared_views` place every shared array.
-See `envs/nle_env.py` for the conventions (auto-reset, task ids per episode,
-episode statistics, files).
-"""
+"""The worker-process side of envs/nle_env.py (whose docstring holds the
+conventions): NLE envs stepped in a child process, observations written
+into the shared-memory block the parent maps, and the pipe protocol."""
 
 import os
 import pickle
@@ -30,29 +25,14 @@ _SCORE, _DEPTH, _TIME = (nle.nethack.NLE_BL_SCORE, nle.nethack.NLE_BL_DEPTH,  # 
 _X, _Y = nle.nethack.NLE_BL_X, nle.nethack.NLE_BL_Y
 
 # Observations the worker derives, beside NLE's own (name -> (shape, dtype)).
-# under_hero: the glyph the hero stands on, as far as the map showed it: the
-# hero's own glyph hides it. When the hero moves, the previous step's map
-# glyph at the new position; unchanged while it stays; NO_GLYPH ("unknown")
-# at a game's start and after a change of level (the hero arrives on stairs
-# it has not seen from the new level). A staircase the hero walked onto
-# reads as the staircase; something that stood on the square before the
-# hero (a monster it killed, an item) reads as that.
+# under_hero: the glyph the hero stands on (its own glyph hides it) as the
+# previous map showed it; NO_GLYPH at a game's start and after a change of level.
 DERIVED_OBS = {'under_hero': ((), np.int16)}
 
 
 def observation_desc(key: str):
-  """The shape and dtype of one env's observation under a key.
-
-  Args:
-    key: an NLE observation key (nle.nethack.OBSERVATION_DESC) or a
-      DERIVED_OBS one.
-
-  Returns:
-    (shape without the batch axis, numpy dtype).
-
-  Raises:
-    KeyError: for keys that are neither.
-  """
+  """(shape without the batch axis, numpy dtype) of an NLE or DERIVED_OBS
+  observation key; KeyError for others."""
   if key in DERIVED_OBS:
     shape, dtype = DERIVED_OBS[key]
     return tuple(shape), np.dtype(dtype)
@@ -61,11 +41,7 @@ def observation_desc(key: str):
 
 
 class UnderHero:
-  """Tracks DERIVED_OBS['under_hero'] for one env from its glyphs and blstats.
-
-  `value` is the current glyph under the hero (an int, NO_GLYPH when
-  unknown), as the DERIVED_OBS comment defines it.
-  """
+  """Tracks DERIVED_OBS['under_hero'] for one env from its glyphs and blstats."""
 
   def __init__(self):
     self._glyphs = np.zeros(nle.nethack.DUNGEON_SHAPE, np.int16)
@@ -73,31 +49,15 @@ class UnderHero:
     self._where = None  # (x, y, depth) of the previous observation
 
   def reset(self, glyphs: np.ndarray, blstats: np.ndarray) -> int:
-    """Starts a game from its first observation.
-
-    Args:
-      glyphs: the map's glyphs, int16 nle.nethack.DUNGEON_SHAPE.
-      blstats: the bottom-line stats.
-
-    Returns:
-      NO_GLYPH: nothing is known under the hero at a game's start.
-    """
+    """Starts a game from its first observation: NO_GLYPH, nothing known yet."""
     self.value = nle.nethack.NO_GLYPH
     self._remember(glyphs, blstats)
     return self.value
 
   def step(self, glyphs: np.ndarray, blstats: np.ndarray) -> int:
-    """Updates the glyph under the hero from the observation after a step.
-
-    Args:
-      glyphs: the map's glyphs, int16 nle.nethack.DUNGEON_SHAPE.
-      blstats: the bottom-line stats (depth 0 once the game is over: the
-        value then stays as it was).
-
-    Returns:
-      The glyph under the hero: the previous map's glyph at a new position,
-      unchanged while the hero stays, NO_GLYPH after a change of level.
-    """
+    """The glyph under the hero after a step: the previous map's glyph at a new
+    position, unchanged while the hero stays or once the game is over
+    (depth 0), NO_GLYPH after a change of level."""
     x, y, depth = int(blstats[_X]), int(blstats[_Y]), int(blstats[_DEPTH])
     if not depth:  # the game is over: NLE blanks the observation
       return self.value
@@ -113,26 +73,15 @@ class UnderHero:
     self._where = (int(blstats[_X]), int(blstats[_Y]), int(blstats[_DEPTH]))
 
 
-# The per-step round trip is one byte each way (STEP, then OK); any other
-# message is pickled and framed after _MSG. Bare os.read/os.write on the pipe
-# cost a fraction of Connection.send_bytes/recv_bytes, and the parent's share
-# of every step is time the workers sit idle.
+# The per-step round trip is one byte each way (STEP, then OK), with bare
+# os.read/os.write: the parent's share of every step is time the workers idle.
 STEP, OK, _MSG = b'S', b'K', b'M'
 
 
 def send_msg(fd: int, msg) -> None:
-  """Writes one message to a pipe.
-
-  Bytes (STEP, OK) are written as they are; anything else is pickled and
-  framed as _MSG, a little-endian uint32 length, then the pickle.
-
-  Args:
-    fd: the pipe's file descriptor.
-    msg: STEP, OK, or a picklable object.
-
-  Raises:
-    OSError: when the pipe is broken (the other side is gone).
-  """
+  """Writes one message to a pipe: STEP or OK as they are, anything else
+  pickled and framed as _MSG, a little-endian uint32 length, the pickle.
+  OSError when the pipe is broken."""
   if isinstance(msg, bytes):
     os.write(fd, msg)
     return
@@ -153,17 +102,8 @@ def _read(fd: int, size: int) -> bytes:
 
 
 def recv_msg(fd: int):
-  """Reads one message `send_msg` wrote, blocking until it is whole.
-
-  Args:
-    fd: the pipe's file descriptor.
-
-  Returns:
-    The one-byte message (STEP or OK) as bytes, or the unpickled object.
-
-  Raises:
-    EOFError: when the pipe closes mid-message (the other side is gone).
-  """
+  """Reads one message `send_msg` wrote (bytes STEP or OK, or the object),
+  blocking; EOFError when the pipe closes."""
   head = _read(fd, 1)
   if head != _MSG:
     return head
@@ -173,18 +113,13 @@ def recv_msg(fd: int):
 def shared_layout(num_envs: int, observation_keys: Sequence[str]):
   """Where each array of the shared-memory block lies.
 
-  The arrays are 'obs/<key>' for each observation key, 'reward' (float32),
-  'terminated', 'truncated' (bool), 'action' (int64), 'task_id' (int32) and
-  'stats/<name>' for each of EPISODE_STATS (float32), each with a leading
-  axis of `num_envs`, at a byte offset that is a multiple of 64.
-
-  Args:
-    num_envs: the envs of the batched env.
-    observation_keys: the observation keys it gives.
+  The arrays, each with a leading axis of `num_envs`, 64-byte aligned:
+  'obs/<key>' per observation key, 'reward', 'terminated', 'truncated',
+  'action', 'task_id' and 'stats/<name>' per EPISODE_STATS.
 
   Returns:
-    (layout, size): layout is a list of (name, byte offset, shape, dtype
-    string); size is the block's total bytes (at least 1).
+    (layout, size): a list of (name, byte offset, shape, dtype string), and
+    the block's total bytes (at least 1).
   """
   fields = [('obs/' + k,) + observation_desc(k) for k in observation_keys]
   fields += [('reward', (), np.float32), ('terminated', (), np.bool_),
@@ -199,17 +134,8 @@ def shared_layout(num_envs: int, observation_keys: Sequence[str]):
 
 
 def shared_views(raw, layout, lo: int = 0, hi: Optional[int] = None) -> Dict[str, np.ndarray]:
-  """Numpy views of the shared block, restricted to envs [lo, hi).
-
-  Args:
-    raw: the shared block (multiprocessing.RawArray of bytes).
-    layout: `shared_layout`'s layout.
-    lo: the first env.
-    hi: one past the last env; None: all.
-
-  Returns:
-    Array name -> a view (no copy) of its rows lo..hi-1.
-  """
+  """Array name -> a numpy view (no copy) of its rows for envs [lo, hi) of
+  the shared block."""
   buf = np.frombuffer(raw, dtype=np.uint8)
   return {name: buf[off:off + int(np.prod(shape)) * np.dtype(dt).itemsize].view(dt)
           .reshape(shape)[lo:hi] for name, off, shape, dt in layout}
@@ -244,12 +170,10 @@ def _monster_roles() -> Dict[int, int]:
 
 
 def _hero_role(glyphs: np.ndarray, blstats: np.ndarray, monster_roles: Dict[int, int]) -> int:
-  """Index in `nethack.ROLES` of the hero's role, at the start of an episode.
+  """Index in `nethack.ROLES` of the hero's role at an episode's start.
 
-  The hero is drawn as its role's monster ('cavewoman', 'priest', ...) until it
-  polymorphs, so this holds for every new game (checked over thousands of '@'
-  resets). The welcome message ('You are a neutral male gnomish Wizard.') is
-  no substitute: about 5% of games start with another message in its place.
+  The hero is drawn as its role's monster until it polymorphs. The welcome
+  message is no substitute: some games start with another message.
   """
   glyph = int(glyphs[blstats[nle.nethack.NLE_BL_Y], blstats[nle.nethack.NLE_BL_X]])
   role = None
@@ -265,29 +189,18 @@ def worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys,
                  savedirs, task_ids, role_task_ids, tmpdir):
   """The worker process's target: steps envs lo..hi-1 on the parent's commands.
 
-  Makes the envs, then sends ('ready', number of actions) and loops on
-  commands: STEP (step every env with the actions in shared memory,
-  starting new games as envs/nle_env.py's convention says), ('reset',
-  truncate) (start new games; with truncate the next step is a reset step
-  that repeats the first observation), ('getattr', name) and ('close', None).
-  Every command but close is answered with OK, or ('ok', reply) for getattr,
-  after its results are in shared memory. An exception is sent as ('error',
-  traceback text) and ends the worker; a closed pipe ends it silently. The
-  envs are closed on the way out. SIGINT is ignored.
+  Sends ('ready', number of actions), then answers each command with OK
+  (('ok', reply) for getattr) once its results are in shared memory:
+  STEP, ('reset', truncate: the next step repeats the first observation),
+  ('getattr', name), ('close', None). An exception is sent as ('error',
+  traceback) and ends the worker; a closed pipe ends it silently. SIGINT
+  is ignored.
 
   Args:
-    conn: the child's end of the pipe to the parent.
-    raw: the shared block.
-    layout: `shared_layout`'s layout.
-    env_id: the NLE gymnasium id.
-    lo: the first env of this worker.
-    hi: one past its last env.
     env_kwargs: each env's gymnasium kwargs ('max_episode_steps' replaces
       NLE's own cap; 'savedir' is ignored).
-    observation_keys: the keys written to shared memory.
     seeds: each env's (core, disp) NetHack seeds.
-    savedirs: each env's ttyrec folder, or None for no ttyrecs.
-    task_ids: each env's fixed task id.
+    savedirs: each env's ttyrec folder, or None.
     role_task_ids: each env's task id per role of nethack.ROLES, or None.
     tmpdir: the temp dir for NLE's scratch folders (the parent removes it).
   """
@@ -305,9 +218,8 @@ def worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys,
         views[k] for k in ('reward', 'terminated', 'truncated', 'action', 'task_id'))
     stats_out = [views['stats/' + k] for k in EPISODE_STATS]
     # Role detection and episode statistics read glyphs and blstats whatever the
-    # network asked for. NLE computes both (and the message) on every step for
-    # its own use anyway, so asking costs nothing; only `observation_keys`
-    # reach shared memory, i.e. the parent's observations.
+    # network asked for (NLE computes them anyway); only `observation_keys`
+    # reach shared memory.
     keys = tuple(dict.fromkeys(tuple(k for k in observation_keys if k not in DERIVED_OBS)
                                + ('glyphs', 'blstats')))
     for kwargs, (core, disp), savedir in zip(env_kwargs, seeds, savedirs):
@@ -321,8 +233,7 @@ def worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys,
     under = [UnderHero() for _ in range(n)] if under_view is not None else None
     monster_roles = _monster_roles() if any(r is not None for r in role_task_ids) else {}
     # Per-env values as Python lists (cheaper per element than numpy scalars),
-    # written to shared memory once per command. After a replacement the
-    # parent overwrites task ids and statistics once, for the truncation step.
+    # written to shared memory once per command.
     rewards, terms, truncs = [0.0] * n, [False] * n, [False] * n
     task = list(task_ids)
     stats = [[0.0] * len(EPISODE_STATS) for _ in range(n)]  # score, depth, turns
@@ -397,7 +308,7 @@ def worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys,
       send_msg(fd, OK if reply is None else ('ok', reply))
       if cmd == 'step':
         # Games that just ended start over now, while the parent and the policy
-        # work on this step, not in the next one: a reset costs dozens of steps.
+        # work on this step: a reset costs many steps' time.
         for i in range(n):
           if state[i] == _NEEDS_RESET and i not in ahead:
             ahead[i] = new_game(i)
