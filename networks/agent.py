@@ -1,15 +1,8 @@
 """The agent network: torso -> optional LSTM core -> policy and value heads.
 
 One code path for acting and learning: inputs are time-major [T, B, ...]
-(the actor passes T = 1). The torso sees the flattened [T * B] batch, and
-only its own observation keys (OBS_KEYS). network 'attention' replaces torso
-and core by networks/attention.py's recurrent AttentionCore (Mott et al.
-2019, arXiv 1906.02500).
-
-Core extra inputs (IMPALA, Espeholt et al. 2018): with a recurrent core and
-`core_extra_inputs` set, the core also gets one_hot(prev_action) and
-clip(prev_reward, -1, 1), read from obs['prev_action'] and obs['prev_reward']
-(see CORE_EXTRA_INPUTS), which the actor adds to every observation.
+(the actor passes T = 1); the torso sees the flattened [T * B] batch of its
+OBS_KEYS. 'attention' replaces torso and core by networks/attention.py.
 """
 
 from typing import Any
@@ -30,26 +23,17 @@ from networks.network_config import DTYPES, NetworkConfig
 from networks.torsos import CONV_NETWORKS, OBS_KEYS, TORSOS
 
 VALUE_HEAD = 'value_head'  # name of the PopArt head in params and in the popart collection
-# Flax collection the torsos sow their per-unit activation maxima into
-# (network health: dead ReLUs); only the learner asks for it.
+# Flax collection of the torsos' per-unit activation maxima (dead ReLUs).
 HEALTH_COLLECTION = 'health'
 
-# The observation keys the core's extra inputs come from, as an
-# observation_spec: {key: (shape per env step, dtype)}. prev_action is the
-# action taken before this step, prev_reward the env reward it got (not yet
-# clipped); both 0 at an episode start.
+# The core's extra inputs (IMPALA, Espeholt et al. 2018): one_hot(prev_action)
+# and clip(prev_reward, -1, 1), observations the actor adds, {key: (shape,
+# dtype)}; both 0 at an episode start.
 CORE_EXTRA_INPUTS = {'prev_action': ((), np.int32), 'prev_reward': ((), np.float32)}
 
 def compute_dtype(name: str, platform: str):
-  """The dtype the torso computes in, from the config's network.dtype.
-
-  Args:
-    name: network.dtype, one of DTYPES.
-    platform: the learner devices' platform ('cpu', 'gpu', 'tpu', ...); it
-      decides 'auto': float32 on 'cpu', bfloat16 elsewhere.
-
-  Returns:
-    A jnp.dtype: float32 or bfloat16.
+  """The torso's dtype for network.dtype; 'auto' is float32 on 'cpu', bfloat16
+  elsewhere.
 
   Raises:
     ValueError: `name` is not one of DTYPES.
@@ -64,35 +48,15 @@ def compute_dtype(name: str, platform: str):
 class AgentNetwork(nn.Module):
   """Torso, optional recurrent core, policy head and PopArt value head.
 
-  Time-major: T steps of B envs. The torso (TORSOS[torso]) sees the [T * B]
-  batch of its OBS_KEYS (plus `extra_inputs`, and 'task_id' when centring);
-  with `lstm_size` > 0 a ResettingLSTM, whose input is the torso's output
-  and the core extra inputs, runs over time and resets where `first` is
-  True. torso 'attention' is AttentionCore instead of torso and core. The
-  policy head gives logits over the A actions, the PopArt value head
-  (collection `popart`, entry VALUE_HEAD) one normalised value per task.
-  Parameters, the core, the heads and all outputs are float32.
+  The ResettingLSTM (`lstm_size` > 0) takes the torso's output and the core
+  extra inputs and resets where `first` is True. Parameters, the core, the
+  heads and all outputs are float32.
 
   Attributes:
-    torso: network.name: a key of TORSOS, or 'attention'.
+    torso: network.name: a key of TORSOS, or 'attention' (which needs
+      `lstm_size` > 0 for its policy LSTM).
     torso_kwargs: the torso's keyword arguments, as sorted (name, value) pairs.
-    num_actions: A, the size of the action set.
     num_values: K, the value head's outputs (one per task with PopArt).
-    lstm_size: the LSTM core's size; 0 for a feed-forward network. The
-      attention network needs it > 0 (its policy LSTM).
-    core_extra_inputs: feed one_hot(prev_action) and clip(prev_reward, -1, 1)
-      to the recurrent core; obs must then carry CORE_EXTRA_INPUTS. Unused
-      without a core.
-    extra_inputs: observation keys the torso reads beside its OBS_KEYS (NLE
-      torsos: networks.nethack.EXTRA_INPUTS), passed to it as `extra_inputs`.
-    centre_frames: centre each task's frames on its running mean frame
-      (networks/centring.py); the torso then also reads obs['task_id'] and
-      keeps `num_tasks` mean frames.
-    num_tasks: the number of tasks (the centred frames' rows).
-    kernels: which implementation the conv layers run (networks/kernels.py);
-      'auto' chooses by the platform the program is lowered for.
-    dtype: the torso's computation dtype (compute_dtype); its output is
-      float32.
   """
   torso: str
   torso_kwargs: Any
@@ -124,21 +88,18 @@ class AgentNetwork(nn.Module):
     """Runs the network on T steps of B envs.
 
     Args:
-      obs: observation key -> [T, B, ...]: the torso's keys, and
-        CORE_EXTRA_INPUTS with `core_extra_inputs`, 'task_id' [T, B] with
-        `centre_frames`.
-      first: bool [T, B], True where the observation starts an episode (the
-        core's state is zeroed there).
-      core_state: the state before the first step (`initial_state`); () for
-        a feed-forward network.
+      obs: key -> [T, B, ...]: the torso's keys, CORE_EXTRA_INPUTS with
+        `core_extra_inputs`, 'task_id' with `centre_frames`.
+      first: bool [T, B]; the core's state is zeroed there.
+      core_state: the state before the first step; () for a feed-forward network.
 
     Returns:
-      (logits [T, B, A], normalised values [T, B, K], the core state after
-      the last step).
+      (logits [T, B, A], normalised values [T, B, K], core state after the
+      last step).
 
     Raises:
-      ValueError: core extra inputs are missing from obs, or the attention
-        network has lstm_size 0.
+      ValueError: core extra inputs missing from obs, or 'attention' with
+        lstm_size 0.
     """
     t, b = first.shape
     extra = self._core_extra_inputs(obs, t, b)
@@ -195,18 +156,8 @@ class AgentNetwork(nn.Module):
                        "LSTM's previous output makes the attention queries")
 
   def initial_state(self, batch: int):
-    """The core state at the start of training: zeros for `batch` envs.
-
-    Args:
-      batch: B, the number of envs.
-
-    Returns:
-      () for a feed-forward network; the LSTM's (c, h), each float32
-      [B, lstm_size]; AttentionCore.initial_state for 'attention'.
-
-    Raises:
-      ValueError: the attention network has lstm_size 0.
-    """
+    """The core state of `batch` envs at the start: () for a feed-forward network,
+    the LSTM's zero (c, h), or AttentionCore.initial_state."""
     if self.torso == 'attention':
       self._check_attention()
       # parent=None: a detached instance, only to read its sizes (no params).
@@ -219,26 +170,16 @@ class AgentNetwork(nn.Module):
 
 def make_network(network_config, num_actions: int, num_values: int,
                  num_tasks: int = 1, platform: str = 'cpu', value=None) -> AgentNetwork:
-  """The AgentNetwork of the network's settings.
+  """The AgentNetwork (no parameters) of the network's settings.
 
   Args:
     network_config: a NetworkConfig, or a mapping of some of its fields
-      (the rest take their defaults; a run folder's config group from
-      before a field existed reads its default).
-    num_actions: A, the size of the action set.
-    num_values: K, the value head's outputs.
-    num_tasks: the number of tasks (mean frames when centring).
-    platform: the learner devices' platform; it resolves network.dtype
-      'auto' (compute_dtype).
-    value: the value head's settings (rl/value_classification.ValueConfig);
-      None: the scalar head.
-
-  Returns:
-    The AgentNetwork (a module definition: no parameters).
+      (the rest default, so an older run folder's config reads).
+    platform: the learner devices' platform; resolves network.dtype 'auto'.
+    value: rl/value_classification.ValueConfig; None: the scalar head.
 
   Raises:
-    ValueError: an unknown network.dtype, or the attention network with
-      lstm_size 0.
+    ValueError: an unknown network.dtype, or 'attention' with lstm_size 0.
   """
   c = network_config
   if not isinstance(c, NetworkConfig):
@@ -260,29 +201,20 @@ def init_variables(network: AgentNetwork, rng, obs_example, batch: int = 1,
                    init: str = 'lecun'):
   """The network's initial variables, from one example observation.
 
-  The network is initialised on the example broadcast to [1, batch, ...]
-  with every step first; the weights are then re-initialised with `init`
-  (networks/init.apply_init) from a key folded from `rng`. The health
-  collection is dropped.
+  Initialised on the example broadcast to [1, batch, ...], every step first;
+  the weights are then re-initialised with `init` ('lecun' or 'orthogonal',
+  networks/init.py). The health collection is dropped.
 
   Args:
-    network: the AgentNetwork.
-    rng: a PRNG key.
-    obs_example: observation key -> one observation, without batch axes
-      (rollout.example_observation).
-    batch: B of the example batch.
-    init: the weight scheme of networks/init.py: 'lecun' (the modules' own
-      initialisers) or 'orthogonal'.
+    obs_example: key -> one observation without batch axes.
 
   Returns:
-    {'params': ..., 'popart': {VALUE_HEAD: {'mu': [K], 'nu': [K]}}}: the
-    params and the PopArt statistics, float32.
+    {'params': ..., 'popart': {VALUE_HEAD: {'mu': [K], 'nu': [K]}}}, float32.
 
   Raises:
     ValueError: an unknown `init`.
   """
-  # One compiled program: op by op, a NetHack network's init took 3-4x as
-  # long (17 s against 5 s for nle_fast on 2 cores).
+  # One compiled program: op by op a NetHack network's init is several times slower.
   @jax.jit
   def initial(rng, obs_example):
     obs = jax.tree.map(lambda x: jnp.broadcast_to(x, (1, batch) + x.shape), obs_example)
@@ -301,18 +233,12 @@ def init_variables(network: AgentNetwork, rng, obs_example, batch: int = 1,
 def apply_fn(network: AgentNetwork, with_health: bool = False):
   """The network's apply in the learner's form.
 
-  Args:
-    network: the AgentNetwork.
-    with_health: add a fourth output, {layer: per-unit maximum over the
-      batch of the layer's ReLU output}, from the torsos' `health` sows (see
-      rl/health.py); layers without ReLUs report nothing.
-
   Returns:
     apply(params, popart_stats, obs, first, core_state) -> (logits
-    [T, B, A], normalised values [T, B, K], core state), with the health
-    dict as a fourth output when `with_health`; a categorical value head
-    adds its logits [T, B, K, bins] as a fifth (the fourth None without
-    health). `popart_stats` is the value head's {'mu', 'nu'}.
+    [T, B, A], normalised values [T, B, K], core state), plus with
+    `with_health` a fourth output {layer: per-unit max over the batch of its
+    ReLU output} (rl/health.py), and for a categorical head its logits
+    [T, B, K, bins] as a fifth (the fourth None without health).
   """
   categorical = bool(network.value_bins)
   collections = [HEALTH_COLLECTION] * with_health + [VALUE_LOGITS_COLLECTION] * categorical
@@ -331,18 +257,8 @@ def apply_fn(network: AgentNetwork, with_health: bool = False):
 
 
 def flatten_health(sown) -> dict:
-  """The `health` collection as one flat dict of the sown layers.
-
-  {'torso': {'conv1': (x,)}} -> {'conv1': x}.
-
-  Args:
-    sown: the `health` collection an apply returned (nested dicts of
-      1-tuples).
-
-  Returns:
-    {name: value}, each name the module path below the torso, joined with
-    '/'.
-  """
+  """The `health` collection as {'conv1': x} for {'torso': {'conv1': (x,)}}:
+  module paths below the torso joined with '/'."""
   flat = flax.traverse_util.flatten_dict(flax.core.unfreeze(sown))
   out = {}
   for path, value in flat.items():

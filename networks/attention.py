@@ -1,25 +1,13 @@
-"""The Attention-Augmented Agent (Mott et al. 2019, arXiv 1906.02500), sized
-for a CPU.
+"""The Attention-Augmented Agent (Mott et al. 2019, arXiv 1906.02500).
 
-Per time step: a conv stack encodes the frames; a ConvLSTM (the vision core)
-carries its maps over time; the ConvLSTM's output is split into keys and
-values, each with a fixed Fourier spatial basis appended, so that a query can
-ask for *where* as well as *what*; queries made by an MLP from the policy
-LSTM's previous output attend over the map positions (one softmax over h * w
-per query); the answers, the queries and the extra core inputs (previous
-action and reward) feed the policy LSTM, through the paper's answer MLP
-where `answer_sizes` names its layers (512, 256 in the paper), and the
-LSTM's output goes to AgentNetwork's policy and value heads.
-
-Time-major like the rest: frames [T, B, C, H, W], first [T, B]. The conv stack
-and the input half of the ConvLSTM's gates have no recurrence, so they run
-once on the flattened [T * B] batch (big matmuls); only the hidden half of the
-gates, the attention and the LSTM are inside the scan over time.
-
-The attention weights [T, B, num_queries, h, w] are sown into the
-'intermediates' collection (`apply(..., mutable=['intermediates'])` returns
-them under intermediates/<this module>/attention_weights); a normal apply
-does not store them.
+Per step: a conv stack encodes the frames, a ConvLSTM carries its maps; its
+output splits into keys and values, each with a Fourier spatial basis
+appended (so a query can ask *where* as well as *what*); queries from the
+policy LSTM's previous output attend over positions, and the answers,
+queries and core extra inputs feed the policy LSTM. The conv stack and the
+ConvLSTM's input gates have no recurrence, so they run once on [T * B]
+outside the scan. The attention weights [T, B, num_queries, h, w] are sown
+into 'intermediates' (only an apply with that collection mutable keeps them).
 """
 
 import dataclasses
@@ -38,14 +26,7 @@ _VISION_KERNELS = ((8, 4), (4, 2))  # (kernel, stride) per layer
 
 
 def vision_map_size(frame_size: int) -> int:
-  """The side of the vision core's maps for square frames.
-
-  Args:
-    frame_size: the frames' height (= width) in pixels.
-
-  Returns:
-    The maps' height (= width) after the vision convolutions (84 -> 9).
-  """
+  """The side of the vision core's maps for square frames of `frame_size` (84 -> 9)."""
   n = frame_size
   for k, s in _VISION_KERNELS:
     n = (n - k) // s + 1
@@ -53,20 +34,10 @@ def vision_map_size(frame_size: int) -> int:
 
 
 def spatial_basis(height: int, width: int, num_frequencies: int):
-  """A fixed Fourier basis of map positions: sin and cos of x and of y.
+  """A fixed Fourier basis of map positions, float32 [h, w, 4F].
 
-  Positions run over [-1, 1]; frequency k (1..F) is k * pi / 2, so the lowest
-  is monotonic over the map (coarse position) and the highest has a period
-  of 4 / F of the map width.
-
-  Args:
-    height: the map's height h.
-    width: the map's width w.
-    num_frequencies: F, frequencies per coordinate.
-
-  Returns:
-    float32 [h, w, 4F]: sin(y), cos(y) for each frequency, then sin(x),
-    cos(x).
+  Positions run over [-1, 1]; frequency k = 1..F is k pi / 2, so the lowest is
+  monotonic over the map. Channels: sin(y), cos(y), then sin(x), cos(x).
   """
   freqs = jnp.arange(1, num_frequencies + 1, dtype=jnp.float32) * (math.pi / 2)
   y = jnp.linspace(-1.0, 1.0, height)[:, None] * freqs  # [h, F]
@@ -130,27 +101,13 @@ class _AttentionStep(nn.Module):
 
 
 class AttentionCore(nn.Module):
-  """The attention agent's encoder and recurrent core (see the module docstring).
+  """The attention agent's encoder and recurrent core.
 
   Attributes:
     lstm_size: L, the policy LSTM's size.
-    frame_size: input frames are frame_size x frame_size.
-    vision_channels: the two vision conv layers' channels (8x8/4, 4x4/2).
-    conv_lstm_channels: the ConvLSTM's hidden channels (keys + values).
-    key_size: ConvLSTM channels used as keys; the rest are values. Must be
-      in (0, conv_lstm_channels).
-    num_queries: queries per step.
-    query_hidden_size: the hidden layer of the query MLP.
-    num_frequencies: F; the spatial basis adds 4F channels to keys and
-      values.
-    answer_sizes: the answer MLP's layers (ReLU) between the answers,
-      queries and extra inputs and the policy LSTM; () feeds them to the
-      LSTM directly. The paper's: (512, 256).
-    num_centres: > 0: frames are centred on their task's mean frame
-      (networks/centring.py), one per task.
-    kernels: the conv layers' implementation (networks/kernels.py).
-    dtype: the vision stack's computation dtype; the recurrent parts are
-      float32.
+    key_size: must be in (0, conv_lstm_channels).
+    answer_sizes: the answer MLP's ReLU layers before the policy LSTM; the
+      paper's: (512, 256).
   """
   lstm_size: int
   frame_size: int = 84            # input frames are frame_size x frame_size
@@ -169,23 +126,18 @@ class AttentionCore(nn.Module):
   def __call__(self, frames, first, extra, state, task_id=None):
     """Runs the core over T steps of B envs.
 
-    The attention weights [T, B, num_queries, h, w] are sown into
-    'intermediates' (see the module docstring).
-
     Args:
       frames: uint8 [T, B, C, H, W] with H = W = frame_size.
-      first: bool [T, B], True where the observation starts an episode (the
-        vision and policy states are zeroed there).
-      extra: [T, B, E], concatenated to the policy LSTM's input (E may be 0).
-      state: the state before the first step (`initial_state`).
-      task_id: int [T, B], each frame's task; needed with num_centres > 0.
+      first: bool [T, B]; the vision and policy states are zeroed there.
+      extra: [T, B, E] for the policy LSTM's input (E may be 0).
+      task_id: int [T, B]; needed with num_centres > 0.
 
     Returns:
       (outputs float32 [T, B, L], the state after the last step).
 
     Raises:
-      ValueError: the frames are not frame_size x frame_size, or key_size is
-        not in (0, conv_lstm_channels).
+      ValueError: frames not frame_size x frame_size, or key_size not in
+        (0, conv_lstm_channels).
     """
     t, b = first.shape
     if frames.shape[-2:] != (self.frame_size, self.frame_size):
@@ -220,34 +172,22 @@ class AttentionCore(nn.Module):
     return y, state
 
   def initial_state(self, batch: int):
-    """Zero states for `batch` envs.
-
-    Args:
-      batch: B, the number of envs.
-
-    Returns:
-      {'vision': (c, h), each float32 [B, n, n, conv_lstm_channels] with
-      n = vision_map_size(frame_size), 'policy': (c, h), each float32
-      [B, lstm_size]}.
-    """
+    """Zero states of `batch` envs: {'vision': (c, h) [B, n, n,
+    conv_lstm_channels] with n = vision_map_size(frame_size), 'policy': (c, h)
+    [B, lstm_size]}, float32."""
     n = vision_map_size(self.frame_size)
     zeros = lambda *shape: jnp.zeros((batch,) + shape, jnp.float32)
     return {'vision': (zeros(n, n, self.conv_lstm_channels), zeros(n, n, self.conv_lstm_channels)),
             'policy': (zeros(self.lstm_size), zeros(self.lstm_size))}
 
 
-# AttentionCore's sizes that a config sets through network.torso_kwargs
-# (configs/atari_common.py puts them there, so flags and sweeps reach them).
-# torso_kwargs may also set frame_size, for frames other than 84x84.
+# AttentionCore's sizes a config sets through network.torso_kwargs (which
+# may also set frame_size).
 SIZE_FIELDS = ('vision_channels', 'conv_lstm_channels', 'key_size', 'num_queries',
                'query_hidden_size', 'num_frequencies', 'answer_sizes')
 
 
 def size_defaults() -> dict:
-  """AttentionCore's sizes at their defaults.
-
-  Returns:
-    {name: default} for each of SIZE_FIELDS.
-  """
+  """{name: default} of AttentionCore for each of SIZE_FIELDS."""
   defaults = {f.name: f.default for f in dataclasses.fields(AttentionCore)}
   return {name: defaults[name] for name in SIZE_FIELDS}

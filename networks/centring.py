@@ -1,20 +1,11 @@
 """Frame centring: each task's running per-pixel mean frame, subtracted from
-its frames before the first layer.
+its frames before the first layer, so a first-layer unit's input is what
+changes between states rather than a fixed background that moves all its
+weights together (docs/pong.md).
 
-Purpose: an Atari screen is mostly a fixed background. Fed raw, every
-first-layer unit sees almost the same input in every state: its weight
-gradients share a sign, Adam moves them all by about the learning rate
-together, and the unit's output drifts as one, in every state alike. Units
-then end up dead for every input or nearly constant, all the way to the
-policy head, whose logits move together: the policy collapses or stays
-blind (docs/pong.md). With the background subtracted, a unit's input is
-what changes between states.
-
-The statistics are the torso's parameters `frame_centre` {'mean': [K, H, W]
-(pixel units, 0-255), 'count': [K]}, one row per task, so they travel with
-the params to the actors, checkpoints and evaluation. The network stops
-their gradient (the optimiser's step for them is then 0); the learner sets
-them with `update` from each batch it trains on, before its gradient steps.
+The means are the torso's parameters `frame_centre` {'mean': [K, H, W]
+(pixel units), 'count': [K]}, so they travel with the params; their gradient
+is stopped and the learner sets them with `update` before its gradient steps.
 """
 
 from typing import Optional
@@ -25,22 +16,14 @@ import jax
 import jax.numpy as jnp
 
 NAME = 'frame_centre'
-# The mean is the plain average of every frame seen until a batch would
-# weigh less than this; from then on an exponential average that gives
-# each batch this weight (about the last 1,000 updates).
+# The mean is the plain average of every frame seen until a batch would weigh
+# less than this, then an exponential average with this weight per batch.
 MIN_WEIGHT = 1e-3
 
 
 class FrameCentre(nn.Module):
-  """The per-task mean frames [K, H, W] (no gradient): the learner's `update` sets them.
-
-  Parameters: 'mean' [K, H, W] (pixel units, 0-255) and 'count' [K], both
-  initialised to 0.
-
-  Attributes:
-    num_tasks: K.
-    frame_shape: (H, W).
-  """
+  """The per-task mean frames [K, H, W] (no gradient): the learner's `update`
+  sets them; 'mean' and 'count' start at 0."""
   num_tasks: int
   frame_shape: tuple   # (H, W)
 
@@ -53,19 +36,9 @@ class FrameCentre(nn.Module):
 
 
 def centred_frames(frames, task_id, centres):
-  """Frames centred on their task's mean frame, scaled to [0, 1] units.
-
-  The plain convolutions' input (the fused Nature CNN takes the centres
-  itself). Every channel of a frame stack has the same mean subtracted.
-
-  Args:
-    frames: uint8 [N, C, H, W].
-    task_id: int [N], each frame's task.
-    centres: the mean frames [K, H, W] in pixel units (FrameCentre).
-
-  Returns:
-    float32 [N, C, H, W]: (frames - centres[task_id]) / 255.
-  """
+  """(frames - centres[task_id]) / 255, float32 [N, C, H, W], for uint8 frames
+  [N, C, H, W] and mean frames [K, H, W]; every channel of a stack gets the
+  same mean."""
   return (frames.astype(jnp.float32) - centres[task_id][:, None]) / 255.0
 
 
@@ -79,22 +52,15 @@ def _find(params) -> Optional[tuple]:
 def update(params, frames, task_id, axis_name: Optional[str] = None):
   """Params with each task's mean frame moved towards the batch's.
 
-  Only the newest frame of each stack (channel -1) is counted: every frame
-  enters a stack newest first. Per task k with n_k frames in the (global)
-  batch: w = max(n_k / (count_k + n_k), MIN_WEIGHT), mean_k += w (batch
-  mean_k - mean_k), count_k += n_k; a task absent from the batch keeps its
-  row. Sums and counts are summed over `axis_name`, so every device gets
-  the same new means.
+  Only each stack's newest frame (channel -1) counts: every frame enters a
+  stack newest first. Per task k with n_k frames in the global batch:
+  w = max(n_k / (count_k + n_k), MIN_WEIGHT), mean_k += w (batch mean_k -
+  mean_k), count_k += n_k; absent tasks keep their row. Params without a
+  frame centre come back unchanged.
 
   Args:
-    params: the network's params.
     frames: uint8 [T, B, C, H, W].
     task_id: int [T, B].
-    axis_name: the devices the batch spans; None for one device.
-
-  Returns:
-    The params with the frame_centre entry's 'mean' and 'count' updated;
-    params without a frame centre come back unchanged.
   """
   path = _find(params)
   if path is None:

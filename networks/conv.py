@@ -1,30 +1,15 @@
-"""`Conv2D`: a drop-in for `flax.linen.Conv` (2-D, NHWC) that is fast on XLA:CPU.
+"""`Conv2D`: a drop-in for `flax.linen.Conv` (2-D, NHWC) that is fast on XLA:CPU,
+whose own convolutions (their gradients above all) run far below its matmul
+rate (docs/speed.md).
 
-XLA:CPU's own convolutions, and their gradients above all, run far below
-the CPU's matmul rate for the Nature CNN's learner batches. Here a
-convolution is an explicit im2col + one matmul, forward and backward:
-
-* Stride s: space-to-depth (s x s pixel blocks become channels) turns it into
-  a stride-1 conv with a ceil(k/s)-sized kernel, whose patches are a
-  concatenation of a few shifted slices; one dot against the reordered
-  kernel gives the output.
-* The batch goes through in chunks (a `lax.scan`) so that each chunk's patch
-  matrix (~4 MB) stays in cache: whole-batch patches evict everything, and
-  each fresh buffer costs page faults on every call.
-* The backward pass recomputes the patches chunk by chunk rather than saving
-  them, for the same reason: dW accumulates dy^T @ patches, and dX is
-  dy @ W^T folded back (col2im) by the transpose of the patch extraction.
-* Forward-only calls (actors) take other paths: stride-1 convs use XLA's own
-  conv, which is fast forward (the chunk loop's extra copies of large
-  activations, and _kn2row's 9x wider product, cost more than they save);
-  strided ones use _kn2row up to _KN2ROW_MAX_BATCH.
-
-Parameters are exactly nn.Conv's: `kernel` [kh, kw, cin, cout], `bias`
-[cout], same initialisers, so checkpoints and kernel-inspection tools see an
-ordinary conv.  Any leading batch dims are allowed, as with nn.Conv.
-`Conv2D(kernels=...)` runs this op only where networks/kernels.py says so
-(with 'auto', when lowered for CPU); elsewhere XLA's own convolution
-(`xla_conv2d`). (measurements: docs/speed.md)
+A convolution is an explicit im2col + one matmul, forward and backward.
+Stride s becomes a stride-1 conv with a ceil(k/s) kernel by space-to-depth.
+The batch goes through in chunks (`lax.scan`) so each chunk's patch matrix
+stays in cache; the backward pass recomputes patches per chunk rather than
+saving them. Forward-only calls (actors) use XLA's conv for stride 1 and
+_kn2row for strided convs of small batches. Parameters are nn.Conv's, so
+checkpoints see an ordinary conv; `kernels` (networks/kernels.py) picks
+this op or XLA's (`xla_conv2d`).
 """
 
 import functools
@@ -37,8 +22,7 @@ from jax import lax
 
 from networks import kernels as kernels_lib
 
-# Patch-matrix bytes per chunk: a few MB, so that a chunk's patches stay in
-# the CPU's caches (measurements: docs/speed.md).
+# Patch-matrix bytes per chunk, so that a chunk's patches stay in cache.
 _CHUNK_BYTES = 4 << 20
 
 PaddingLike = Union[str, Sequence[tuple[int, int]]]
@@ -119,9 +103,8 @@ def _chunked(body, carry, xs, floats_per_sample):
 
 def _kn2row(x, kernel, bias, geo):
   """The same convolution with the shifts on the output side: one matmul of the
-  space-to-depth input against every kernel tap at once, then a shifted sum.
-  For the actors' small inference batches this beats im2col (no patch matrix
-  to write); the learner's large batches keep the chunked im2col."""
+  space-to-depth input against every kernel tap, then a shifted sum; no patch
+  matrix to write, so it beats im2col for small inference batches."""
   (_, _, _, _, oh, kbh, _), (_, _, _, _, ow, kbw, _) = geo
   xs = _space_to_depth(x, geo)
   o = kernel.shape[-1]
@@ -143,18 +126,14 @@ _KN2ROW_MAX_BATCH = 64
 def conv2d(x, kernel, bias, strides, pads):
   """A 2-D convolution plus bias with a gradient written for XLA:CPU.
 
-  Equals lax.conv_general_dilated(x, kernel, strides, pads, NHWC/HWIO) +
-  bias up to float summation order. Without a gradient, stride 1 uses XLA's
-  conv, and strided convs use kn2row for batches up to _KN2ROW_MAX_BATCH and
-  the chunked im2col above that; under differentiation forward and backward
-  both take the chunked im2col path (see the module docstring).
+  Equals lax.conv_general_dilated(x, kernel, strides, pads, NHWC/HWIO) + bias
+  up to float summation order; under differentiation both passes take the
+  chunked im2col path.
 
   Args:
     x: [N, H, W, C].
     kernel: [kh, kw, C, O].
-    bias: [O].
-    strides: (sh, sw) (not differentiated).
-    pads: ((lo, hi), (lo, hi)) for H and W (not differentiated).
+    pads: ((lo, hi), (lo, hi)) for H and W.
 
   Returns:
     [N, oh, ow, O] in the inputs' dtype.
@@ -202,41 +181,19 @@ conv2d.defvjp(_conv_fwd, _conv_bwd)
 
 
 def xla_conv2d(x, kernel, bias, strides, pads):
-  """The same convolution as XLA's own op: what accelerators run.
-
-  Args:
-    x: [N, H, W, C].
-    kernel: [kh, kw, C, O].
-    bias: [O].
-    strides: (sh, sw).
-    pads: ((lo, hi), (lo, hi)) for H and W.
-
-  Returns:
-    lax.conv_general_dilated(x, kernel) + bias, [N, oh, ow, O].
-  """
+  """`conv2d` as XLA's own op: what accelerators run."""
   return lax.conv_general_dilated(x, kernel, strides, pads,
                                   dimension_numbers=('NHWC', 'HWIO', 'NHWC')) + bias
 
 
 class Conv2D(nn.Module):
-  """2-D convolution over the last three axes (H, W, C); see the module docstring.
-
-  A drop-in for nn.Conv: the same parameters ('kernel' [kh, kw, cin,
-  features], 'bias' [features]) and initialisers.
+  """2-D convolution over the last three axes (H, W, C), with nn.Conv's
+  parameters ('kernel' [kh, kw, cin, features], 'bias') and initialisers.
 
   Attributes:
-    features: output channels.
-    kernel_size: (kh, kw).
-    strides: an int or (sh, sw).
     padding: 'VALID', 'SAME' (lax's: the extra pad at the end) or explicit
       ((lo, hi), (lo, hi)).
-    use_bias: whether to add a bias.
     dtype: the computation dtype (inputs and parameters are promoted to it).
-    param_dtype: the parameters' dtype.
-    kernel_init: the kernel's initialiser.
-    bias_init: the bias's initialiser.
-    kernels: networks/kernels.py: 'auto', 'cpu' (conv2d) or 'xla'
-      (xla_conv2d).
   """
   features: int
   kernel_size: Sequence[int]
@@ -251,13 +208,7 @@ class Conv2D(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    """Convolves `x`.
-
-    Args:
-      x: [..., H, W, C]: any leading batch dims.
-
-    Returns:
-      [..., oh, ow, features] in `dtype`.
+    """[..., H, W, C] -> [..., oh, ow, features] in `dtype`; any leading dims.
 
     Raises:
       ValueError: kernel_size is not 2-D, or an unsupported padding string.

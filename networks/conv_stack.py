@@ -1,32 +1,19 @@
 """`glyph_conv_stack`: a glyph embedding followed by 3x3 stride-1 SAME
 convolutions with ELU (NLE's baseline map and crop encoders), as one
-custom-VJP op that is fast to differentiate on XLA:CPU.
+custom-VJP op that is fast to differentiate on XLA:CPU (docs/speed.md).
 
-With 8-32 channels on the 21x79 map, XLA:CPU's own convolution gradients
-are slow and dominate the baseline network's learner step. Here:
+* Forward: the first layer as nine table lookups (`_embed_conv3x3`), then
+  XLA's conv over chunks of ~_FWD_CELLS cells; the ELU outputs are saved
+  (elu'(z) is 1 where y > 0, else y + 1).
+* Backward: ~_BWD_CELLS cells at a time, layers in reverse, each an im2col
+  and one matmul that stay in cache; the input gradient is itself a 3x3
+  SAME conv with the kernel flipped and transposed (no col2im).
+* The first layer's input gradient is never formed: with S[i, j, k] the sum
+  of dz0 over the cells whose tap (i, j) read glyph k, the embedding
+  gradient is S @ W0' and the first kernel's E^T @ S.
 
-* Forward: the first layer as nine table lookups (_embed_conv3x3: each
-  glyph's embedding times each kernel tap, made once per call), then XLA's
-  conv over chunks of ~_FWD_CELLS cells (`lax.scan`); the ELU outputs are
-  saved (elu'(z) is 1 where y > 0, else y + 1: no pre-activations).
-* Backward: ~_BWD_CELLS cells at a time, layers in reverse, each an explicit
-  im2col and one matmul that stay in cache: dW += dz^T @ patches(input), and
-  the input gradient is itself a 3x3 SAME conv, patches(dz) @ (kernel
-  flipped in space, in/out swapped): no col2im.
-* The first layer's input gradient is never formed: with S[i, j, k] = the
-  sum of dz0 over the cells whose tap (i, j) read glyph k (nine scatter-adds
-  of C1-wide rows, one per tap, indexed by the shifted glyphs), the
-  embedding gradient is S @ W0' and the first kernel's E^T @ S: two tiny
-  matmuls instead of two full-size ones and a 32-wide scatter.
-
-The math is the plain network's; only the float summation order differs
-(tests/unit/test_nethack_networks.py checks values and gradients). Calls that
-are not differentiated (the actors) run the table lookups and then XLA's
-convs on the whole batch, without chunks. `glyph_conv_stack(...,
-impl=...)` runs this op only where networks/kernels.py says so (with
-'auto', when lowered for CPU); elsewhere the plain embedding lookup and
-XLA's own convolutions (`xla_glyph_conv_stack`). (measurements:
-docs/speed.md; the alternatives measured: the page's git history)
+Only the float summation order differs from the plain network. `impl`
+(networks/kernels.py) picks this op or XLA's (`xla_glyph_conv_stack`).
 """
 
 import jax
@@ -35,9 +22,7 @@ from jax import lax
 
 from networks import kernels as kernels_lib
 
-# Cells (map positions) per chunk: 16 maps of 21x79 forward, two maps
-# backward, so that each chunk's patches stay in cache (measurements:
-# docs/speed.md).
+# Cells (map positions) per chunk, so that each chunk's patches stay in cache.
 _FWD_CELLS = 16 * 21 * 79
 _BWD_CELLS = 2 * 21 * 79
 
@@ -45,15 +30,8 @@ _CONV_DIMS = ('NHWC', 'HWIO', 'NHWC')
 
 
 def patches3x3(x):
-  """The zero-padded 3x3 neighbourhoods of every cell (im2col for a SAME conv).
-
-  Args:
-    x: [n, H, W, C].
-
-  Returns:
-    [n, H, W, 9 C], features in (row offset, column offset, channel) order,
-    i.e. HWIO kernel order.
-  """
+  """The zero-padded 3x3 neighbourhoods of every cell (im2col for a SAME conv):
+  [n, H, W, C] -> [n, H, W, 9 C] in HWIO kernel order."""
   h, w = x.shape[1:3]
   x = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
   return jnp.concatenate([x[:, i:i + h, j:j + w] for i in range(3) for j in range(3)], axis=-1)
@@ -82,19 +60,13 @@ def _unchunk(a):
 
 
 def glyph_conv_stack(glyphs, embedding, kernels, biases, impl: str = 'auto'):
-  """A glyph embedding followed by 3x3 SAME convolutions with ELU.
-
-  Computes elu(conv(... elu(conv(embedding[glyphs], k0) + b0) ...) + bL),
-  each conv 3x3, stride 1, zero padding 1, with gradients to the embedding,
-  kernels and biases (none to the glyphs).
+  """elu(conv(... elu(conv(embedding[glyphs], k0) + b0) ...) + bL), each conv
+  3x3, stride 1, padding 1; gradients to all but the glyphs.
 
   Args:
-    glyphs: int [N, H, W]; must lie in [0, G).
+    glyphs: int [N, H, W] in [0, G).
     embedding: [G, E].
-    kernels: one [3, 3, Cin, Cout] per layer, Cin of the first = E.
-    biases: one [Cout] per layer.
-    impl: a networks/kernels.py choice ('auto', 'cpu': this module's op,
-      'xla': xla_glyph_conv_stack).
+    kernels: one [3, 3, Cin, Cout] per layer; biases one [Cout] per layer.
 
   Returns:
     [N, H, W, C_last] in the kernels' dtype.
@@ -107,19 +79,8 @@ def glyph_conv_stack(glyphs, embedding, kernels, biases, impl: str = 'auto'):
 def xla_glyph_conv_stack(glyphs, embedding, kernels, biases):
   """`glyph_conv_stack` as an embedding lookup and XLA's own convolutions.
 
-  The lookup reads `embedding` in its own dtype (the float32 parameters) and
-  casts after it, to the kernels' dtype: the lookup's gradient is a
-  scatter-add over every cell's glyph, mostly the same few glyphs, and in
-  bfloat16 that scatter is many times slower on a GPU.
-
-  Args:
-    glyphs: int [N, H, W] in [0, G).
-    embedding: [G, E].
-    kernels: one [3, 3, Cin, Cout] per layer.
-    biases: one [Cout] per layer.
-
-  Returns:
-    [N, H, W, C_last] in the kernels' dtype.
+  The lookup reads `embedding` in its own dtype and casts after: its gradient
+  is a scatter-add onto a few glyphs, many times slower in bfloat16 on a GPU.
   """
   x = jnp.take(embedding, glyphs, axis=0).astype(kernels[0].dtype)
   for k, b in zip(kernels, biases):
@@ -145,9 +106,8 @@ def _tap_glyphs(glyphs, pad_glyph: int):
 
 def _embed_conv3x3(glyphs, tables, bias):
   """conv3x3(embedding[glyphs]) + bias as nine table lookups (_tap_tables):
-  out[p] = bias + sum over taps (i, j) of tables[i, j, glyph at p + (i - 1, j - 1)].
-  The embedding-times-kernel products are made once per glyph, not once per
-  cell: 9 gathers of C floats a cell instead of 9 E C multiply-adds."""
+  out[p] = bias + sum over taps (i, j) of tables[i, j, glyph at p + (i - 1,
+  j - 1)]: 9 gathers of C floats a cell instead of 9 E C multiply-adds."""
   out = bias
   for (i, j), g in _tap_glyphs(glyphs, tables.shape[2] - 1):
     out = out + tables[i, j].at[g].get(mode='promise_in_bounds')

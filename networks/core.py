@@ -18,14 +18,8 @@ class _ResettingLSTMStep(nn.Module):
 
 
 class ResettingLSTM(nn.Module):
-  """An LSTM scanned over time whose state is zeroed where an episode starts.
-
-  inputs [T, B, F], first [T, B], state (c, h) each [B, size]. One
-  nn.OptimizedLSTMCell ('step/lstm') shared by every step.
-
-  Attributes:
-    size: the LSTM's size.
-  """
+  """An LSTM (one nn.OptimizedLSTMCell, 'step/lstm') scanned over time whose
+  state is zeroed where an episode starts."""
   size: int
 
   @nn.compact
@@ -35,7 +29,7 @@ class ResettingLSTM(nn.Module):
     Args:
       inputs: [T, B, F].
       first: bool [T, B]; where True the state is zeroed before that step.
-      state: (c, h), each [B, size]: the state before the first step.
+      state: (c, h), each [B, size].
 
     Returns:
       (outputs [T, B, size], the state (c, h) after the last step).

@@ -1,6 +1,6 @@
 """Policy head and the multi-task PopArt value heads (Hessel et al. 2019,
-arXiv 1809.04474): a Dense one, and a categorical one (value as
-classification, rl/value_classification.py)."""
+arXiv 1809.04474): a Dense one, and a categorical one
+(rl/value_classification.py)."""
 
 import flax.linen as nn
 import jax
@@ -14,17 +14,8 @@ VALUE_LOGITS_COLLECTION = 'value_logits'
 
 
 def normalised_and_unnormalised(head: nn.Module, normalised):
-  """A value head's outputs with its PopArt statistics declared beside them.
-
-  Args:
-    head: the value head (a compact module with a `num_values`), whose
-      `popart` collection holds {'mu': [K], 'nu': [K]}, started at
-      rl/popart.init_stats (mu = 0, nu = 1).
-    normalised: its normalised values n(x) [..., K].
-
-  Returns:
-    (n(x), sigma n(x) + mu), each [..., K].
-  """
+  """(n, sigma n + mu), each [..., K], for a head's normalised values n, its
+  PopArt statistics declared in its `popart` collection (rl/popart.init_stats)."""
   init = popart.init_stats(head.num_values)
   stats = {key: head.variable(POPART_COLLECTION, key, lambda k=key: init[k]).value
            for key in ('mu', 'nu')}
@@ -32,30 +23,14 @@ def normalised_and_unnormalised(head: nn.Module, normalised):
 
 
 class PopArtValueHead(nn.Module):
-  """One normalised value output per task, with the PopArt statistics beside it.
-
-  Returns (normalised values n(x) [..., K], unnormalised sigma n(x) + mu).
-  The statistics live in the `popart` collection as {'mu': [K], 'nu': [K]};
-  the learner updates them and rescales `kernel` and `bias`. Parameters:
-  'kernel' [F, K] (LeCun normal) and 'bias' [K] (zeros); the statistics
-  start at rl/popart.init_stats (mu = 0, nu = 1).
-
-  Attributes:
-    num_values: K, one output per task.
-  """
+  """One normalised value output per task ([..., F] -> [..., K]), with the
+  PopArt statistics beside it; returns (n(x), sigma n(x) + mu). The learner
+  moves the statistics and rescales 'kernel' [F, K] and 'bias' [K]."""
   num_values: int
 
   @nn.compact
   def __call__(self, x):
-    """The value outputs of features `x`.
-
-    Args:
-      x: features [..., F].
-
-    Returns:
-      (normalised values n(x) [..., K], unnormalised values sigma n(x) + mu
-      [..., K]).
-    """
+    """(normalised values n(x), sigma n(x) + mu), each [..., K], of features [..., F]."""
     kernel = self.param('kernel', nn.initializers.lecun_normal(),
                         (x.shape[-1], self.num_values))
     bias = self.param('bias', nn.initializers.zeros, (self.num_values,))
@@ -64,24 +39,15 @@ class PopArtValueHead(nn.Module):
 
 class CategoricalValueHead(nn.Module):
   """One categorical value per task over a fixed support, with PopArt's
-  statistics beside it (rl/value_classification.py).
+  statistics beside it.
 
-  A Dense layer vc.LOGITS (zeros at the start: a uniform distribution)
-  gives logits [..., K, bins], sown into VALUE_LOGITS_COLLECTION for the
-  cross-entropy. Each task's normalised value is n_k = kernel_k m_k +
-  bias_k, where m_k is the softmax's mean over the support and kernel [K]
-  (ones) and bias [K] (zeros) are a per-task affine: PopArt rescales them
-  as it rescales a Dense head (rl/popart.preserve_outputs), so sigma n + mu
-  is unchanged when the statistics move, while the categorical stays on
-  its support in the new normalised units. The squared error between n and
-  the normalised target trains the affine alone (m is stopped from
-  gradients here), which brings it back to the identity as the
-  categorical learns the moved targets.
-
-  Attributes:
-    num_values: K, one value per task.
-    bins: bins of the support.
-    limit: the support is `bins` centres on [-limit, limit].
+  Logits [..., K, bins] (a zero-initialised Dense, vc.LOGITS: uniform at the
+  start) are sown into VALUE_LOGITS_COLLECTION for the cross-entropy. The
+  normalised value is n_k = kernel_k m_k + bias_k, m_k the softmax's mean: the
+  per-task affine is what PopArt rescales (as a Dense head's), so sigma n + mu
+  is unchanged when the statistics move while the categorical stays on its
+  support. m is stopped here, so the squared error trains the affine alone,
+  back toward the identity as the categorical learns the moved targets.
   """
   num_values: int
   bins: int
@@ -89,15 +55,7 @@ class CategoricalValueHead(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    """The value outputs of features `x`.
-
-    Args:
-      x: features [..., F].
-
-    Returns:
-      (normalised values n(x) [..., K], unnormalised values sigma n(x) + mu
-      [..., K]).
-    """
+    """(normalised values n(x), sigma n(x) + mu), each [..., K], of features [..., F]."""
     logits = nn.Dense(self.num_values * self.bins, kernel_init=nn.initializers.zeros,
                       name=vc.LOGITS)(x)
     logits = logits.reshape(x.shape[:-1] + (self.num_values, self.bins))
@@ -109,14 +67,8 @@ class CategoricalValueHead(nn.Module):
 
 
 class PolicyHead(nn.Module):
-  """Logits over the shared action set; small init keeps the first policy near uniform.
-
-  One Dense layer whose kernel is initialised with variance scaling 0.01
-  (fan in, truncated normal).
-
-  Attributes:
-    num_actions: A.
-  """
+  """Logits over the shared action set; its kernel's small init (variance
+  scaling 0.01) keeps the first policy near uniform."""
   num_actions: int
 
   @nn.compact

@@ -1,21 +1,10 @@
-"""Weight initialisation schemes, applied to a freshly initialised network.
+"""Weight initialisation schemes, applied to a freshly initialised params tree.
 
-'lecun' keeps Flax's initialisers (LeCun normal kernels, zero biases, the
-policy head at 0.01 scale). 'orthogonal' is the scheme of OpenAI baselines
-and cleanrl's Atari agents, which the published PPO curves use:
-
-* every Dense or conv kernel of the torso: orthogonal with gain sqrt(2)
-  (ReLU's), biases 0;
-* the LSTM core's kernels: orthogonal with gain 1, biases 0;
-* the policy head: orthogonal with gain 0.01 (a near-uniform first policy);
-* the value head: orthogonal with gain 1 (one column per task).
-
-A conv kernel [kh, kw, cin, cout] is made orthogonal as a [kh kw cin, cout]
-matrix, as PyTorch's `orthogonal_` does on its [cout, cin kh kw] weight.
-Other parameters (embeddings, position encodings) keep their initialiser.
-
-Written as a transform of the params tree, so every network gets the same
-scheme without each module taking initialiser arguments.
+'lecun' keeps Flax's initialisers. 'orthogonal' is OpenAI baselines' and
+cleanrl's (the published PPO curves'): orthogonal kernels with gain sqrt(2)
+in the torso, 1 in the LSTM core and the value head, 0.01 in the policy
+head; biases 0. A conv kernel is orthogonal as a [kh kw cin, cout] matrix
+(PyTorch's `orthogonal_`); other parameters keep their initialiser.
 """
 
 import math
@@ -48,45 +37,27 @@ def _gain(path, policy_head: str, value_head: str, core: str):
 
 
 def orthogonal_kernel(key, shape, gain: float, dtype=jnp.float32):
-  """An orthogonal kernel, its leading axes flattened to one for the orthogonality.
-
-  Args:
-    key: a PRNG key.
-    shape: [..., fan_out], e.g. [kh, kw, cin, cout] or [fan_in, fan_out].
-    gain: the scale of the orthogonal matrix.
-    dtype: the kernel's dtype.
-
-  Returns:
-    An array of `shape`: an orthogonal [prod(shape[:-1]), fan_out] matrix
-    times `gain`, reshaped.
-  """
+  """An orthogonal [prod(shape[:-1]), shape[-1]] matrix times `gain`, reshaped
+  to `shape`."""
   flat = (math.prod(shape[:-1]), shape[-1])
   return nn.initializers.orthogonal(scale=gain)(key, flat, dtype).reshape(shape)
 
 
 def apply_init(params: Dict[str, Any], scheme: str, key, *, policy_head: str = 'policy_head',
                value_head: str = 'value_head', core: str = 'core') -> Dict[str, Any]:
-  """Params re-initialised with `scheme` (see the module docstring).
+  """Params re-initialised with `scheme`.
 
-  Kernels are the leaves named 'kernel' of at least 2 dimensions (Dense,
-  conv, the value head, the LSTM cell's gates), except a categorical value
-  head's logits (vc.LOGITS: zeros, a uniform start); the biases beside them
-  become 0. The key of each kernel is folded from `key` and its position in
-  the sorted tree, so the result depends only on `key` and the tree. Other
-  leaves are kept.
+  Kernels are the 'kernel' leaves of at least 2 dimensions, except a
+  categorical value head's logits (kept at zeros); the biases beside them
+  become 0. Each kernel's key is folded from `key` and its position in the
+  sorted tree, so the result depends only on `key` and the tree.
 
   Args:
-    params: the network's params, freshly initialised.
-    scheme: one of INITS; 'lecun' returns `params` unchanged.
-    key: a PRNG key.
-    policy_head: the top-level name of the policy head (gain POLICY_GAIN).
-    value_head: the top-level name of the value head (gain VALUE_GAIN).
-    core: the top-level name of the LSTM core (gain CORE_GAIN); every other
-      kernel gets HIDDEN_GAIN.
+    policy_head, value_head, core: top-level names that get POLICY_GAIN,
+      VALUE_GAIN and CORE_GAIN; every other kernel gets HIDDEN_GAIN.
 
   Returns:
-    Params of the same tree, shapes and dtypes (a plain nested dict for
-    'orthogonal').
+    Params of the same tree, shapes and dtypes ('lecun': `params` itself).
 
   Raises:
     ValueError: `scheme` is not one of INITS.

@@ -1,51 +1,22 @@
-"""`nature_convs`: the Nature CNN's three convolutions (Mnih et al. 2015;
-uint8 frames [N, 4, 84, 84] -> /255 -> 32 8x8/4 -> relu -> 64 4x4/2 -> relu
--> 64 3x3/1 -> relu), as one custom-VJP op that is fast to differentiate on
-XLA:CPU.
+"""`nature_convs`: the Nature CNN's three convolutions (Mnih et al. 2015; uint8
+[N, 4, 84, 84] -> /255 -> 32 8x8/4 -> relu -> 64 4x4/2 -> relu -> 64 3x3/1
+-> relu) as one custom-VJP op that is fast to differentiate on XLA:CPU,
+where per-layer convs spend their time moving data (docs/speed.md).
 
-With one `Conv2D` (networks/conv.py) per layer, most of the learner's torso
-time is data movement rather than matmuls: XLA:CPU emits every slice that
-feeds a concatenate as its own kernel (the im2col patches are written
-twice), duplicates elementwise producers into each consumer, and transposing
-fusions are slow. So here:
+* Chunks of _CHUNK frames (lax.scan) keep every intermediate in cache; the
+  uint8 space-to-depth by 4 moves one uint32 per 4 pixels and converts to
+  float in cache, with 1/255 folded into conv1's weights.
+* conv1 and conv2 are kn2row (one matmul against all taps, then a shifted
+  sum: no patch matrix); conv1's output is laid out as conv2's
+  space-to-depth input. conv3 (stride 1) is im2col.
+* The forward saves conv1's and conv2's outputs; the backward re-reads them
+  and never recomputes a conv. conv1's input gradient is never formed.
+* The health maxima are taken per chunk; frame centring subtracts each
+  stack's task mean frame where conv1's input is converted.
 
-* Frames are never converted as a whole batch. Per chunk of _CHUNK frames,
-  the uint8 space-to-depth by 4 ([c, 21, 21, 64]) moves 4-byte words (one
-  uint32 per 4 pixels of a block row) and is converted to float in cache.
-  The 1/255 is folded into conv1's weights.
-* conv1 and conv2 forward are "kn2row": one matmul of the (space-to-depth)
-  input against all kernel taps at once, [c 441, 64] @ [64, 4 x 32] and
-  [c 100, 128] @ [128, 4 x 64], then a shifted sum of 4 slices (+ bias,
-  relu). No patch matrix is written. conv1's output is laid out as conv2's
-  space-to-depth input ([c, 10, 10, 2 x 2 x 32]), conv2 reads it once.
-  conv3 (stride 1, 7x7 output) uses im2col ([c 49, 576] @ [576, 64]):
-  kn2row would compute 81 positions for 49.
-* The forward saves conv1's and conv2's outputs (51 + 21 KB a frame); the
-  backward re-reads them, never recomputes a conv:
-  - dW: dz^T @ patches for conv2 and conv3 (patches rebuilt from the saved
-    activations), and for conv1 input^T @ G, where G [c 441, 4 x 32] holds
-    dz shifted by each tap (the transpose of kn2row). The input is
-    re-derived from the uint8 frames.
-  - input gradients of conv3 and conv2 as col2im: dz @ W^T, then a sum of
-    shifted (padded) slices. conv1's is never formed.
-* Batches go through in chunks of _CHUNK frames (lax.scan), so that each
-  chunk's intermediates (~4 MB for conv1's matmul output) stay in cache.
-* The health maxima (per-unit max over the batch of each post-relu
-  activation) are taken per chunk, in cache, and returned beside the
-  output.
-* Frame centring (networks/centring.py): with `centres` each frame stack's
-  task mean frame, in the space-to-depth layout, is subtracted from the
-  chunk's conv1 input where it is converted to float, in cache; the
-  backward's dW1 reads the same centred input.
-
-Parameters are the plain layers' (conv kernels [kh, kw, cin, cout], biases
-[cout]); the math is the plain network's, up to float summation order
-(tests/unit/test_nature_cnn.py). Only [N, 4, 84, 84] uint8 frames take this
-path (`supported`); the torso falls back to `Conv2D` for anything else.
-`xla_convs` is the same function as three XLA convolutions: what the torso
-runs where networks/kernels.py does not choose the CPU ops (accelerators).
-(measurements and the alternatives measured: docs/speed.md; its profiles:
-the page's git history)
+Parameters and math are the plain layers', up to float summation order.
+Only uint8 [N, 4, 84, 84] frames take this path (`supported`); `xla_convs`
+is the same function as XLA convolutions, for accelerators.
 """
 
 import functools
@@ -54,10 +25,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-# Frames per chunk: small enough that a chunk's data movement stays in cache,
-# large enough for efficient matmuls (measurements: docs/speed.md). A batch
-# that is not a multiple runs its remainder as one more (smaller) chunk,
-# outside the scan.
+# Frames per chunk: small enough to stay in cache, large enough for efficient
+# matmuls. A remainder runs as one more chunk outside the scan.
 _CHUNK = 16
 
 # Output sizes: conv1 20x20x32 (as 10x10 blocks of 2x2x32), conv2 9x9x64,
@@ -68,14 +37,7 @@ _relu = jax.nn.relu
 
 
 def supported(frames) -> bool:
-  """Whether `nature_convs` takes these frames (else use plain convs).
-
-  Args:
-    frames: the torso's frames.
-
-  Returns:
-    True for uint8 frames [N, 4, 84, 84].
-  """
+  """Whether `nature_convs` takes these frames: uint8 [N, 4, 84, 84]."""
   return frames.dtype == jnp.uint8 and frames.ndim == 4 and tuple(frames.shape[1:]) == (4, 84, 84)
 
 
@@ -224,27 +186,19 @@ def _forward(frames, task, centres, k1, b1, k2, b2, k3, b3, keep):
 def nature_convs(frames, k1, b1, k2, b2, k3, b3, task_id=None, centres=None):
   """The Nature CNN's three convolutions as one op written for XLA:CPU.
 
-  Equals the plain network (three VALID convs with relu, NHWC) on frames /
-  255, up to float summation order; with `centres` and `task_id`, on
-  (frames - centres[task_id]) / 255 (networks/centring.py). Computes in
-  float32. Gradients flow to the kernels and biases only: none to the
-  frames, the centres or the maxima.
+  Equals three VALID relu convs (NHWC) on frames / 255, or with `centres` on
+  (frames - centres[task_id]) / 255, up to float summation order; float32.
+  Gradients flow to the kernels and biases only.
 
   Args:
-    frames: uint8 [N, 4, 84, 84] (`supported`).
-    k1: conv1's kernel [8, 8, 4, 32] (stride 4).
-    b1: conv1's bias [32].
-    k2: conv2's kernel [4, 4, 32, 64] (stride 2).
-    b2: conv2's bias [64].
-    k3: conv3's kernel [3, 3, 64, 64] (stride 1).
-    b3: conv3's bias [64].
-    task_id: int [N], each frame stack's task; with `centres`.
-    centres: the tasks' mean frames [K, 84, 84] in pixel units, or None.
+    frames: uint8 [N, 4, 84, 84].
+    k1, b1, k2, b2, k3, b3: kernels [8, 8, 4, 32] /4, [4, 4, 32, 64] /2,
+      [3, 3, 64, 64] /1 and their biases.
+    task_id: int [N], with `centres` ([K, 84, 84], pixel units).
 
   Returns:
-    (conv3's relu output float32 [N, 7, 7, 64], the per-unit maxima over
-    the batch of the three relu outputs: [20, 20, 32], [9, 9, 64],
-    [7, 7, 64]).
+    (conv3's output float32 [N, 7, 7, 64], the per-unit maxima over the batch
+    of the three relu outputs: [20, 20, 32], [9, 9, 64], [7, 7, 64]).
   """
   if centres is None:
     return _convs(frames, jnp.zeros(frames.shape[:1], jnp.int32), False,
@@ -254,24 +208,9 @@ def nature_convs(frames, k1, b1, k2, b2, k3, b3, task_id=None, centres=None):
 
 
 def xla_convs(frames, k1, b1, k2, b2, k3, b3, task_id=None, centres=None, dtype=jnp.float32):
-  """`nature_convs`' function and outputs, as three XLA convolutions.
-
-  Runs on frames / 255 (centred as there), NHWC, computed in `dtype`: what
-  accelerators run.
-
-  Args:
-    frames: uint8 [N, C, H, W].
-    k1, b1, k2, b2, k3, b3: the three layers' kernels [kh, kw, cin, cout]
-      and biases [cout] (strides 4, 2, 1).
-    task_id: int [N], each frame stack's task; with `centres`.
-    centres: the tasks' mean frames [K, H, W] in pixel units (stopped from
-      gradients), or None.
-    dtype: the computation dtype.
-
-  Returns:
-    (conv3's relu output in `dtype`, the per-unit maxima over the batch of
-    the three relu outputs, float32, stopped from gradients).
-  """
+  """`nature_convs`' function as three XLA convolutions computed in `dtype`,
+  for frames uint8 [N, C, H, W]: what accelerators run. The maxima are
+  float32 and stopped from gradients."""
   if centres is None:
     x = frames.astype(jnp.float32) / 255.0
   else:

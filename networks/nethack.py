@@ -22,37 +22,17 @@ NO_GLYPH = 5976            # nle.nethack.NO_GLYPH: the crop's padding beyond the
 
 
 def normalise_blstats(blstats):
-  """Signed log scaling of the bottom-line statistics: sign(x) log(1 + |x|).
-
-  blstats mix coordinates, HP, gold and turn counters spanning 0..1e5, and a
-  log keeps all of them in a trainable range.
-
-  Args:
-    blstats: int [N, 27] (any shape and number type).
-
-  Returns:
-    float32, the shape of `blstats`.
-  """
+  """sign(x) log(1 + |x|) of the bottom-line statistics, float32: they span
+  0..1e5 (coordinates, HP, gold, turns) and the log keeps them trainable."""
   x = blstats.astype(jnp.float32)
   return jnp.sign(x) * jnp.log1p(jnp.abs(x))
 
 
 def blstats_mlp(blstats, size: int = 32, names=('blstats_fc0', 'blstats_fc1'),
                 dtype=jnp.float32):
-  """The blstats embedding: normalise_blstats, then ReLU Dense layers.
-
-  Call it inside a module's compact __call__: the Dense layers are that
-  module's, under `names`.
-
-  Args:
-    blstats: int [N, 27].
-    size: each layer's width.
-    names: one Dense layer per name, in order.
-    dtype: the computation dtype.
-
-  Returns:
-    [N, size] in `dtype`.
-  """
+  """normalise_blstats, then one ReLU Dense of `size` per name: [N, 27] ->
+  [N, size] in `dtype`. Call inside a compact __call__ (the layers are that
+  module's)."""
   x = normalise_blstats(blstats).astype(dtype)
   for name in names:
     x = nn.relu(nn.Dense(size, dtype=dtype, name=name)(x))
@@ -60,21 +40,11 @@ def blstats_mlp(blstats, size: int = 32, names=('blstats_fc0', 'blstats_fc1'),
 
 
 def crop_glyphs(glyphs, x, y, size: int = 9):
-  """A size x size window of the glyphs centred on each agent's position.
+  """A size x size window [N, size, size] of glyphs [N, H, W] centred on each
+  agent's (x, y), clipped to the map.
 
-  Beyond the map the crop reads NO_GLYPH (its own embedding row, unlike
-  glyph 0, a giant ant). The crop is taken from the int glyphs, before the
-  embedding: an int gather needs no gradient. Positions are clipped to the
-  map.
-
-  Args:
-    glyphs: int [N, H, W].
-    x: the centre's column [N] (blstats[:, 0]).
-    y: the centre's row [N] (blstats[:, 1]).
-    size: the crop's side (odd).
-
-  Returns:
-    [N, size, size], the dtype of `glyphs`.
+  Beyond the map it reads NO_GLYPH (its own embedding row; glyph 0 is a giant
+  ant). Cropped from the int glyphs, before the embedding, so no gradient.
   """
   r = size // 2
   h, w = glyphs.shape[-2:]
@@ -85,36 +55,19 @@ def crop_glyphs(glyphs, x, y, size: int = 9):
   return jax.vmap(lambda g, i, j: lax.dynamic_slice(g, (i, j), (size, size)))(padded, y, x)
 
 
-# Inputs an NLE torso reads beside glyphs and blstats (network.extra_inputs):
-# 'message', NLE's message line (uint8 [256], zero-padded text), and
-# 'under_hero', the glyph under the hero (int16 [], envs/nle_worker.py).
+# Inputs an NLE torso may read beside glyphs and blstats (network.extra_inputs):
+# NLE's message line (uint8 [256]) and the glyph under the hero (int16 []).
 EXTRA_INPUTS = ('message', 'under_hero')
 
 
 def message_mlp(message, length: int = 80, char_size: int = 16, channels=(32, 64),
                 kernel: int = 5, dtype=jnp.float32):
-  """NLE's message line encoded by a character CNN.
+  """NLE's message line (uint8 [N, 256]) encoded by a character CNN -> [N,
+  channels[-1]] in `dtype`.
 
-  A character CNN (as NLE's and Sample Factory's agents read text), small
-  enough for a CPU learner. The first `length` characters (a message fills
-  one 80-column terminal line; NLE's 256 are zero-padded) are embedded
-  (looked up in float32, then cast to `dtype`), go through 1-D SAME convs of
-  `kernel` with ReLU (receptive field 1 + (kernel - 1) * layers characters,
-  9 with the defaults: enough for "staircase" or "down here") and are
-  max-pooled over the line, so a word counts wherever it stands. Call it
-  inside a module's compact __call__ (the layers, 'message_embed' and
-  'message_conv<i>', are that module's).
-
-  Args:
-    message: uint8 [N, 256], NLE's message (zero-padded text).
-    length: characters read.
-    char_size: the character embedding's size.
-    channels: one conv layer per entry, its channels.
-    kernel: the convs' width in characters.
-    dtype: the computation dtype.
-
-  Returns:
-    [N, channels[-1]] in `dtype`.
+  The first `length` characters (one terminal line) are embedded, go through
+  1-D SAME ReLU convs of width `kernel` and are max-pooled over the line, so
+  a word counts wherever it stands. Call inside a compact __call__.
   """
   chars = message[:, :length].astype(jnp.int32)
   # Looked up in float32, then cast: see conv_stack.xla_glyph_conv_stack.
@@ -125,21 +78,9 @@ def message_mlp(message, length: int = 80, char_size: int = 16, channels=(32, 64
 
 
 def extra_features(obs, extra_inputs, glyph_embedding, dtype=jnp.float32):
-  """Features of the extra inputs, to concatenate before a torso's FC.
-
-  Call inside a compact __call__ (message_mlp's layers are that module's).
-
-  Args:
-    obs: the observation dict: 'message' uint8 [N, 256] and/or 'under_hero'
-      int [N], as `extra_inputs` asks.
-    extra_inputs: a subset of EXTRA_INPUTS.
-    glyph_embedding: [NLE_NUM_GLYPHS, E]; it embeds under_hero as the map's
-      glyphs are.
-    dtype: the computation dtype.
-
-  Returns:
-    A list of [N, F_i] features in `dtype`, in EXTRA_INPUTS order: message
-    [N, 64] (message_mlp), under_hero [N, E].
+  """Features of `extra_inputs` to concatenate before a torso's FC, in
+  EXTRA_INPUTS order: message [N, 64], under_hero [N, E] (embedded as the
+  map's glyphs, by `glyph_embedding`). Call inside a compact __call__.
 
   Raises:
     ValueError: an entry of `extra_inputs` is not in EXTRA_INPUTS.
@@ -161,20 +102,14 @@ def _cast(tree, dtype):
 
 
 class ConvParams(nn.Module):
-  """An nn.Conv's parameters (same names, shapes and initialisers) without
-  the conv, for ops that take the kernels themselves (glyph_conv_stack).
-
-  Attributes:
-    features: output channels.
-    kernel_size: (kh, kw).
-  """
+  """An nn.Conv's parameters (same names, shapes and initialisers) without the
+  conv, for ops that take the kernels themselves (glyph_conv_stack)."""
   features: int
   kernel_size: tuple = (3, 3)
 
   @nn.compact
   def __call__(self, in_features: int):
-    """Returns (kernel [kh, kw, in_features, features] (LeCun normal), bias
-    [features] (zeros)), float32."""
+    """(kernel [kh, kw, in_features, features], bias [features]), float32."""
     kernel = self.param('kernel', nn.initializers.lecun_normal(),
                         tuple(self.kernel_size) + (in_features, self.features))
     bias = self.param('bias', nn.initializers.zeros_init(), (self.features,))
@@ -182,33 +117,14 @@ class ConvParams(nn.Module):
 
 
 class NLEBaselineTorso(nn.Module):
-  """NLE's bundled agent network, up to its FC 512.
+  """NLE's bundled agent network up to its FC 512 (Kuttler et al. 2020).
 
-  A glyph embedding shared by the full 21x79 map and a crop centred on the
-  agent; each goes through 3x3 stride-1 pad-1 convs with ELU; blstats through
-  an MLP; all concatenated -> FC -> FC (ReLU). The core (LSTM 512) and the
-  heads are AgentNetwork's. See "The NetHack Learning Environment" by
-  Kuttler et al. 2020 (https://arxiv.org/abs/2006.13760).
-
-  blstats are scaled by normalise_blstats' signed log (as nle_simple), not by
-  NLE's fixed per-field divisors: one rule for any NLE version's fields.
-
-  reference=True computes the same function with nn.Embed and nn.Conv (the
-  same parameter tree); the default runs the embedding and each conv stack
-  as one glyph_conv_stack op, whose `kernels` (networks/kernels.py) picks
-  the CPU-tuned op or XLA's convolutions (measurements: docs/speed.md).
-
-  Attributes:
-    embedding_size: E, the glyph embedding's size.
-    channels: the crop's conv channels, one layer each.
-    map_channels: the full map's conv channels; () = `channels`.
-    crop_size: the crop's side.
-    blstats_size: the blstats MLP's width.
-    hidden_size: the two FC layers' width.
-    reference: plain nn.Embed / nn.Conv (tests and benchmarks).
-    extra_inputs: EXTRA_INPUTS read beside glyphs and blstats, before fc0.
-    kernels: networks/kernels.py: 'auto', 'cpu' or 'xla'.
-    dtype: the computation dtype; parameters stay float32.
+  A glyph embedding shared by the 21x79 map and a crop around the agent, each
+  through 3x3 ELU convs; blstats through an MLP; concatenated -> FC -> FC
+  (ReLU). blstats take normalise_blstats' signed log, not NLE's per-field
+  divisors: one rule for any NLE version. By default the embedding and each
+  conv stack run as one glyph_conv_stack op; reference=True computes the
+  same function with nn.Embed and nn.Conv (same parameter tree).
   """
   embedding_size: int = 32
   channels: tuple = (16, 16, 16, 16, 8)
@@ -223,14 +139,8 @@ class NLEBaselineTorso(nn.Module):
 
   @nn.compact
   def __call__(self, obs):
-    """Encodes a batch of NLE observations.
-
-    Args:
-      obs: 'glyphs' int [N, 21, 79], 'blstats' int [N, 27], and the
-        `extra_inputs`.
-
-    Returns:
-      float32 [N, hidden_size].
+    """float32 [N, hidden_size] of obs 'glyphs' int [N, 21, 79], 'blstats' int
+    [N, 27] and the `extra_inputs`.
 
     Raises:
       ValueError: an unknown entry of `extra_inputs`.
@@ -262,22 +172,12 @@ class NLEBaselineTorso(nn.Module):
 
 
 class NLEFastTorso(NLEBaselineTorso):
-  """NLE's baseline network with a two-layer CNN on the full map (the main
-  job's default, `net=nle_fast`).
+  """NLE's baseline network with a two-layer CNN on the full map (net=nle_fast).
 
-  Everything else is the baseline's: the glyph embedding 32 shared by map and
-  crop, the crop's five convs (16, 16, 16, 16, 8), the blstats MLP, FC 512 x2
-  (and the LSTM 512 core). The map's convs are 32 -> 16 -> 8 instead of
-  32 -> 16 -> 16 -> 16 -> 16 -> 8: the full-map stack dominates the
-  learner step on a CPU, and two layers cut the network's gradient to about
-  a third of the baseline's (measurements: docs/speed.md). The crop already
-  gives the deep local view; the map gives the layout (rooms, corridors,
-  where the stairs are), for which a 5x5 receptive field before the FC is
-  enough.
-
-  Attributes:
-    map_channels: (16, 8); the other attributes and `__call__` are
-      NLEBaselineTorso's.
+  The map's convs are 32 -> 16 -> 8 instead of five layers: the full-map
+  stack dominates the learner step on a CPU, the crop already gives the deep
+  local view, and for the layout a 5x5 receptive field before the FC is
+  enough. All else is NLEBaselineTorso's.
   """
   map_channels: tuple = (16, 8)
 
@@ -285,34 +185,16 @@ class NLEFastTorso(NLEBaselineTorso):
 class NLEAttentionTorso(nn.Module):
   """The course report's variant of the NLE baseline: attention replaces the crop.
 
-  Glyph CNN: embedding 32 -> conv 3x3 (ELU) -> max-pool 3x3/2 (21x79 -> 11x40)
-  -> residual blocks; then per later stage conv 3x3 -> max-pool 3x3/2 ->
-  residual blocks (relu, conv, relu, conv, + skip; IMPALA's): 11x40 -> 6x20
-  -> 3x10, channels (16, 32, 64), so a 3x10 grid of 64 (the report's
-  "about 9x3"). A learned position encoding is added to the grid; the
-  blstats embedding (MLP 27 -> 32 -> 32) is projected to a query that
-  attends over the 30 grid positions (one softmax, scaled dot product, keys
-  and values projected from the grid). Output: FC 512 -> FC 512 (ReLU) over
-  [attention readout, blstats embedding, flattened grid].
-
-  The attention weights [N, 3, 10] are sown into 'intermediates'
-  (apply(..., mutable=['intermediates']) returns them under
-  intermediates/torso/attention_weights, N = T * B in time-major order).
-  reference=True: the same function with nn.Embed and nn.Conv throughout.
-  The default runs the embedding and first conv as a glyph_conv_stack and
-  the later convs as Conv2D, each choosing its implementation by `kernels`
-  (networks/kernels.py; measurements: docs/speed.md).
+  Glyph CNN: embedding -> conv 3x3 (ELU) -> per stage max-pool 3x3/2 and
+  residual blocks (IMPALA's), later stages starting with a conv: 21x79 ->
+  11x40 -> 6x20 -> 3x10, channels (16, 32, 64). A learned position encoding
+  is added to the grid; a query from the blstats MLP attends over the 30
+  positions (scaled dot product). Output: FC 512 -> FC 512 (ReLU) over
+  [readout, blstats embedding, flattened grid]. The weights [N, 3, 10] are
+  sown into 'intermediates'. reference=True: plain nn.Embed and nn.Conv.
 
   Attributes:
-    embedding_size: the glyph embedding's size.
-    channels: each stage's channels.
-    num_blocks: residual blocks per stage.
     key_size: D, the attention's query and key size.
-    blstats_size: the blstats MLP's width.
-    hidden_size: the two FC layers' width.
-    reference: plain nn.Embed / nn.Conv throughout.
-    kernels: networks/kernels.py: 'auto', 'cpu' or 'xla'.
-    dtype: the computation dtype; parameters stay float32.
   """
   embedding_size: int = 32
   channels: tuple = (16, 32, 64)
@@ -326,14 +208,7 @@ class NLEAttentionTorso(nn.Module):
 
   @nn.compact
   def __call__(self, obs):
-    """Encodes a batch of NLE observations.
-
-    Args:
-      obs: 'glyphs' int [N, 21, 79], 'blstats' int [N, 27].
-
-    Returns:
-      float32 [N, hidden_size].
-    """
+    """float32 [N, hidden_size] of obs 'glyphs' int [N, 21, 79], 'blstats' int [N, 27]."""
     glyphs = obs['glyphs'].astype(jnp.int32)
     embed = nn.Embed(NLE_NUM_GLYPHS, self.embedding_size, name='glyph_embed')  # float32 lookups
     c0 = self.channels[0]

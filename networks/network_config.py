@@ -1,6 +1,5 @@
-"""The network's settings (the config's `network` group): each field's type,
-default, help and check, and the checks across them. networks/agent.py's
-`make_network` builds the AgentNetwork from a NetworkConfig."""
+"""The network's settings (the config's `network` group) and the checks
+across them; networks/agent.make_network builds the AgentNetwork."""
 
 import dataclasses
 from typing import Optional, Tuple
@@ -13,10 +12,8 @@ from networks.nethack import EXTRA_INPUTS
 from networks.torsos import (CENTRING_NETWORKS, CONV_NETWORKS, EXTRA_INPUT_NETWORKS,
                              NETWORK_NAMES, RECURRENT_NETWORKS)
 
-# network.dtype: the dtype the torso computes in. Parameters, optimiser
-# state, PopArt statistics, the core, the heads and the losses stay float32.
-# 'auto' is float32 on a CPU (where bfloat16 is slower: docs/gpu.md) and
-# bfloat16 on GPUs and TPUs, decided by the learner devices' platform.
+# network.dtype: the torso's compute dtype (all else stays float32). 'auto':
+# float32 on a CPU (where bfloat16 is slower), bfloat16 on GPUs and TPUs.
 DTYPES = ('auto', 'float32', 'bfloat16')
 
 # Torso arguments AgentNetwork fills from other network fields: torso_kwargs
@@ -89,9 +86,8 @@ def _torso_kwargs_problem(c: NetworkConfig) -> Optional[str]:
 
 
 def _attention_sizes_problem(sizes: dict) -> Optional[str]:
-  """The attention agent's sizes (networks/attention.SIZE_FIELDS, and
-  frame_size): counts > 0, layer lists of them, and key_size inside
-  conv_lstm_channels."""
+  """The attention sizes (SIZE_FIELDS, frame_size): counts > 0, layer lists of
+  them, and key_size below conv_lstm_channels."""
   allowed = attention.SIZE_FIELDS + ('frame_size',)
   unknown = sorted(set(sizes) - set(allowed))
   if unknown:

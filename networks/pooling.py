@@ -10,19 +10,9 @@ from networks import kernels as kernels_lib
 
 
 def max_pool_3x3_s2(x, kernels: str = 'auto'):
-  """nn.max_pool(x, (3, 3), (2, 2), 'SAME') on NHWC.
-
-  Runs as `sliced_max_pool` where networks/kernels.py chooses the CPU ops,
-  else as nn.max_pool itself (reduce_window, which accelerators run
-  natively).
-
-  Args:
-    x: [..., H, W, C].
-    kernels: one of networks/kernels.KERNELS.
-
-  Returns:
-    [..., ceil(H / 2), ceil(W / 2), C].
-  """
+  """nn.max_pool(x, (3, 3), (2, 2), 'SAME') on NHWC [..., H, W, C]: as
+  `sliced_max_pool` where networks/kernels.py chooses the CPU ops, else
+  nn.max_pool itself."""
   return kernels_lib.select(kernels, sliced_max_pool,
                             lambda x: nn.max_pool(x, (3, 3), (2, 2), 'SAME'), x)
 
@@ -31,16 +21,9 @@ def sliced_max_pool(x):
   """nn.max_pool(x, (3, 3), (2, 2), 'SAME') on NHWC, as maxima of strided slices.
 
   XLA:CPU's reduce_window backward (select_and_scatter) is very slow; maxima
-  of slices of the -inf-padded input differentiate into cheap selects and
-  pads. The window is taken separably (3 column slices, then 3 row slices),
-  which differentiates faster on XLA:CPU than the 9 slices of the full
-  window or nn.max_pool.
-
-  Args:
-    x: [..., H, W, C].
-
-  Returns:
-    [..., ceil(H / 2), ceil(W / 2), C], equal to nn.max_pool's.
+  of slices of the -inf-padded input differentiate into selects and pads.
+  The window is taken separably (3 column slices, then 3 row slices), which
+  differentiates faster than 9 slices.
   """
   def pads(n):  # lax's SAME padding: out = ceil(n / 2), the odd pixel at the end
     out = -(-n // 2)

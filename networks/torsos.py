@@ -1,13 +1,9 @@
-"""Observation encoders ("torsos"), each reading the observation keys it needs.
+"""Observation encoders ("torsos"): [N, ...] inputs of the keys each reads ->
+[N, F] float32.
 
-Every torso with convolutions takes `kernels` (networks/kernels.py): which
-implementation its conv layers run, decided by default for the platform the
-program is lowered for. Every torso takes `dtype`, the dtype its layers
-compute in (network.dtype: float32, or bfloat16 on accelerators); its
-parameters stay float32 and its output is float32, so the core, the heads
-and the losses compute in float32 whatever it is.
-
-Inputs arrive with one flat batch axis [N, ...]; outputs are [N, F].
+Every torso takes `dtype`, the dtype its layers compute in; its parameters
+and output stay float32, so core, heads and losses are float32 whatever it
+is. Torsos with convolutions take `kernels` (networks/kernels.py).
 """
 
 import functools
@@ -25,21 +21,12 @@ from networks.pooling import max_pool_3x3_s2
 
 
 def sow_unit_max(module: nn.Module, name: str, x=None, unit_max=None) -> None:
-  """Records a ReLU layer's per-unit maximum over the batch in `health`.
+  """Records a ReLU layer's per-unit maximum over the batch (of `x` [N, ...], or
+  `unit_max` given) in the `health` collection under `name`, float32 and
+  stopped; a no-op unless `health` is mutable.
 
-  The value goes into the `health` collection under the layer's own name,
-  appended to a tuple as sow does: a unit whose maximum is 0 is dead on the
-  batch (rl/health.py). It is stopped from gradients and stored as float32.
-  A no-op unless the caller makes `health` mutable.
-
-  Written as sow's tuple-append on the scope: `module.sow(name)` would
-  clash with the layer's submodule of the same name in flax 0.12.
-
-  Args:
-    module: the torso whose scope records it.
-    name: the layer's name.
-    x: the layer's ReLU output [N, ...]; its maximum over axis 0 is taken.
-    unit_max: the per-unit maximum [...], when already taken (instead of x).
+  Appends to a tuple on the scope as sow does: `module.sow(name)` would clash
+  with the layer's submodule of the same name in flax 0.12.
   """
   if not module.is_mutable_collection('health'):
     return
@@ -71,15 +58,8 @@ def _conv_input(frames, task_id, centres, dtype=jnp.float32):
 
 
 class MLPTorso(nn.Module):
-  """For low-dimensional state vectors (classic control): obs['state'] [N, D].
-
-  ReLU Dense layers; records each one's per-unit maximum in `health` as
-  'fc<i>'.
-
-  Attributes:
-    hidden_sizes: one ReLU Dense layer per entry, its width.
-    dtype: the computation dtype.
-  """
+  """For low-dimensional state vectors (classic control): obs['state'] [N, D]
+  through ReLU Dense layers ('fc<i>' in `health`)."""
   hidden_sizes: tuple = (64, 64)
   dtype: Any = jnp.float32
 
@@ -94,11 +74,10 @@ class MLPTorso(nn.Module):
 
 
 class _ConvParams(nn.Module):
-  """A conv layer's parameters only, exactly nn.Conv's and Conv2D's (kernel
-  [kh, kw, cin, cout] with lecun_normal, bias [cout] with zeros), for a
-  fused op that computes the layer itself. Called with the layer's input x
-  (as nn.Conv is) when there is one, so that method interceptors see it
-  (analysis/frame_checks.torso_input); only its channel count is read."""
+  """A conv layer's parameters only, exactly nn.Conv's and Conv2D's, for a fused
+  op that computes the layer itself. Called with the layer's input x (only its
+  channel count is read) so that method interceptors see it
+  (analysis/frame_checks.torso_input)."""
   features: int
   kernel_size: tuple
   in_features: int = 0
@@ -115,30 +94,11 @@ class _ConvParams(nn.Module):
 class NatureCNNTorso(nn.Module):
   """The Nature DQN CNN (Mnih et al. 2015), IMPALA's shallow network.
 
-  obs['frames'] uint8 [N, 4, 84, 84] (EnvPool's stacked, channel-first frames).
-  Those go through `nature_cnn.nature_convs` (networks/nature_cnn.py): the
-  three convolutions as one custom-VJP op, same parameters (conv1..3 with
-  `kernel` and `bias`, then `fc`). Other frame sizes or dtypes use one
-  `Conv2D` per layer. The op's design is in its module docstring, its
-  measurements in docs/speed.md.
-
-  Records each layer's per-unit maximum over the batch of its relu output
-  in `health` (conv1 [20, 20, 32], conv2 [9, 9, 64], conv3 [7, 7, 64],
-  fc [512]; see sow_unit_max), under the layers' own names.
-
-  `num_centres` > 0: frames are centred on their task's mean frame
-  (networks/centring.py; obs['task_id'] picks the row).
-
-  `kernels` (networks/kernels.py): 'auto' runs the fused op when lowered
-  for CPU and `nature_cnn.xla_convs` (three XLA convolutions, the same
-  function) on accelerators; 'cpu' or 'xla' force one.
-
-  Attributes:
-    hidden_size: the FC layer's width.
-    num_centres: K > 0: frames centred on their task's mean frame; 0: not.
-    kernels: networks/kernels.py: 'auto', 'cpu' or 'xla'.
-    dtype: the computation dtype; the fused CPU op computes in float32
-      whatever this is.
+  uint8 [N, 4, 84, 84] frames go through `nature_cnn.nature_convs` (or
+  `xla_convs`, as `kernels` says) with the same parameters; other frames use
+  one `Conv2D` per layer. Records conv1..3 and fc in `health`. With
+  `num_centres` K > 0 frames are centred on their task's mean frame
+  (obs['task_id'] picks it).
   """
   hidden_size: int = 512
   num_centres: int = 0
@@ -147,19 +107,11 @@ class NatureCNNTorso(nn.Module):
 
   @nn.compact
   def __call__(self, obs):
-    """Encodes a batch of frame stacks.
-
-    Args:
-      obs: 'frames' uint8 [N, C, H, W] ([N, 4, 84, 84] for the fused op),
-        and 'task_id' int [N] with num_centres > 0.
-
-    Returns:
-      float32 [N, hidden_size].
-    """
+    """float32 [N, hidden_size] of obs 'frames' uint8 [N, C, H, W] (and 'task_id'
+    int [N] with num_centres > 0)."""
     frames = obs['frames']
     task_id, centres = _centres(self, obs)
-    # conv1's input as nn.Conv would get it. The fused op reads the uint8
-    # frames itself, so under jit this value is unused and dropped.
+    # conv1's input as nn.Conv would get it; unused by the fused op (jit drops it).
     x = _conv_input(frames, task_id, centres, self.dtype)
     if nature_cnn.supported(frames):
       k1, b1 = _ConvParams(32, (8, 8), name='conv1')(x)
@@ -193,19 +145,9 @@ def _in_dtype(outputs, dtype):
 class ResNetTorso(nn.Module):
   """IMPALA's deep network (Espeholt et al. 2018, arXiv 1802.01561, fig. 3, right).
 
-  obs['frames'] uint8 [N, 4, 84, 84]. Per stage: conv 3x3, max-pool 3x3/2,
-  then two residual blocks (relu, conv, relu, conv, + skip); 84 -> 42 -> 21 -> 11.
-  `num_centres` and `kernels` as NatureCNNTorso's. Records the per-unit
-  maxima of the last stage's relu output ('stages') and of the FC ('fc') in
-  `health`.
-
-  Attributes:
-    channels: each stage's channels.
-    num_blocks: residual blocks per stage.
-    hidden_size: the FC layer's width.
-    num_centres: K > 0: frames centred on their task's mean frame; 0: not.
-    kernels: networks/kernels.py: 'auto', 'cpu' or 'xla'.
-    dtype: the computation dtype.
+  Per stage: conv 3x3, max-pool 3x3/2, then residual blocks (relu, conv, relu,
+  conv, + skip); 84 -> 42 -> 21 -> 11. `num_centres` and `kernels` as
+  NatureCNNTorso's; records 'stages' and 'fc' in `health`.
   """
   channels: tuple = (16, 32, 32)
   num_blocks: int = 2
@@ -216,15 +158,8 @@ class ResNetTorso(nn.Module):
 
   @nn.compact
   def __call__(self, obs):
-    """Encodes a batch of frame stacks.
-
-    Args:
-      obs: 'frames' uint8 [N, C, H, W], and 'task_id' int [N] with
-        num_centres > 0.
-
-    Returns:
-      float32 [N, hidden_size].
-    """
+    """float32 [N, hidden_size] of obs 'frames' uint8 [N, C, H, W] (and 'task_id'
+    int [N] with num_centres > 0)."""
     x = _conv_input(obs['frames'], *_centres(self, obs), self.dtype)
     conv = functools.partial(Conv2D, kernel_size=(3, 3), padding='SAME', kernels=self.kernels,
                              dtype=self.dtype)
@@ -243,20 +178,9 @@ class ResNetTorso(nn.Module):
 
 
 class NLESimpleTorso(nn.Module):
-  """A small NetHack encoder: glyph embedding + conv over the map + blstats MLP.
-
-  obs['glyphs'] int [N, 21, 79], obs['blstats'] int [N, 27]. Kept small so the
-  main job trains at a useful rate on a CPU: the second conv has stride 2.
-  `kernels` as NatureCNNTorso's.
-
-  Attributes:
-    embedding_size: the glyph embedding's size.
-    channels: the convs' channels (3x3 SAME with ELU; the first stride 1,
-      the others stride 2).
-    hidden_size: the map FC's and the final FC's width.
-    kernels: networks/kernels.py: 'auto', 'cpu' or 'xla'.
-    dtype: the computation dtype.
-  """
+  """A small NetHack encoder: glyph embedding, 3x3 SAME ELU convs over the map
+  (the first stride 1, the rest stride 2, so a CPU trains it at a useful
+  rate), and a blstats MLP."""
   embedding_size: int = 16
   channels: tuple = (16, 32)
   hidden_size: int = 256
@@ -302,9 +226,7 @@ OBS_KEYS = {
     'attention': ('frames',),  # networks/attention.py: not a torso, see NETWORK_NAMES
 }
 
-# Every valid network.name: the plain torsos above (AgentNetwork adds the
-# optional LSTM core and the heads) and 'attention', which is its own
-# recurrent encoder and core.
+# Every valid network.name: the torsos above and 'attention' (its own core).
 NETWORK_NAMES = tuple(sorted(OBS_KEYS))
 RECURRENT_NETWORKS = ('attention',)  # networks with a built-in core
 # Networks that can centre their frames (network.centre_frames; networks/centring.py).
