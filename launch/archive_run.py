@@ -1,16 +1,10 @@
-"""A finished run's record, small enough to keep in git: its config.json,
-its metrics.jsonl gzipped (metrics.jsonl.gz) and its evaluations (eval/*.json),
-without checkpoints, wandb files or logs.
+"""A finished run's record, small enough for git: config.json, metrics.jsonl
+gzipped and eval/*.json, without checkpoints, wandb files or logs.
 
   python launch/archive_run.py runs/six_popart docs/data/popart_atari/six_popart
 
-launch/plot_runs.py, launch/run_table.py and the analysis notebook read an
-archive as they read the run folder (analysis/run_metrics.load_metrics reads
-metrics.jsonl.gz). The run folder's lock is held while it is copied, so a
-run still training is refused in one line; an existing archive is replaced
-only with --overwrite, and never one that is, holds or lies in the run
-folder. The gzip header carries no time or name, so archiving
-the same run twice gives the same bytes.
+The run folder's lock is held while copying (a run still training is
+refused); an existing archive is replaced only with --overwrite.
 """
 
 import sys

@@ -3,17 +3,11 @@
   python launch/attention_maps.py --workdir=runs/pong_attention --frames=0:200 --video
   python launch/attention_maps.py --workdir=runs/nethack_attention --task=mon-hum-neu-mal
 
-Plays one episode of the task with the checkpoint's policy (network
-'attention' on Atari, 'nle_attention' on NetHack) and, for each step in
-[A, B), writes <output>/step_<t>.png: the screen, then each query's
-attention weights laid on it in yellow (Atari: the four queries over the
-9x9 grid, on the full-resolution frame; NetHack: the query over the 3x10
-grid, on the terminal). Each query keeps one scale for the whole range (its
-largest weight), so frames compare. Also writes overview.png (up to
---rows steps spread over the range, one strip per row), attention.json
-(per step and query: entropy in nats, peak weight, argmax cell) and, with
---video, attention.mp4 (H.264; --gif writes attention.gif as well or
-instead). analysis/attention_maps.py has the method.
+Writes <output>/step_<t>.png for each step in [A, B) (the screen, then
+each query's weights laid on it, one scale per query over the range),
+overview.png, attention.json (per step and query: entropy, peak weight,
+argmax cell) and with --video / --gif a video. Method:
+analysis/attention_maps.py.
 """
 
 import json

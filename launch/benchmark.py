@@ -1,32 +1,15 @@
-"""Throughput of a config: raw env stepping, actors with inference, the learner
-alone, full training; or a suite of configs as one table.
+"""Throughput of a config, stage by stage, or of a suite of configs as one table.
 
   python launch/benchmark.py --config=configs/atari_single.py:game=Pong
-  python launch/benchmark.py --config=configs/nethack_popart.py --stages=raw,train --seconds=60
-  python launch/benchmark.py --suite=gpu                      # on a GPU (or TPU) machine
-  python launch/benchmark.py --suite=gpu --small --seconds=2  # the same at CI size, on a CPU
+  python launch/benchmark.py --suite=gpu --small --seconds=2
 
-Each stage uses the config's own envs, actor threads and batch sizes, and
-reports after a warm-up (compilation excluded):
-  raw      agent steps/s, every actor's envs stepped by its own thread with random actions
-  actors   agent steps/s, the real actor threads with policy inference, no learner
-  loop     one actor thread's own cost, in microseconds per agent step: the real
-           Actor with a stand-in env and policy that cost nothing
-           (agents/standin.py), so only its bookkeeping, unroll buffers,
-           unroll assembly and queue remain; also its agent steps/s
-  learner  learner updates/s (and the agent steps/s they consume) on one
-           synthetic batch kept on the learner devices: the learner's own
-           ceiling, whatever the actors do; also the compiled update's memory
-  train    agent steps/s, the full Sebulba loop (actors + learner)
-Also prints the peak resident memory of this process and of its children
-(NLE workers).
-
---suite=gpu measures the learner and train stages of Pong (Nature CNN),
-Pong (IMPALA ResNet), the six-game PopArt config and the main job, each at
-network.dtype float32 and bfloat16, and prints one markdown table with the
-device, its kind and the CPU count (docs/gpu.md). --small shrinks every
-config to smoke size (configs/common.apply_smoke), so that the suite runs
-in minutes on a CPU: CI covers it that way (tests/system/test_benchmark_suite.py).
+Each stage uses the config's envs, actor threads and batch, measured after
+a warm-up: raw (env stepping, random actions), actors (with inference, no
+learner), loop (one actor's own cost per agent step with a stand-in env
+and policy, agents/standin.py), learner (updates/s on one synthetic batch,
+and the update's memory), train (the full loop). --suite=gpu: the learner
+and train stages of four configs at float32 and bfloat16 (docs/gpu.md);
+--small shrinks them to smoke size.
 """
 
 import json

@@ -3,22 +3,12 @@
   python launch/compare_filters.py --runs=runs/single,runs/multi,runs/popart \
       --points=5 --output=runs/filters
 
-For every pair of runs, every conv layer both have with the same shape, and
-`--points` evenly spaced moments of training (fractions of each run's last
-checkpoint; the nearest intermediate checkpoint is used, so train with
---config.keep_intermediate=True), two distances between the layers' filters
-(each output channel's kernel, flattened over kh x kw x cin):
-
-  index    mean L2 distance between filter i of one run and filter i of the
-           other (what a shared initialisation keeps comparable);
-  matched  the same after matching filters one-to-one to minimise the total
-           distance (Hungarian algorithm, scipy's linear_sum_assignment),
-           which ignores the arbitrary order of filters between runs.
-
-Distances are divided by the mean filter norm of the pair, so layers are
-comparable. Input channels of deeper layers are not re-permuted to follow
-the previous layer's matching. Writes filters.json, filters.csv and one plot
-per layer (filters_<layer>.png) into --output (analysis/filters.py computes them).
+At `--points` moments (the nearest intermediate checkpoints: train with
+--config.keep_intermediate=True), for each conv layer two runs share: the
+mean L2 distance between filter i of each ('index'), and the same after a
+one-to-one Hungarian matching of filters ('matched'), both over the mean
+filter norm. Writes filters.json, filters.csv and filters_<layer>.png
+(analysis/filters.py).
 """
 
 import csv

@@ -1,30 +1,16 @@
 """What the learner's updates do on real unrolls: per-term gradients, the
-clip, the RMSProp step, the policy change and the off-policy statistics.
+clip, the optimiser step, the policy change and the off-policy statistics.
 
   python launch/diagnose_update.py --config=configs/atari_single.py:game=Pong
-  python launch/diagnose_update.py --config=configs/atari_single.py:game=Pong,recipe=a2c
   python launch/diagnose_update.py --workdir=runs/pong --step=1000000
-  python launch/diagnose_update.py --config=configs/atari_single.py:game=Pong \\
-      --train_updates=200 --every=50 --output=impala.json
-  python launch/diagnose_update.py --workdir=runs/six_a2t --advantage_groups=10
 
-The config's own actors collect unrolls with the current policy; the
-config's own learner update is applied to them. At each measured point
-(the start, then every --every updates of --train_updates real training
-updates) it reports, averaged over --batches batches (one update each, from
-the same state): the global gradient norm of each loss term (policy,
-baseline, entropy) and of their sum, per module too; the factor the clip
-scales the gradient by; the parameter step and its ratio to the learning
-rate; the share of parameters whose RMSProp denominator epsilon dominates;
-the KL between the policy before and after the update; rho statistics and
-the policy lag. With --workdir the state (optimiser statistics included)
-comes from the run's checkpoint at --step (the latest by default).
-analysis/update_stats.py has the definitions.
-
-With --advantage_groups=N it measures something else instead, on N batches
-from the same state: how much of each task's advantage signal the learner's
-normalisation within minibatches keeps, against each task's advantages
-normalised over the whole batch (analysis/advantage_groups.py).
+At the start and every --every of --train_updates training updates it
+reports, averaged over --batches batches from the same state, each loss
+term's gradient norm (per module too), the clip factor, the step against
+the learning rate, the KL of the update, rho statistics and the policy lag
+(analysis/update_stats.py). --workdir starts from a run's checkpoint.
+--advantage_groups=N instead measures how much of each task's advantage
+signal per-minibatch normalisation keeps (analysis/advantage_groups.py).
 """
 
 import json

@@ -1,18 +1,14 @@
 """A run's evaluation against a baseline run's and uniform play, per task, in
-combined standard errors, and whether each task passes a bar.
+combined standard errors (sqrt(se_a^2 + se_b^2)), and whether each passes.
 
   python launch/eval_verdict.py docs/data/popart_atari/six_popart \\
-      --baseline=docs/data/popart_atari/six_clipped_lr5e4 \\
-      --uniform=docs/data/popart_atari/six_popart/eval/6000480_uniform.json \\
-      --threshold=Pong=-15 --labels='a6. PopArt,c6. clipped'
+      --baseline=docs/data/popart_atari/six_clipped_lr5e4 --threshold=Pong=-15
 
-Each run argument is a run folder (its newest evaluation, eval/<step>.json)
-or an evaluation JSON. The checks, each only where its input is given:
-the run's mean at least --above_uniform combined standard errors above
-uniform play's; at least the baseline's less --within combined s.e. (ahead,
-or level within that); at least each --threshold. The combined standard
-error of two means is sqrt(se_a^2 + se_b^2). Exit status 0 when every task
-passes, 1 when one does not, 2 on bad input.
+Each run argument is a run folder (its newest eval/<step>.json) or an
+evaluation JSON. Checks, where their input is given: at least
+--above_uniform s.e. above uniform play, at most --within s.e. behind the
+baseline, at least each --threshold. Exit status 0 when every task passes,
+1 when one does not, 2 on bad input.
 """
 
 import sys
@@ -49,8 +45,8 @@ def _thresholds(items):
 
 
 def _parse_flags(argv):
-  """absl's flag parser with a bad flag in one line and exit status 2 (not 1,
-  which says a task missed the bar)."""
+  """absl's flag parser, a bad flag in one line with exit status 2 (1 says a
+  task missed the bar)."""
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:

@@ -3,18 +3,11 @@
   python launch/evaluate_peer.py --model_tar=/tmp/nle_agent/latest/model.tar \
       --workdir=runs/monk_500k --episodes=30
 
-`--workdir` is one of this project's NLE runs: it names the task (its env id
-and character) and the env settings, and `launch/evaluate.py --workdir=...
---seed=S` plays that task on the same env seeds; so the two agents play the
-same games. `model.tar` is what `python -m nle.agent.agent` saves (NLE 1.3.0,
-PyTorch; analysis/peer_agent.py loads it). Needs torch (requirements-peer.txt).
-
-Writes <workdir>/eval/peer_<agent steps>.json (the agent steps of the last row
-of the `logs.tsv` beside model.tar, or 'final' without one) in
-launch/evaluate.py's format, with `agent: nle.agent.agent`, the checkpoint's
-path and flags. A checkpoint of another env than the task's (NetHackScore-v0
-against a Staircase run), a missing run, checkpoint or torch stop it with one
-line and exit status 2.
+`--workdir` (one of our NLE runs) names the task and env settings; with
+the same --seed both agents play the same games. `model.tar` is what
+`python -m nle.agent.agent` saves (NLE 1.3.0; analysis/peer_agent.py);
+needs torch (requirements-peer.txt). Writes
+<workdir>/eval/peer_<agent steps>.json in launch/evaluate.py's format.
 """
 
 import json

@@ -3,12 +3,9 @@
   python launch/inspect_frames.py --config=configs/atari_single.py:game=Pong --output=docs/pong_frames.png
   python launch/inspect_frames.py --config=configs/cartpole.py --steps=200 --output=
 
-Runs actor 0 of the config as training would and prints the PASS/FAIL
-table of `analysis/frame_checks.py` (what the learner gets: frames, stack
-order, max-pool, unroll overlap, discounts, rewards, lives, action sets,
-behaviour logits, the torso's input scaling), and for frames saves the
-network's inputs around the first point scored in env 0. Exits 1 if a check
-fails.
+Runs actor 0 of the config as training would, prints the PASS/FAIL table
+of analysis/frame_checks.py and, for frames, saves the network's inputs
+around the first point scored in env 0. Exits 1 if a check fails.
 """
 
 import os
@@ -33,7 +30,7 @@ _CONFIG = _OUTPUT = _STEPS = _LOGIT_UNROLLS = None
 
 def _define_flags():
   """The script's own flags, defined only when it runs as a script (--config
-  is configs/command_line's, launch/train.py's)."""
+  is configs/command_line's)."""
   global _CONFIG, _OUTPUT, _STEPS, _LOGIT_UNROLLS
   _CONFIG = command_line.CONFIG
   _OUTPUT = flags.DEFINE_string('output', 'docs/pong_frames.png', "PNG of the frames; '' = none.")

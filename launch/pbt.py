@@ -3,30 +3,14 @@
   python launch/pbt.py --config=configs/cartpole.py --population=4
   python launch/pbt.py --config=configs/atari_single.py:game=Pong --address=auto
 
-Each member is a normal run folder, `<workdir>/members/member_NNNNN/`
-(lock, checkpoints, metrics.jsonl, TensorBoard files, config.json). Every
-`pbt.interval_env_steps` a member saves a checkpoint and reports its score
-(configs/pbt.py says which); Ray Tune's PopulationBasedTraining then has
-the bottom quantile copy a top member: its orbax checkpoint (params,
-PopArt statistics, optimiser state, counters) goes into the copier's run
-folder, and the copier's hyperparameters are the donor's, perturbed
-(x0.8 or x1.2, or redrawn from the range) and kept in range. Both
-members' metrics.jsonl record the copy. The learner's hyperparameters are
-inputs of the compiled update (rl/optimizers.py), so a new value costs no
-recompilation within a member.
-
-Without --address Ray starts on this machine with its CPUs: members run
-`CPUs / pbt.cpus_per_member` at a time, and the others wait their turn at
-interval boundaries (PBT pauses a member that reported while others are
-waiting). `--address=auto` (or host:port) joins an existing Ray cluster
-(docs/pbt.md; SLURM there too). The same command with the same
---config.workdir resumes an interrupted population.
-
-Writes `<workdir>/population.json` (each member's score, hyperparameters,
-copies, failure) and `<workdir>/events.jsonl` (every copy). A member that
-crashes is reported there and on the last lines; the others go on; the
-exit status is then 1. A mistake in the settings stops it before any work
-with one line naming the field (exit status 2).
+Each member is a run folder under <workdir>/members/. Every
+pbt.interval_env_steps a member reports its score (configs/pbt.py); the
+bottom quantile copies a top member's checkpoint and its perturbed
+hyperparameters (inputs of the compiled update: no recompilation).
+Without --address Ray runs on this machine's CPUs; --address joins a
+cluster (docs/pbt.md). The same command resumes an interrupted
+population. Writes population.json and events.jsonl; exit status 1 when a
+member crashed, 2 for a settings mistake.
 """
 
 import os

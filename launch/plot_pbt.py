@@ -1,7 +1,6 @@
-"""A population's figure: each member's training return (mean of its last
---episodes games) with its copies marked, and each adapted
-hyperparameter's schedule, against env steps; optionally a fixed run
-beside them. Prints each member's final return and copies.
+"""A population's figure: each member's training return with its copies
+marked and each adapted hyperparameter's schedule, against env steps;
+optionally a fixed run beside them.
 
   python launch/plot_pbt.py --population=runs/pong_pbt \\
       --baseline=runs/pong_fixed_1m --output=docs/pbt_pong.png

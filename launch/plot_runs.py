@@ -1,33 +1,15 @@
 """Learning curves of runs, per task, into one PNG; and when each first
 reached a return.
 
-  python launch/plot_runs.py runs/pong_a2c runs/pong_a2c_1 --output=docs/pong_a2c.png \\
-      --labels='a2c recipe,a2c recipe (nu from 0)' --random=-20.7 --threshold=-15.7
   python launch/plot_runs.py runs/pong_ppo_3m runs/pong_impala --output=docs/pong.png \\
       --references=pong --thresholds=-15,0,18
 
-Returns are whole games, averaged over every game that ended in the last
---window env steps (each game weighted once, however the log windows cut
-them). Panels: that smoothed return per task, then one per --panels metric
-(default: the policy entropy and agent steps per second; e.g.
---panels=entropy,policy/logit_std,kl_update,dead/conv1,dead/fc,sps for the
-network's health; a key with * draws one line per task, e.g.
---panels=popart/mu/*,popart/sigma/*). --threshold prints, per run and task, the first env
-step at which the smoothed return reached it (--thresholds: several).
---references=pong draws the published implementations' steps to a Pong
-return of -15, 0 and +18 (PONG_REFERENCES) as ranges on the return panel;
---references=pong+nature_cnn adds this repo's Nature CNN on the default
-recipe (for other networks on Pong).
---per_task_steps puts agent steps per task on the x axis (a run's env steps
-over its number of tasks; --window and --max_steps count them too), so a
-multi-task run lines up with single-task runs at the same budget per game:
-
-  python launch/plot_runs.py runs/pc_popart runs/pc_unclipped runs/pc_clipped \
-      runs/pong_single runs/carnival_single --per_task_steps \
-      --uniform=Pong=-20.2,Carnival=770 --output=docs/popart_two_games.png
-
---uniform=<task>=<return>,... draws each task's uniform-play score as a
-dashed line on its panel (--random does that for a single task).
+Returns are whole games, averaged over those that ended in the last
+--window env steps. Panels: the return per task, then one per --panels
+metric (a key with * draws one line per task, e.g. popart/mu/*).
+--references=pong draws published implementations' steps to Pong returns
+of -15, 0 and +18; --per_task_steps puts agent steps per task on the x
+axis, so multi-task runs line up with single-task ones.
 """
 
 import sys

@@ -1,16 +1,13 @@
 """Our run beside NLE's own agent: training returns against agent steps and
-against wall-clock time (two PNGs), the binned returns as a markdown table,
-and the mean return over the last --window agent steps of each.
+wall-clock time (two PNGs), and the binned returns as a markdown table.
 
   python launch/plot_side_by_side.py --run=runs/monk_500k \\
       --peer_dir=runs/sbs/nle_agent --peer_stdout=runs/sbs/nle.log \\
       --output=docs/nle_side_by_side
 
-writes docs/nle_side_by_side_steps.png and docs/nle_side_by_side_time.png.
---peer_dir is NLE's agent's --savedir (its latest/logs.tsv is read),
---peer_stdout what the agent printed (the only record of its times). Bins
-average each logged row weighted by its games, with cluster-robust standard
-errors over rows (analysis/peer_curves.py).
+--peer_dir is NLE's agent's --savedir, --peer_stdout what it printed (the
+only record of its times). Bins weight rows by their games, with
+cluster-robust standard errors (analysis/peer_curves.py).
 """
 
 import json

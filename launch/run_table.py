@@ -5,15 +5,8 @@ training return at the end, and PopArt's final statistics.
   python launch/run_table.py runs/pc_popart runs/pc_unclipped runs/pc_clipped \\
       --labels='a. PopArt,b. unclipped,c. clipped' --uniform=runs/pc_popart/eval/3000000_uniform.json
 
-Columns: agent steps per task (the run's env steps over its tasks), wall
-time (training only: `time` of the last metrics row, resumed runs stitched),
-agent steps/s over the whole run (env steps / wall time), the evaluation of
-the newest evaluated step (`launch/evaluate.py`; eval/<step>.json, not the
-uniform one; its env step is named when it is not the run's last), the training return averaged over the games that ended in the
-last --window agent steps per task, and PopArt's mu and sigma at the end
-(`-` for a run whose config has PopArt off). --uniform adds a row per task from a uniform-play
-evaluation. Reads metrics.jsonl or an archived metrics.jsonl.gz
-(analysis/run_metrics.load_metrics) and the eval/ folder beside it.
+Wall time is training only (resumed runs stitched); the evaluation is the
+newest eval/<step>.json, its step named when not the run's last.
 """
 
 import os

@@ -3,14 +3,9 @@
   python launch/saliency.py --workdir=runs/pong --task=Pong --frames=0:100 --gif
   python launch/saliency.py --workdir=runs/nethack --task=mon-hum-neu-mal --frames=10:40
 
-Plays one episode of the task with the checkpoint's policy and, for each
-step in [A, B), writes <output>/frame_<t>.png: the observation in colour
-with the policy saliency in red and the saliency of the task's
-unnormalised value in green (analysis/saliency.py has the method). Atari:
-the full-resolution colour frame, masks on the 84x84 input; NetHack: the
-terminal, with blocks of map cells blanked. Both colours use one scale for
-the whole range of frames (their maxima), so frames compare. --gif also
-writes saliency.gif.
+Writes <output>/frame_<t>.png for each step in [A, B): the observation
+with the policy's saliency in red and the task's unnormalised value's in
+green, one scale per colour over the range (analysis/saliency.py).
 """
 
 import json

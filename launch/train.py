@@ -1,18 +1,12 @@
 """Trains an IMPALA (+ PopArt) agent from an ml_collections config.
 
   python launch/train.py --config=configs/nethack_popart.py
-  python launch/train.py --config=configs/atari_single.py:game=Pong,smoke
   python launch/train.py --config=configs/cartpole.py --config.learning_rate=1e-3
 
-Several hosts: one process each, with JAX's own flags (or JAX_COORDINATOR_ADDRESS,
-JAX_NUM_PROCESSES, JAX_PROCESS_ID; detected on SLURM) and one shared workdir:
-
-  python launch/train.py --config=... --config.workdir=/shared/run \
-      --coordinator_address=host0:1234 --num_processes=2 --process_id=0
-
-Wires the command line -> processes -> the run's lifecycle (rundir/lifecycle.py:
-validation, run folder and logger, Sebulba trainer). A config mistake stops the run before any work with one line naming
-the field; so does a wrong multi-process setting.
+Several hosts: one process each with JAX's flags (--coordinator_address,
+--num_processes, --process_id; or JAX_* variables, or SLURM) and one
+shared workdir (docs/multihost.md). A config or multi-process mistake
+stops the run before any work with one line naming it.
 """
 
 import threading
@@ -49,9 +43,8 @@ _PROCESS_ID = flags.DEFINE_integer(
 
 
 def _start_processes(config) -> None:
-  """jax.distributed for a multi-process run (flags, JAX_* variables or a
-  detected cluster); nothing for a single process. Exits with status 2 on a
-  wrong setting, 1 when the processes cannot connect."""
+  """jax.distributed for a multi-process run; nothing for a single process.
+  Exits with status 2 on a wrong setting, 1 when the processes cannot connect."""
   try:
     spec = multihost.resolve(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   except multihost.DistributedError as e:
