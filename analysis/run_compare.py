@@ -1,5 +1,6 @@
-"""Runs compared at fixed agent steps per task: the separating runs of
-docs/popart_atari.md (one change each from a base run).
+"""Runs compared at fixed agent steps per task: e.g. the separating
+runs (one change each from a base run) archived in docs/data/popart_atari/
+(docs/popart_atari.md).
 
 Pure functions of analysis/run_metrics.Run objects; `launch/compare_runs.py`
 prints them as a markdown table. Agent steps per task are a run's env steps

@@ -1,5 +1,5 @@
-"""A markdown table of runs at fixed agent steps per task: the separating
-runs of docs/popart_atari.md.
+"""A markdown table of runs at fixed agent steps per task: e.g. the
+separating runs archived in docs/data/popart_atari/ (docs/popart_atari.md).
 
   python launch/compare_runs.py runs/pc_popart runs/pc_popart_debiased \\
       --labels='today,debiased start' --steps=500000,750000 --threshold=Pong=-15
