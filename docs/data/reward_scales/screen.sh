@@ -3,7 +3,7 @@
 # run, then its evaluation (30 games per game) and its archive under
 # docs/data/reward_scales/<name>. Two runs at a time on a 2-core machine.
 #
-#   bash docs/data/reward_scales/screen.sh sweep        # per-sample beta, 300k per game, seed 0
+#   bash docs/data/reward_scales/screen.sh sweep        # per-sample beta, 500k per game, seed 0
 #   bash docs/data/reward_scales/screen.sh screen       # every arm, seeds 0 and 1
 #   bash docs/data/reward_scales/screen.sh one NAME     # one run of the tables below
 #
@@ -25,12 +25,13 @@ declare -A ARM=(
   [symlog_hl_gauss]="--config=configs/atari_multitask.py:$GAMES,steps=1000000,rewards=none --config.value.head=hl_gauss --config.value.bins=255 --config.value.limit=20"
   [clipped_tuned]="--config=configs/atari_multitask.py:$GAMES,steps=1000000"
 )
-# The sweep: per-sample statistics at three betas, 300k agent steps per game
-# (the budget, and so the learning-rate schedule, of the full runs).
+# The sweep: per-sample statistics at three betas, paused at 500k agent steps per game
+# (the budget, and so the learning-rate schedule, of the full runs). The chosen beta's
+# run went on to the full budget: it is popart_per_sample's seed 0.
 declare -A SWEEP=(
-  [beta3e-5]="--config=configs/atari_popart.py:$GAMES,steps=1000000 --config.popart.step_per=sample --config.popart.beta=3e-5 --config.pause_at_env_steps=600000"
-  [beta3e-4]="--config=configs/atari_popart.py:$GAMES,steps=1000000 --config.popart.step_per=sample --config.popart.beta=3e-4 --config.pause_at_env_steps=600000"
-  [beta3e-3]="--config=configs/atari_popart.py:$GAMES,steps=1000000 --config.popart.step_per=sample --config.popart.beta=3e-3 --config.pause_at_env_steps=600000"
+  [beta3e-5]="--config=configs/atari_popart.py:$GAMES,steps=1000000 --config.popart.step_per=sample --config.popart.beta=3e-5 --config.pause_at_env_steps=1000000"
+  [beta3e-4]="--config=configs/atari_popart.py:$GAMES,steps=1000000 --config.popart.step_per=sample --config.popart.beta=3e-4 --config.pause_at_env_steps=1000000"
+  [beta3e-3]="--config=configs/atari_popart.py:$GAMES,steps=1000000 --config.popart.step_per=sample --config.popart.beta=3e-3 --config.pause_at_env_steps=1000000"
 )
 
 run() {   # run NAME FLAGS...: train, evaluate, archive
