@@ -1,26 +1,10 @@
-"""How much of the policy gradient's credit the advantage normalisation keeps,
-task by task (issue [21], docs/popart_atari.md).
+"""How much of each task's policy-gradient credit the learner's advantage
+normalisation keeps (`vtrace.normalize_advantages`, `normalize_advantages_per`).
 
-The V-trace learner normalises the policy gradient's advantages within each
-minibatch of whole unrolls (`vtrace.normalize_advantages`), pooled or per
-task (`vtrace.normalize_advantages_per`). A task with one unroll in a
-minibatch has its advantages centred on that unroll's own mean: the credit
-an unroll that scored gets as a whole is taken away. This module measures
-that on real batches, against the reference of each task's advantages
-normalised over the whole batch:
-
-- the share of each task's advantage variance that lies between unrolls
-  (the per-unroll means) rather than within them;
-- the correlation with the reference of the learner's normalisation per
-  task per minibatch ('task') and of the pooled one per minibatch
-  ('minibatch');
-- the mean advantage of unrolls grouped by the sign of their reward sum, in
-  the reference's units and in the per-task-per-minibatch units;
-- how many unrolls of a task a minibatch holds.
-
-Pure numpy on arrays; `analysis/update_diagnosis.Diagnoser.advantage_batches`
-collects them and `launch/diagnose_update.py --advantage_groups` prints the
-report.
+Normalising within a minibatch centres a task with one unroll there on that
+unroll's own mean, removing the credit of the unroll as a whole. Measured on
+real batches against each task's advantages normalised over the whole batch.
+Pure numpy; `update_diagnosis.Diagnoser.advantage_batches` collects the batches.
 """
 
 from typing import Dict, List, NamedTuple, Sequence
@@ -36,12 +20,10 @@ REWARD_GROUPS = ('r>0', 'r<0', 'r=0')
 class AdvantageBatch(NamedTuple):
   """One learner batch's advantages before normalisation.
 
-  raw: [T, B] the advantages the loss would normalise (PopArt-scaled).
-  mask: [T, B] 1 for valid steps.
-  reward: [T, B] the rewards of the same steps.
+  raw, mask, reward: [T, B] the PopArt-scaled advantages, valid-step mask and rewards.
   unroll_task: [B] each unroll's task.
-  minibatches: [M, S] the unroll indices each of the learner's minibatches
-    holds (rl/minibatches.unroll_order with the learner's own key).
+  minibatches: [M, S] the unroll indices of each minibatch (rl/minibatches.unroll_order
+    with the learner's key).
   """
   raw: np.ndarray
   mask: np.ndarray
@@ -51,12 +33,11 @@ class AdvantageBatch(NamedTuple):
 
 
 def normalizations(b: AdvantageBatch, num_tasks: int) -> Dict[str, np.ndarray]:
-  """The batch's advantages three ways, each [T, B].
+  """The advantages three ways, each [T, B].
 
   'batch': per task over the whole batch (the reference); 'task': per task
-  within each minibatch (`normalize_advantages_per='task'`); 'minibatch':
-  all tasks pooled within each minibatch (the default). Unrolls in no
-  minibatch (the remainder the learner drops) stay 0 in the last two.
+  within each minibatch; 'minibatch': pooled within each minibatch (the
+  default). Unrolls in no minibatch (the dropped remainder) stay 0 in the last two.
   """
   out = {name: np.zeros_like(b.raw) for name in ('batch', 'task', 'minibatch')}
   tasks = np.broadcast_to(b.unroll_task, b.raw.shape)
@@ -72,9 +53,8 @@ def normalizations(b: AdvantageBatch, num_tasks: int) -> Dict[str, np.ndarray]:
 
 
 def variance_split(x, mask):
-  """(between, within): the sums of squares of valid entries of [T, U] x
-  about their mean, split into the per-unroll (column) means' part,
-  sum_u n_u (mean_u - mean)^2, and the rest."""
+  """(between, within): the sum of squares of [T, U] x's valid entries about
+  their mean, split into the per-unroll means' part and the rest."""
   n_u = mask.sum(0)
   count = n_u.sum()
   if count == 0:
@@ -94,17 +74,16 @@ def _pearson(x, y):
 
 def report(batches: Sequence[AdvantageBatch], num_tasks: int,
            names: Sequence[str] = ()) -> Dict:
-  """The measurements over several batches (see the module's docstring).
+  """The measurements over several batches.
 
   Returns:
-    {'tasks': {name: {'steps', 'raw_std', 'between_share', 'corr_task', 'corr_minibatch',
-    'credit': {group: {'unrolls', 'batch', 'task'}}}}, 'unrolls_per_minibatch':
-    [count of (task, minibatch) pairs holding 0, 1, ... S unrolls of the
-    task]}. 'corr_task' / 'corr_minibatch' are the correlations over the
-    task's valid steps of the per-task-per-minibatch / pooled-per-minibatch
-    normalisations with the per-task-per-batch one; 'raw_std' the spread of
-    the advantages before normalisation over the task's valid steps; a credit group's
-    'batch' and 'task' are its unrolls' mean advantage in those units.
+    {'tasks': {name: {'steps', 'raw_std', 'between_share', 'corr_task',
+    'corr_minibatch', 'credit': {group: {'unrolls', 'batch', 'task'}}}},
+    'unrolls_per_minibatch': [count of (task, minibatch) pairs holding 0..S of
+    the task's unrolls]}. 'between_share': `variance_split`'s between part of
+    the raw advantages' total; 'corr_*': correlation with the 'batch' normalisation
+    over the task's valid steps; a credit group's 'batch' / 'task': its unrolls'
+    mean advantage in those units, unrolls grouped by the sign of their reward sum.
   """
   names = list(names) or [str(k) for k in range(num_tasks)]
   size = batches[0].minibatches.shape[1]

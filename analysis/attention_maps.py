@@ -1,24 +1,10 @@
 """Where an attention agent looks: its attention weights over one episode,
 laid on the screen it sees.
 
-Two networks sow their weights into 'intermediates' (networks/attention.py,
-networks/nethack.py):
-- `attention` (Atari; Mott et al. 2019, arXiv 1906.02500): four queries,
-  each a softmax over the 9x9 grid of the vision core. Grid cell j is the
-  second conv layer's unit j, whose receptive field spans input pixels
-  8j .. 8j + 19 of the 84x84 frame (kernels 8/4 then 4/2), so its weight is
-  drawn centred at pixel 8j + 9.5, interpolated between cells, and the
-  84x84 map is resized onto the full-resolution screen (EnvPool's frame is
-  the whole screen resized).
-- `nle_attention` (NetHack, the course report's torso): one query from the
-  blstats over the 3x10 grid after three 3x3/2 max-pools of the 21x79
-  glyph map, so cell (i, j) is centred on map cell (8i, 8j); the map is
-  rows 1..21 of the 24x80 terminal drawn by envs/render.py.
-
-`attention_episode` plays one episode with the checkpoint's policy and keeps
-each step's weights and frame; `draw_strip` draws one step as a strip, the
-screen then one panel per query; `summary` gives each query's entropy and
-peak. launch/attention_maps.py writes them as PNGs, a JSON file and a video.
+Reads the weights the torso sows into 'intermediates': `attention` (Atari;
+Mott et al. 2019, arXiv 1906.02500: four queries over the 9x9 vision grid) or
+`nle_attention` (NetHack: one query from the blstats over a 3x10 grid of the
+glyph map). launch/attention_maps.py writes the strips, `summary` and a video.
 """
 
 import dataclasses
@@ -60,19 +46,15 @@ def attention_weights(network, variables, obs, first, state) -> jnp.ndarray:
   """The attention weights of one step of one env (traceable: jit it).
 
   Args:
-    network: an AgentNetwork whose torso sows WEIGHTS_NAME ('attention' or
-      'nle_attention').
-    variables: its variables.
-    obs: one env's observation, each key [...] (no time or batch axis).
+    obs: one env's observation, each key without time or batch axis.
     first: bool [], whether the observation starts an episode.
     state: the core state before the step, batch 1.
 
   Returns:
-    float32 [Q, h, w]: Q = 4 queries over 9x9 (Atari), Q = 1 over 3x10
-    (NetHack).
+    float32 [Q, h, w]: 4 queries over 9x9 (Atari) or 1 over 3x10 (NetHack).
 
   Raises:
-    AttentionError: when the network sows no attention weights.
+    AttentionError: when the network sows no WEIGHTS_NAME.
   """
   batched = jax.tree.map(lambda x: jnp.asarray(x)[None, None], obs)
   _, inter = network.apply(variables, batched, jnp.reshape(first, (1, 1)), state,
@@ -91,20 +73,7 @@ def attention_weights(network, variables, obs, first, state) -> jnp.ndarray:
 def attention_episode(run, task_id: int, start: int, stop: int, greedy: bool,
                       seed: int) -> List[AttentionStep]:
   """Plays one episode of a task and keeps the attention weights of steps
-  [start, stop).
-
-  Args:
-    run: the loaded run (analysis/run_loading.LoadedRun) of an attention
-      network.
-    task_id: the task.
-    start: the first step kept.
-    stop: the episode is played to this step or its end.
-    greedy: act greedily (argmax).
-    seed: the env seed and the sampling key's.
-
-  Returns:
-    Per kept step an AttentionStep; fewer than stop - start when the
-    episode ended first.
+  [start, stop); fewer when the episode ends first.
 
   Raises:
     AttentionError: when the run's network has no attention weights.
@@ -134,19 +103,13 @@ def _interpolate(values: np.ndarray, centres: np.ndarray, size: int) -> np.ndarr
 
 
 def weight_map(weights: np.ndarray, nethack: bool) -> np.ndarray:
-  """One query's weights [h, w] as a map on the screen's own grid.
+  """One query's weights [h, w] as a float32 map on the screen's own grid.
 
-  Atari: [84, 84], each cell's weight at its receptive field's centre
-  (8j + 9.5), linear in between. NetHack: [24, 80] terminal cells, each map
-  cell taking its grid cell's weight at (8i, 8j), linear in between; 0
-  outside the map rows.
-
-  Args:
-    weights: float [h, w].
-    nethack: the NetHack grid (3x10 over the map) instead of Atari's 9x9.
-
-  Returns:
-    float32 map.
+  Atari: [84, 84]; grid cell j is the second conv layer's unit j, whose
+  receptive field spans pixels 8j .. 8j + 19 (kernels 8/4 then 4/2), so its
+  weight sits at 8j + 9.5, linear in between. NetHack: [24, 80] terminal
+  cells; after three 3x3/2 max-pools grid cell (i, j) is centred on map cell
+  (8i, 8j); 0 outside the map rows 1..21.
   """
   h, w = weights.shape
   if nethack:
@@ -166,19 +129,11 @@ def weight_map(weights: np.ndarray, nethack: bool) -> np.ndarray:
 
 def overlay(image: np.ndarray, weight_map_: np.ndarray, scale: float,
             floor: float = 0.0) -> np.ndarray:
-  """Lays a weight map on an RGB image: (map - floor) / (scale - floor),
-  clipped to [0, 1] and resized bilinearly to the image, blends COLOUR in
-  with ALPHA. With `floor` the uniform weight 1 / P, a query that looks
-  everywhere alike draws nothing and its peak draws at full strength.
+  """Blends COLOUR into uint8 [H, W, 3] image with ALPHA times
+  (map - floor) / (scale - floor), clipped to [0, 1] and resized bilinearly.
 
-  Args:
-    image: uint8 [H, W, 3].
-    weight_map_: float map of any size.
-    scale: the weight drawn at full strength.
-    floor: the weight drawn as nothing.
-
-  Returns:
-    uint8 [H, W, 3].
+  With `floor` the uniform weight 1 / P, a query that looks everywhere alike
+  draws nothing.
   """
   h, w = image.shape[:2]
   m = np.clip((weight_map_ - floor) / max(scale - floor, 1e-12), 0.0, 1.0)
@@ -191,13 +146,11 @@ def overlay(image: np.ndarray, weight_map_: np.ndarray, scale: float,
 def draw_strip(step: AttentionStep, scales: Sequence[float], nethack: bool,
                gap: int = 4) -> np.ndarray:
   """One step as a strip: the screen, then each query's weights laid on it
-  (above the uniform weight 1 / P; `overlay`).
+  above the uniform weight (`overlay`).
 
   Args:
-    step: the step.
-    scales: per query, the weight drawn at full strength (one scale for the
-      whole episode, so frames compare).
-    nethack: the NetHack grid.
+    scales: per query, the weight drawn at full strength (one per episode, so
+      frames compare).
     gap: white pixels between panels.
 
   Returns:
@@ -219,9 +172,8 @@ def summary(steps: Sequence[AttentionStep]) -> Tuple[List[float], List[dict]]:
 
   Returns:
     (scales, rows): scales[q] is query q's largest weight over the steps;
-    rows[k] holds 'step' and per query its 'entropy' (nats; uniform over
-    the P positions is log P), 'peak' (its largest weight) and 'argmax'
-    ([row, column] of the grid).
+    rows[k] is {'step', 'queries': [{'entropy' (nats), 'peak', 'argmax' ([row,
+    column] of the grid)}]}.
   """
   scales = [float(max(s.weights[q].max() for s in steps)) for q in range(len(steps[0].weights))]
   rows = []

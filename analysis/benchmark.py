@@ -1,10 +1,10 @@
 """Throughput of a config, stage by stage, and the GPU suite as one table
-(`launch/benchmark.py` is the command line; it says what each stage
-measures). Each stage uses the config's own envs, actor threads and batch
-sizes and measures after a warm-up (compilation excluded); each returns
-agent steps/s (the loop stage: microseconds per agent step and agent
-steps/s; the learner stage: updates/s and the compiled update's memory;
-the train stage: agent steps/s and the loop's stage timings).
+(`launch/benchmark.py` is the command line and says what each stage measures).
+
+Each `bench_*(config, spec, seconds, warmup)` takes the config's RunSpec
+(configs.validation.validate_spec), uses the config's own envs, actor threads
+and batch sizes, and measures for `seconds` after `warmup` seconds
+(compilation excluded).
 """
 
 import importlib
@@ -31,20 +31,8 @@ from rl.types import Unroll
 
 
 def bench_raw(config, spec, seconds, warmup):
-  """The envs alone: every actor's batched env stepped with random actions.
-
-  One thread per actor's env (actor.make_envs), no policy; the envs are
-  closed after.
-
-  Args:
-    config: the run config.
-    spec: its RunSpec (configs.validation.validate_spec).
-    seconds: how long to measure.
-    warmup: seconds to run before measuring (at most 3 s).
-
-  Returns:
-    Agent steps/s summed over the actors.
-  """
+  """The envs alone, every actor's batched env on its own thread stepped with
+  random actions (warm-up at most 3 s); agent steps/s summed over the actors."""
   envs = actor_lib.make_envs(spec)
   counts = [0] * len(envs)
   stop = threading.Event()
@@ -72,19 +60,8 @@ def bench_raw(config, spec, seconds, warmup):
 
 
 def bench_actors(config, spec, seconds, warmup):
-  """The actor threads with their policy, their batches taken and discarded (no learner).
-
-  A Trainer is started and closed after.
-
-  Args:
-    config: the run config.
-    spec: its RunSpec (configs.validation.validate_spec).
-    seconds: how long to measure.
-    warmup: seconds to run before measuring.
-
-  Returns:
-    Agent steps/s summed over the actors.
-  """
+  """The actor threads with their policy, their batches discarded (no
+  learner); agent steps/s summed over the actors."""
   trainer = Trainer(spec)
   trainer.start()
   try:
@@ -106,22 +83,14 @@ def _actor_spaces(plan):
 
 
 def bench_loop(config, spec, seconds, warmup):
-  """One actor thread's own cost, without env or policy work.
-
-  The actor has actor 0's spaces and env count, a stand-in env and policy
-  (agents/standin.py), no core state, and a thread that drains its queue.
-
-  Args:
-    config: the run config.
-    spec: its RunSpec (configs.validation.validate_spec).
-    seconds: how long to measure.
-    warmup: seconds to run before measuring (at most 2 s).
+  """One actor thread's own cost, with a stand-in env and policy
+  (agents/standin.py) of actor 0's spaces and env count (warm-up at most 2 s).
 
   Returns:
     (microseconds per agent step, agent steps/s).
 
   Raises:
-    Exception: the actor thread's own error, when it failed.
+    Exception: the actor thread's own error.
   """
   plan = spec.plan
   num_actions, obs_spec = _actor_spaces(plan)
@@ -165,19 +134,15 @@ def bench_loop(config, spec, seconds, warmup):
 
 
 def synthetic_batch(config, plan, num_actions: int, obs_spec, seed: int = 0) -> Unroll:
-  """This process's random share of a learner batch, shaped as the actors would send it.
+  """This process's random share of a learner batch, shaped as the actors send it.
 
-  Frames (uint8) cover 0..255 and glyphs 0..NLE_NUM_GLYPHS - 1, other integer
-  observations 0..9, float ones are normal; task i % num_tasks in column i;
-  about 1% of steps are episode starts; discounts are config.discount.
+  Frames cover 0..255, glyphs 0..NLE_NUM_GLYPHS - 1, other integer observations
+  0..9, floats are normal; column i is task i % num_tasks; about 1% of steps
+  start an episode.
 
   Args:
-    config: the run config (unroll_length, batch_size, discount).
-    plan: its RunPlan (num_tasks).
-    num_actions: the number of actions.
-    obs_spec: the env's observation spec (key -> (shape, dtype)); the
-      policy's extra inputs (agents.rollout.policy_observation_spec) are added.
-    seed: the numpy seed.
+    obs_spec: the env's observation spec (key -> (shape, dtype)); the policy's
+      extra inputs (agents.rollout.policy_observation_spec) are added.
 
   Returns:
     An Unroll of host arrays [T + 1, B / processes, ...] with core_state ().
@@ -208,20 +173,12 @@ def synthetic_batch(config, plan, num_actions: int, obs_spec, seed: int = 0) -> 
 
 
 def bench_learner(config, spec, seconds, warmup):
-  """The learner alone: its compiled update on one synthetic batch, repeated.
-
-  No `warmup` is needed: the update is compiled, and one update run, before
-  the timing starts. At least 3 updates are timed.
-
-  Args:
-    config: the run config.
-    spec: its RunSpec (configs.validation.validate_spec).
-    seconds: how long to measure.
-    warmup: seconds to run before measuring (unused).
+  """The learner's compiled update on one synthetic batch, repeated (at least
+  3 times); `warmup` is unused, as the update is compiled and run once first.
 
   Returns:
-    (learner updates/s, the compiled update's memory in MiB: arguments,
-    outputs and temporaries; None where the backend does not say).
+    (updates/s, the compiled update's arguments + outputs + temporaries in MiB,
+    or None where the backend does not say).
   """
   num_actions, obs_spec = _actor_spaces(spec.plan)
   agent = builder.build_agent(spec, num_actions, obs_spec)
@@ -251,15 +208,8 @@ def bench_learner(config, spec, seconds, warmup):
 def bench_train(config, spec, seconds, warmup):
   """The whole training loop, actors and learner, as a run trains.
 
-  Sets config.total_env_steps to 10**12 and config.log.every_seconds to 1
-  (the config is changed in place), then trains until warmup + seconds have
-  passed between log rows.
-
-  Args:
-    config: the run config.
-    spec: its RunSpec (configs.validation.validate_spec).
-    seconds: how long to measure.
-    warmup: seconds to run before measuring.
+  Changes config in place (total_env_steps 10**12, log.every_seconds 1) and
+  trains until warmup + seconds have passed between log rows.
 
   Returns:
     (agent steps/s after the warm-up, the last row's 'timing/...' entries).
@@ -295,8 +245,8 @@ SUITE_DTYPES = ('float32', 'bfloat16')
 
 
 def quiet(config):
-  """Makes a config benchmark-ready in place: no wandb, no progress lines, a
-  fresh temporary workdir (no checkpoints left behind); returns it."""
+  """Makes config benchmark-ready in place and returns it: no wandb, no
+  progress lines, a fresh temporary workdir."""
   with config.unlocked():
     config.wandb.mode = 'disabled'
     config.log.progress = False
@@ -305,17 +255,8 @@ def quiet(config):
 
 
 def suite_config(module: str, variant: str, dtype: str, small: bool):
-  """A suite entry's config, made `quiet`.
-
-  Args:
-    module: the config module under configs/.
-    variant: its variant string ('' for none).
-    dtype: network.dtype, one of SUITE_DTYPES.
-    small: add the 'smoke' variant (smoke size).
-
-  Returns:
-    The config.
-  """
+  """A suite entry's config (configs/<module>.py with `variant`, plus 'smoke'
+  when `small`) at network.dtype `dtype`, made `quiet`."""
   variant = ','.join(v for v in (variant, 'smoke' if small else '') if v)
   config = importlib.import_module(f'configs.{module}').get_config(variant or None)
   with config.unlocked():
@@ -332,19 +273,16 @@ def device_line() -> str:
 
 def run_suite(small: bool, seconds: float, warmup: float, stages=('learner', 'train'),
               out=print, entries=None):
-  """Measures GPU_SUITE at each of SUITE_DTYPES and prints a table.
+  """Measures GPU_SUITE at each of SUITE_DTYPES, printing a line per entry
+  and then `suite_table` to `out`.
 
   Args:
-    small: run every entry at smoke size.
-    seconds: how long each stage measures.
-    warmup: seconds each stage runs before measuring.
     stages: of 'learner' (bench_learner) and 'train' (bench_train).
-    out: where lines go (a line per entry, then suite_table).
     entries: only these (name, dtype) pairs; None: all.
 
   Returns:
-    The rows, dicts with 'config', 'dtype', 'batch' ('B x T') and, per
-    stage, 'learner_ups', 'learner_sps', 'learner_mib' or 'train_sps'.
+    The rows: dicts with 'config', 'dtype', 'batch' ('B x T') and per stage
+    'learner_ups', 'learner_sps', 'learner_mib' or 'train_sps'.
   """
   rows = []
   for name, module, variant in GPU_SUITE:

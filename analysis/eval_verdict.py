@@ -1,12 +1,6 @@
 """One run's evaluation against another's and against uniform play, per task,
-in combined standard errors: the multi-task verdicts the PopArt issue states
-("every game at least 2 combined standard errors above uniform play",
-"at least as good as clipped: ahead, or within one standard error", "Pong
-past -15").
-
-The combined standard error of two means is sqrt(se_a^2 + se_b^2); a gap in
-those units is (mean_a - mean_b) / combined. `launch/eval_verdict.py` is the
-command line.
+in combined standard errors: a gap is (mean_a - mean_b) / sqrt(se_a^2 + se_b^2).
+`launch/eval_verdict.py` is the command line.
 """
 
 import dataclasses
@@ -27,13 +21,11 @@ class Score:
 
 @dataclasses.dataclass(frozen=True)
 class Bar:
-  """What a task must show to pass.
+  """What a task must show to pass; None: not asked.
 
-  above_uniform: the run's mean at least this many combined s.e. above
-    uniform play's (None: not asked).
-  within: the run at least as good as the baseline, ahead or behind by at
-    most this many combined s.e. (None: not asked, or no baseline).
-  thresholds: task -> the return the run's mean must reach (e.g. Pong -15).
+  above_uniform: the run's mean at least this many combined s.e. above uniform play's.
+  within: the run ahead of the baseline, or behind by at most this many combined s.e.
+  thresholds: task -> the return the run's mean must reach.
   """
   above_uniform: Optional[float] = 2.0
   within: Optional[float] = 1.0
@@ -56,16 +48,12 @@ class TaskVerdict:
 
 
 def scores(record: Mapping, source: str = 'the evaluation') -> Dict[str, Score]:
-  """Each task's Score from an evaluation record (eval/<step>.json).
-
-  Args:
-    record: the record, as launch/evaluate.py writes it.
-    source: where it came from, for the error messages.
+  """Each task's Score from an evaluation record (eval/<step>.json, as
+  launch/evaluate.py writes it).
 
   Raises:
-    ValueError: naming `source` (and the task), when the record has no
-      tasks, a task's entry lacks its return's mean or the episode count, or
-      has no standard error (one game: every comparison here needs one).
+    ValueError: naming `source` and the task, when the record has no tasks or a
+      task lacks its return's mean, episode count or standard error (one game).
   """
   tasks = record.get('tasks') if isinstance(record, Mapping) else None
   if not isinstance(tasks, Mapping) or not tasks:
@@ -94,20 +82,12 @@ def gap(a: Score, b: Score) -> float:
 
 def verdicts(run: Mapping[str, Score], bar: Bar, baseline: Optional[Mapping[str, Score]] = None,
              uniform: Optional[Mapping[str, Score]] = None) -> List[TaskVerdict]:
-  """Each of the run's tasks against the bar.
-
-  Args:
-    run: task -> the run's Score.
-    bar: what each task must show.
-    baseline: task -> the other run's Score, or None.
-    uniform: task -> uniform play's Score, or None.
-
-  Returns:
-    One TaskVerdict per task of `run`, in its order.
+  """One TaskVerdict per task of `run`, in its order; `baseline` and `uniform`
+  map task -> Score, or are None.
 
   Raises:
-    ValueError: naming the task, when the bar asks for a comparison whose
-      evaluation lacks that task, or a threshold names a task the run lacks.
+    ValueError: naming the task, when a compared evaluation lacks a task of the
+      run, or a threshold names a task the run lacks.
   """
   unknown = sorted(set(bar.thresholds) - set(run))
   if unknown:
@@ -167,8 +147,7 @@ def load(path: str) -> Dict[str, Score]:
   """Scores from a run folder's newest evaluation or an evaluation JSON file.
 
   Raises:
-    ValueError: naming `path`, when it holds no evaluation, cannot be read,
-      or is not one (`scores`).
+    ValueError: naming `path`, when it holds no evaluation or cannot be read.
   """
   try:
     if path.endswith('.json'):

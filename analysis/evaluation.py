@@ -1,20 +1,10 @@
 """Evaluating a loaded policy: exactly N whole episodes per task, and their statistics.
 
-Each task plays in its own batch of envs (up to `num_envs` in parallel),
-with the policy sampled (the default) or greedy (argmax). Atari tasks play
-whole games under IMPALA's evaluation protocol (`protocol_kwargs(...,
-training=False)`: no end-of-life episodes; Espeholt et al. 2018, arXiv
-1802.01561; Machado et al. 2018, arXiv 1709.06009, for whole games as the
-unit of evaluation); NLE tasks play as configured,
-except that a task that trained one role on random characters ('@') plays
-that role here, so every task gets its own N episodes.
-
-Returns are sums of the env's raw rewards (the game score; no reward scale,
-no clipping). The policy sees what it saw in training: `prev_reward` is the
-reward after the task's reward scale, as the actor feeds it.
-
-Side effects are the envs only; writing results and videos is
-launch/evaluate.py's job (`result_path` names its files).
+Atari plays whole games under IMPALA's evaluation protocol (no end-of-life
+episodes; Espeholt et al. 2018, arXiv 1802.01561; Machado et al. 2018, arXiv
+1709.06009). Returns are the env's raw rewards (the game score); the policy's
+prev_reward input is scaled as in training. Side effects are the envs only;
+launch/evaluate.py writes the results.
 """
 
 import dataclasses
@@ -37,35 +27,22 @@ STATS = ('mean', 'sem', 'median', 'std', 'min', 'max')
 
 
 def episode_quotas(num_episodes: int, num_envs: int) -> np.ndarray:
-  """How many episodes each env plays: exactly `num_episodes` in all.
+  """How many episodes each env plays, exactly `num_episodes` in all: int64
+  [num_envs], num_episodes // num_envs each, one more for the first
+  num_episodes % num_envs.
 
-  Each env counts its own first k episodes. Counting whichever episodes end
-  first over all envs would favour short ones (a long episode would still be
-  running when the count is reached).
-
-  Args:
-    num_episodes: the episodes wanted in all.
-    num_envs: the envs playing them.
-
-  Returns:
-    int64 [num_envs]: num_episodes // num_envs each, one more for the first
-    num_episodes % num_envs envs.
+  Each env counts its own first k episodes: counting whichever end first over
+  all envs would favour short episodes.
   """
   return np.array([num_episodes // num_envs + (i < num_episodes % num_envs)
                    for i in range(num_envs)], np.int64)
 
 
 def summarise(values: Sequence[float]) -> Dict[str, Optional[float]]:
-  """Summary statistics of a list of values.
+  """STATS of the values as floats, all None for no values.
 
-  Args:
-    values: the values (episode returns, lengths, ...).
-
-  Returns:
-    {'mean', 'sem', 'median', 'std', 'min', 'max'} (STATS) as floats: sem is
-    the mean's standard error, sample std (ddof 1) / sqrt(n), None for one
-    value; std is the population std (ddof 0). Every entry is None for no
-    values.
+  sem is the mean's standard error, std(ddof=1) / sqrt(n), None for one value;
+  std is the population std (ddof 0).
   """
   v = np.asarray(values, np.float64)
   if not v.size:
@@ -76,16 +53,13 @@ def summarise(values: Sequence[float]) -> Dict[str, Optional[float]]:
 
 
 def make_policy(network, greedy: bool, uniform: bool = False) -> Callable:
-  """The evaluation policy: the actors' own jitted step (actor.make_act_fn).
-
-  Args:
-    network: the AgentNetwork.
-    greedy: act with the argmax of the logits instead of a sample.
-    uniform: ignore the network and act uniformly at random (a baseline).
+  """The evaluation policy: the actors' own jitted step (actor.make_act_fn),
+  argmax of the logits when `greedy`, uniformly random actions (no network
+  call) when `uniform`.
 
   Returns:
-    policy(variables, obs, first, core_state, rng) -> (action, core_state,
-    rng), action a numpy int32 [B].
+    policy(variables, obs, first, core_state, rng) -> (action int32 [B],
+    core_state, rng).
   """
   act = make_act_fn(network)  # the actors' own jitted step: the same network call
 
@@ -116,37 +90,25 @@ def play_episodes(env, policy: Callable, variables, initial_state, num_episodes:
                   rng: jax.Array, obs_keys: Sequence[str], prev_reward_scale: float = 1.0,
                   frame_fn: Optional[Callable] = None, max_video_frames: int = 0,
                   max_steps: Optional[int] = None, observe: Optional[Callable] = None):
-  """Plays until every env has ended its quota of episodes.
+  """Plays until every env has ended its quota of episodes (episode_quotas).
 
-  The step bookkeeping is the actors' own (agents/rollout.py): reset steps,
-  `first` flags for the recurrent core, prev_action / prev_reward (the
-  reward times `prev_reward_scale`, as training fed it).
-  `frame_fn(result)`, if given, draws env 0; its first episode is recorded,
-  at most `max_video_frames` frames. `observe(step, obs, first, core_state,
-  result)`, if given, sees every step's policy inputs (and the StepResult they
-  came from) before the policy acts: how inspection and saliency tools look
-  inside an episode.
+  The step bookkeeping is the actors' own (agents/rollout.py), prev_reward
+  times `prev_reward_scale` as training fed it.
 
   Args:
     env: a batched env (rewards unscaled).
     policy: `make_policy`'s policy.
-    variables: the network's variables.
     initial_state: the core state for the env's B envs.
-    num_episodes: the episodes to play in all (episode_quotas).
-    rng: the PRNG key of the action sampling.
-    obs_keys: the observation keys the network reads.
-    prev_reward_scale: the task's training reward scale.
-    frame_fn: draws env 0 from a StepResult; None: no video.
-    max_video_frames: the most frames recorded (0: none).
+    frame_fn: draws env 0 from a StepResult; its first episode is recorded, at
+      most `max_video_frames` frames; None: no video.
     max_steps: stop after this many batched steps; None: no cap.
-    observe: called as `observe(step, obs, first, core_state, result)`
-      before every policy step; None: nothing.
+    observe: `observe(step, obs, first, core_state, result)` sees each step's
+      policy inputs before the policy acts; None: nothing.
 
   Returns:
-    (episodes, complete, steps, frames): the agents.rollout.Episodes counted,
-    in the order they ended; False when max_steps came first; the batched
-    steps taken; env 0's first episode's frames (from its first
-    observation).
+    (episodes, complete, steps, frames): the agents.rollout.Episodes in the
+    order they ended; False when max_steps came first; the batched steps taken;
+    env 0's first episode's frames.
   """
   n = env.num_envs
   quota = episode_quotas(num_episodes, n)
@@ -179,38 +141,19 @@ def play_episodes(env, policy: Callable, variables, initial_state, num_episodes:
 
 
 def env_seed(seed: int, task_id: int) -> int:
-  """The first env seed of a task's evaluation.
-
-  Seeds of their own, apart from training's (evaluation plays new games),
-  the same for every policy evaluated with the same --seed
-  (launch/evaluate_peer.py plays these games too).
-
-  Args:
-    seed: the evaluation's --seed.
-    task_id: the task.
-
-  Returns:
-    seed * 7919 + 1000 * task_id.
-  """
+  """The first env seed of a task's evaluation: apart from training's, the
+  same for every policy evaluated with the same --seed (launch/evaluate_peer.py
+  plays these games too)."""
   return seed * 7_919 + 1_000 * task_id
 
 
 def make_task_env(run: LoadedRun, task_id: int, num_envs: int, seed: int, video: bool):
-  """An evaluation env for one task of a loaded run, rewards unscaled.
-
-  The task's kwargs are its evaluation kwargs (task_env_kwargs with
-  training=False); NLE tasks get the run's nle_workers (at least 1).
-
-  Args:
-    run: the loaded run.
-    task_id: the task.
-    num_envs: the envs to play in parallel.
-    seed: the env seed.
-    video: whether env 0 is drawn.
+  """An evaluation env for one task, rewards unscaled, with the task's
+  evaluation kwargs (task_env_kwargs with training=False).
 
   Returns:
-    (env, frame_fn or None, video fps): `frame_fn(result)` draws env 0, an
-    RGB screen (EnvPool, synthetic) or a TtyFrame (NLE).
+    (env, frame_fn or None, video fps): `frame_fn(result)` draws env 0, an RGB
+    screen or a TtyFrame (NLE).
   """
   task = run.config.tasks[task_id]
   kwargs = validation.task_env_kwargs(run.config, task, run.plan.num_tasks, training=False)
@@ -220,18 +163,8 @@ def make_task_env(run: LoadedRun, task_id: int, num_envs: int, seed: int, video:
 
 
 def reward_scale(run: LoadedRun, task_id: int) -> float:
-  """The task's training reward scale.
-
-  Evaluation envs give raw scores, and the policy's prev_reward input must
-  be scaled as it was in training.
-
-  Args:
-    run: the loaded run.
-    task_id: the task.
-
-  Returns:
-    config.reward_scales[task_id], or 1.0 when the config sets none.
-  """
+  """The task's training reward scale (1.0 when the config sets none), which
+  the policy's prev_reward input needs."""
   scales = tuple(run.config.reward_scales) or (1.0,) * run.plan.num_tasks
   return float(scales[task_id])
 
@@ -241,14 +174,8 @@ def play_one_episode(run: LoadedRun, task_id: int, observe: Callable, max_steps:
   """Plays one episode of a task in one env, showing every step to `observe`.
 
   Args:
-    run: the loaded run.
-    task_id: the task.
-    observe: called as `observe(step, obs, first, core_state, frame)` with
-      every step's policy inputs and the frame a video would show
-      (make_task_env) before the policy acts.
-    max_steps: the most steps played.
-    seed: the env seed and the sampling key's.
-    greedy: act greedily (argmax).
+    observe: `observe(step, obs, first, core_state, frame)` with each step's
+      policy inputs and video frame (make_task_env), before the policy acts.
 
   Returns:
     The agents.rollout.Episode, or None when max_steps came first.
@@ -270,26 +197,11 @@ def evaluate_task(run: LoadedRun, task_id: int, num_episodes: int, greedy: bool 
                   uniform: bool = False, seed: int = 0, video: bool = False, max_video_frames: int = 2000,
                   max_steps: Optional[int] = None,
                   num_envs: int = DEFAULT_NUM_ENVS) -> TaskEvaluation:
-  """Plays `num_episodes` whole episodes of task `task_id` with the run's policy.
+  """Plays `num_episodes` whole episodes of a task with the run's policy, on
+  at most `num_envs` envs seeded env_seed(seed, task_id).
 
-  `max_steps` (None: no cap) stops the task after that many batched steps,
-  keeping only the episodes that ended; a safety net for smoke tests. The
-  envs are seeded env_seed(seed, task_id) and closed after.
-
-  Args:
-    run: the loaded run.
-    task_id: the task.
-    num_episodes: the episodes to play, >= 1.
-    greedy: act with the argmax of the logits.
-    uniform: act uniformly at random.
-    seed: the evaluation seed.
-    video: record env 0's first episode.
-    max_video_frames: the most frames recorded.
-    max_steps: the most batched steps; None: no cap.
-    num_envs: the most envs played in parallel (at most num_episodes are).
-
-  Returns:
-    A TaskEvaluation; video_fps is 0 without video.
+  `max_steps` (a safety net for smoke tests) stops after that many batched
+  steps, keeping only the episodes that ended. video_fps is 0 without video.
 
   Raises:
     ValueError: when num_episodes < 1.
@@ -311,16 +223,7 @@ def evaluate_task(run: LoadedRun, task_id: int, num_episodes: int, greedy: bool 
 
 
 def evaluate(run: LoadedRun, num_episodes: int, **kwargs) -> List[TaskEvaluation]:
-  """Evaluates every task in turn.
-
-  Args:
-    run: the loaded run.
-    num_episodes: the episodes per task.
-    **kwargs: as for `evaluate_task`.
-
-  Returns:
-    One TaskEvaluation per task, in task order.
-  """
+  """One TaskEvaluation per task, in task order (kwargs as for `evaluate_task`)."""
   return [evaluate_task(run, i, num_episodes, **kwargs) for i in range(run.plan.num_tasks)]
 
 
@@ -328,19 +231,13 @@ def summary(run: LoadedRun, results: Sequence[TaskEvaluation],
             settings: Dict[str, Any]) -> Dict[str, Any]:
   """The JSON-ready record of an evaluation.
 
-  Args:
-    run: the loaded run.
-    results: its TaskEvaluations, in task order.
-    settings: the evaluation's settings (episodes, greedy, uniform, ...).
-
   Returns:
-    {'workdir', 'env_steps', 'env_frames', 'settings', 'tasks'} and, when a
-    task is an Atari game with episodes, 'hns' (atari.hns_summary). Each
-    task's entry holds 'episodes', 'complete', 'env_steps' (batched steps),
-    'return', 'length' and 'points' (summarise), 'reward_per_point', the
-    raw 'returns' and 'lengths', 'stats' (summarise of each episode
-    statistic, NetHack's score, depth and turns) where there are any, and
-    'hns' (of the mean return) for Atari games.
+    {'workdir', 'env_steps', 'env_frames', 'settings', 'tasks'}, plus 'hns'
+    (atari.hns_summary) when an Atari game has episodes. Each task holds
+    'episodes', 'complete', 'env_steps' (batched), 'return', 'length' and
+    'points' (summarise), 'reward_per_point', the raw 'returns' and 'lengths',
+    'stats' (summarise of each episode statistic) where there are any, and
+    'hns' of the mean return for Atari games.
   """
   tasks, hns = {}, {}
   for task_id, r in enumerate(results):
@@ -367,17 +264,8 @@ def summary(run: LoadedRun, results: Sequence[TaskEvaluation],
 
 
 def result_path(eval_dir: str, stem: str, overwrite: bool = False) -> str:
-  """Where an evaluation's record goes: no evaluation replaces another unasked.
-
-  Args:
-    eval_dir: the run's eval/ folder.
-    stem: the file name without '.json'.
-    overwrite: return <stem>.json even when it exists.
-
-  Returns:
-    <eval_dir>/<stem>.json, or the first free <stem>.<n>.json (n >= 2) when
-    it exists and `overwrite` is off.
-  """
+  """<eval_dir>/<stem>.json, or the first free <stem>.<n>.json (n >= 2) when it
+  exists and not `overwrite`: no evaluation replaces another unasked."""
   path = os.path.join(eval_dir, f'{stem}.json')
   n = 1
   while not overwrite and os.path.exists(path):
@@ -387,17 +275,8 @@ def result_path(eval_dir: str, stem: str, overwrite: bool = False) -> str:
 
 
 def reward_per_point(episodes: Sequence[Episode]) -> Optional[float]:
-  """The mean magnitude of the non-zero rewards over all the episodes' steps.
-
-  A game's reward scale: 1 for Pong, tens for Carnival.
-
-  Args:
-    episodes: agents.rollout.Episodes.
-
-  Returns:
-    Their summed abs_reward over their summed points (rewarded steps); None
-    when no step was rewarded.
-  """
+  """The episodes' summed abs_reward over their rewarded steps (a game's reward
+  scale: 1 for Pong, tens for Carnival); None when no step was rewarded."""
   points = sum(e.points for e in episodes)
   return sum(e.abs_reward for e in episodes) / points if points else None
 
@@ -407,15 +286,8 @@ def _fmt(value) -> str:
 
 
 def format_table(record: Dict[str, Any]) -> str:
-  """A readable table of a `summary` record.
-
-  Args:
-    record: `summary`'s record (or one read back from eval/*.json).
-
-  Returns:
-    Text: a header line (workdir, env step, episodes per task, the kind of
-    actions), one row per task, and the HNS median and mean when present.
-  """
+  """A `summary` record as text: a header line, one row per task, and the HNS
+  median and mean when present."""
   s = record['settings']
   actions = ('uniformly random' if s.get('uniform') else
              'greedy' if s['greedy'] else 'sampled')

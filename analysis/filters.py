@@ -1,19 +1,12 @@
 """Distances between the conv filters of runs, layer by layer, over training
 (`launch/compare_filters.py` is the command line).
 
-For a pair of runs, a conv layer both have with the same shape, and a
-moment of training, two distances between the layers' filters (each output
-channel's kernel, flattened over kh x kw x cin), divided by the pair's mean
-filter norm so that layers are comparable:
-
-  index    mean L2 distance between filter i of one run and filter i of the
-           other (what a shared initialisation keeps comparable);
-  matched  the same after matching filters one-to-one to minimise the total
-           distance (Hungarian algorithm, scipy's linear_sum_assignment),
-           which ignores the arbitrary order of filters between runs.
-
-Input channels of deeper layers are not re-permuted to follow the previous
-layer's matching.
+'index': mean L2 distance between filter i of one run and filter i of the
+other (what a shared initialisation keeps comparable); 'matched': the same
+after a one-to-one matching of filters minimising the total (Hungarian
+algorithm), which ignores their arbitrary order. Both are divided by the
+mean filter norm so layers compare. Deeper layers' input channels are not
+re-permuted to follow the previous layer's matching.
 """
 
 import itertools
@@ -28,16 +21,8 @@ from infra import atomic_write
 
 
 def conv_kernels(params: Dict, prefix: str = '') -> Dict[str, np.ndarray]:
-  """The conv kernels of a parameter tree.
-
-  Args:
-    params: nested dicts of parameters (a Flax params tree).
-    prefix: the path of `params` in the whole tree ('' at the root).
-
-  Returns:
-    Module path ('torso/conv1') -> kernel [kh, kw, cin, cout] as numpy, for
-    every 4-D leaf named `kernel`.
-  """
+  """Module path ('torso/conv1') -> kernel [kh, kw, cin, cout] as numpy, for
+  every 4-D leaf named `kernel` of a Flax params tree under `prefix`."""
   out = {}
   for name, value in params.items():
     path = f'{prefix}/{name}' if prefix else name
@@ -49,16 +34,9 @@ def conv_kernels(params: Dict, prefix: str = '') -> Dict[str, np.ndarray]:
 
 
 def filter_distances(a: np.ndarray, b: np.ndarray) -> Dict[str, float]:
-  """The index and matched distances between two conv kernels (the module docstring).
-
-  Args:
-    a: a kernel [kh, kw, cin, cout].
-    b: a kernel of the same shape.
-
-  Returns:
-    {'index': ..., 'matched': ...}, each divided by the mean of the two
-    kernels' mean filter norms (1 when that is 0).
-  """
+  """{'index', 'matched'} between two [kh, kw, cin, cout] kernels, each
+  filter flattened over kh x kw x cin, divided by the mean of the two
+  kernels' mean filter norms (1 when that is 0)."""
   fa = a.reshape(-1, a.shape[-1]).T  # [cout, kh * kw * cin]
   fb = b.reshape(-1, b.shape[-1]).T
   scale = 0.5 * (np.linalg.norm(fa, axis=1).mean() + np.linalg.norm(fb, axis=1).mean())
@@ -71,18 +49,11 @@ def filter_distances(a: np.ndarray, b: np.ndarray) -> Dict[str, float]:
 
 
 def pick_steps(steps: Sequence[int], points: int) -> List[int]:
-  """The checkpoints nearest to evenly spaced fractions of training.
-
-  Args:
-    steps: a run's checkpoint env steps.
-    points: the number of fractions, 0 to 1 (of the last checkpoint's step).
-
-  Returns:
-    The distinct nearest steps, sorted (fewer than `points` where several
-    fractions share one).
+  """The distinct checkpoint steps nearest to `points` evenly spaced fractions
+  (0 to 1) of the last step, sorted.
 
   Raises:
-    ValueError: when `steps` is empty ('run has no checkpoints').
+    ValueError: when `steps` is empty.
   """
   steps = sorted(steps)
   if not steps:
@@ -92,17 +63,14 @@ def pick_steps(steps: Sequence[int], points: int) -> List[int]:
 
 
 def compare(runs: Dict[str, Dict[float, Dict[str, np.ndarray]]]) -> List[Dict]:
-  """The filter distances of every pair of runs, layer by layer, over training.
-
-  The runs' fractions are paired in sorted order; layers both have with the
-  same shape are compared.
+  """The filter distances of every pair of runs, layer by layer, the runs'
+  fractions paired in sorted order, over the layers both have with one shape.
 
   Args:
     runs: name -> {fraction of training: {layer: kernel}} (load_kernels).
 
   Returns:
-    Rows {'run_a', 'run_b', 'fraction' (run_a's), 'layer', 'index',
-    'matched'}.
+    Rows {'run_a', 'run_b', 'fraction' (run_a's), 'layer', 'index', 'matched'}.
   """
   rows = []
   for (na, ka), (nb, kb) in itertools.combinations(runs.items(), 2):
@@ -116,20 +84,11 @@ def compare(runs: Dict[str, Dict[float, Dict[str, np.ndarray]]]) -> List[Dict]:
 
 
 def load_kernels(workdir: str, points: int) -> Dict[float, Dict[str, np.ndarray]]:
-  """A run's conv kernels at evenly spaced checkpoints (pick_steps).
-
-  The checkpoints are read, read-only, with agents.checkpoint.Checkpointer.
-
-  Args:
-    workdir: the run folder.
-    points: the number of evenly spaced fractions of training.
-
-  Returns:
-    {fraction of training (step / last step, 4 decimals): conv_kernels of
-    the checkpoint's params}.
+  """A run's conv kernels at `points` evenly spaced checkpoints (pick_steps),
+  read-only: {step / last step (4 decimals): conv_kernels}.
 
   Raises:
-    ValueError: when the run has no checkpoints, naming its folder.
+    ValueError: naming the folder, when the run has no checkpoints.
   """
   ckpt = Checkpointer(workdir, read_only=True)
   if not ckpt.steps():
@@ -141,16 +100,8 @@ def load_kernels(workdir: str, points: int) -> Dict[float, Dict[str, np.ndarray]
 
 
 def plot(rows: List[Dict], output: str) -> List[str]:
-  """Plots each pair's index and matched distance over training, one figure per layer.
-
-  Args:
-    rows: `compare`'s rows.
-    output: an existing folder; figures go to filters_<layer>.png in it
-      ('/' in layer names becomes '_'), 100 dpi.
-
-  Returns:
-    The paths written.
-  """
+  """Plots each pair's distances over training to <output>/filters_<layer>.png
+  ('/' as '_'), one figure per layer; returns the paths."""
   import matplotlib
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt

@@ -1,14 +1,9 @@
 """The frames and step bookkeeping the learner receives, checked with numbers.
 
-What analysis/frame_collect.py collects from actor 0 (the unrolls the
-learner gets and every env step's flags), the `check_*` functions turn into
-named PASS/FAIL `Check`s: frame shape, stack order, frozen frames, reset
-stacks, EnvPool's max-pool, unroll overlap, discounts and reset steps,
-rewards, lives, sticky actions, action sets, behaviour logits, the torso's
-input scaling (IMPALA's Atari protocol, Espeholt et al. 2018, arXiv
-1802.01561; sticky actions, Machado et al. 2018, arXiv 1709.06009).
-launch/inspect_frames.py prints them for a config; tests/unit/test_frames.py
-runs them on short real unrolls.
+The `check_*` functions turn what analysis/frame_collect.py collects from
+actor 0 into named PASS/FAIL `Check`s against IMPALA's Atari protocol
+(Espeholt et al. 2018, arXiv 1802.01561; sticky actions: Machado et al. 2018,
+arXiv 1709.06009). launch/inspect_frames.py prints them.
 """
 
 from typing import Dict, NamedTuple
@@ -39,16 +34,9 @@ def _frac(mask) -> str:
 
 
 def games_in(seq):
-  """Every episode that terminated in a stitched sequence.
-
-  Args:
-    seq: `stitch`'s sequences.
-
-  Returns:
-    (env, first step, step of the terminating action) of each episode with
-    a discount of 0, sorted by that step, then env (the actor's logging
-    order).
-  """
+  """(env, first step, step of the terminating action) of each episode that
+  terminated (discount 0) in `stitch`'s sequences, sorted by that step, then
+  env (the actor's logging order)."""
   out = []
   for b in range(seq['first'].shape[1]):
     for end in np.flatnonzero(seq['discount'][:, b] == 0):
@@ -57,14 +45,11 @@ def games_in(seq):
 
 
 def check_unrolls(unrolls) -> Dict[str, Check]:
-  """The checks that need only the unrolls the learner receives.
-
-  Args:
-    unrolls: consecutive Unrolls of one actor.
+  """The checks that need only one actor's consecutive unrolls.
 
   Returns:
-    Checks 'overlap', 'reset_step', 'prev_keys', 'rewards' and, with
-    'frames' observations, 'frame_shape', 'newest_last', 'not_newest_first',
+    Checks 'overlap', 'reset_step', 'prev_keys', 'rewards' and, with 'frames'
+    observations, 'frame_shape', 'newest_last', 'not_newest_first',
     'not_frozen' and 'reset_stack'.
   """
   seq = stitch(unrolls)
@@ -135,15 +120,9 @@ def _check_frames(seq, frames0) -> Dict[str, Check]:
 
 
 def check_env_record(collected: Collected) -> Dict[str, Check]:
-  """Checks the unrolls against the env's own per-step flags and the actor's game log.
-
-  Args:
-    collected: `collect`'s output.
-
-  Returns:
-    Checks 'discount', 'first_after_end', 'no_life_loss_end' and
-    'logged_games'.
-  """
+  """Checks 'discount', 'first_after_end', 'no_life_loss_end' and
+  'logged_games': the unrolls against the env's own per-step flags and the
+  actor's game log."""
   seq = stitch(collected.unrolls)
   rec = {k: v[:len(seq['reward'])] for k, v in collected.records.items()}
   checks = {}
@@ -173,14 +152,8 @@ def check_env_record(collected: Collected) -> Dict[str, Check]:
 
 
 def check_pong_games(collected: Collected) -> Dict[str, Check]:
-  """Checks that a Pong game ends when one side has 21 points, never before.
-
-  Args:
-    collected: `collect`'s output for Pong.
-
-  Returns:
-    {'pong_21': Check}; it fails when no game ended.
-  """
+  """{'pong_21'}: a Pong game ends when one side has 21 points, never before;
+  fails when no game ended."""
   seq = stitch(collected.unrolls)
   points = [(int((seq['reward'][f:e + 1, b] > 0).sum()), int((seq['reward'][f:e + 1, b] < 0).sum()))
             for b, f, e in games_in(seq)]
@@ -193,18 +166,8 @@ def check_pong_games(collected: Collected) -> Dict[str, Check]:
 
 @jax.jit
 def replay_actions(seed, logits):
-  """The actions make_act_fn samples from logits with the key stream of a seed.
-
-  Jitted. Each step splits the key as the actor does and samples
-  categorically.
-
-  Args:
-    seed: the actor's sampling seed.
-    logits: [S, B, A].
-
-  Returns:
-    int32 actions [S, B].
-  """
+  """int32 [S, B]: the actions make_act_fn samples from logits [S, B, A], the
+  key split each step as the actor does from `seed`."""
   def step(rng, step_logits):
     rng, key = jax.random.split(rng)
     return rng, jax.random.categorical(key, step_logits)
@@ -212,19 +175,10 @@ def replay_actions(seed, logits):
 
 
 def check_behaviour_logits(collected: Collected, max_unrolls: int = 4) -> Dict[str, Check]:
-  """Checks logits[t] == network(obs[t]) and action[t] ~ logits[t].
-
-  The logits are recomputed as the learner does on the first `max_unrolls`
-  unrolls; the sampling is checked by replaying the actor's RNG.
-
-  Args:
-    collected: `collect`'s output.
-    max_unrolls: the unrolls whose logits are recomputed.
-
-  Returns:
-    Checks 'logits' (max |diff| < 1e-4, and more than 10 times smaller than
-    against obs[t+1]) and 'sampling'.
-  """
+  """Checks 'logits' (logits[t] == network(obs[t]), recomputed as the learner
+  does on the first `max_unrolls` unrolls: max |diff| < 1e-4 and over 10 times
+  smaller than against obs[t+1]) and 'sampling' (action[t] ~ logits[t], the
+  actor's RNG replayed)."""
   net, variables = collected.network, collected.variables
   apply = jax.jit(lambda obs, first, state: net.apply(variables, obs, first, state)[0])
   aligned, shifted = [], []
@@ -250,16 +204,8 @@ def check_behaviour_logits(collected: Collected, max_unrolls: int = 4) -> Dict[s
 
 
 def torso_input(network, variables, obs) -> np.ndarray:
-  """What the torso's first layer (conv1) receives.
-
-  Args:
-    network: the AgentNetwork.
-    variables: its variables.
-    obs: observations [T, B, ...] with 'frames'.
-
-  Returns:
-    conv1's input, numpy [T * B, H, W, C].
-  """
+  """conv1's input, numpy [T * B, H, W, C], for observations [T, B, ...]
+  with 'frames'."""
   seen = []
 
   def grab(next_fun, args, kwargs, context):
@@ -274,19 +220,9 @@ def torso_input(network, variables, obs) -> np.ndarray:
 
 
 def check_max_pool(env_id: str, kwargs: Dict, steps: int = 100) -> Check:
-  """Checks EnvPool's max-pool: a frame-skip-4 frame is the max of the last 2 of 4 single frames.
-
-  Two EnvPool envs of one game, frame_skip 4 and 1, full-resolution grey
-  (210 x 160), the same seed and random actions.
-
-  Args:
-    env_id: an Atari env id.
-    kwargs: its EnvPool kwargs.
-    steps: the frame-skip-4 steps compared.
-
-  Returns:
-    The 'max-pool' Check.
-  """
+  """The 'max-pool' Check: a frame-skip-4 frame is the max of the last 2 of 4
+  single frames, from two EnvPool envs (skip 4 and 1, 210 x 160 grey) with
+  one seed and random actions."""
   base = {**kwargs, 'img_height': 210, 'img_width': 160, 'stack_num': 1, 'noop_max': 1,
           'episodic_life': False}
   skip4, skip1 = (envpool.make(env_id, env_type='gymnasium', num_envs=1, seed=3,
@@ -306,19 +242,13 @@ def check_max_pool(env_id: str, kwargs: Dict, steps: int = 100) -> Check:
 
 
 def check_protocol(config, collected: Collected) -> Dict[str, Check]:
-  """Checks IMPALA's Atari protocol as a run applies it.
-
-  EnvPool's options, lives, action sets, reward clipping, input scaling.
-
-  Args:
-    config: the run config (task 0 Atari).
-    collected: `collect`'s output.
+  """Checks IMPALA's Atari protocol as a run (task 0 Atari) applies it.
 
   Returns:
     Checks 'kwargs', 'max_pool', 'sticky' (off), 'lives', 'action_set' (6
-    minimal for one game, 18 full for several), 'reward_clip' (reward_mode
-    'clip') and 'scaling' (conv1's input is frames / 255, NHWC, or minus the
-    task's mean frame for a centring torso).
+    minimal for one game, 18 full for several), 'reward_clip' and 'scaling'
+    (conv1's input is frames / 255 NHWC, minus the task's mean frame for a
+    centring torso).
   """
   kw, env_id = collected.env_kwargs, config.tasks[0]['env_id']
   want = dict(img_height=84, img_width=84, gray_scale=True, stack_num=4, frame_skip=4,
@@ -372,15 +302,8 @@ def check_protocol(config, collected: Collected) -> Dict[str, Check]:
 
 
 def reward_summary(seq) -> str:
-  """Agent steps between non-zero rewards, and rewards per whole game.
-
-  Args:
-    seq: `stitch`'s sequences.
-
-  Returns:
-    Three lines of text: the gaps' mean, median, min and max; each
-    terminated game's count of non-zero rewards; each game's return.
-  """
+  """Three lines: the agent steps between non-zero rewards (mean, median, min,
+  max), each terminated game's count of non-zero rewards, each game's return."""
   gaps = np.concatenate([np.diff(np.flatnonzero(seq['reward'][:, b]))
                          for b in range(seq['reward'].shape[1])])
   games = games_in(seq)

@@ -1,11 +1,7 @@
-"""Actor 0's unrolls and env flags, collected as training produces them.
-
-`collect` builds actor 0's envs exactly as training does (validate_spec ->
-agents.actor.make_envs and make_actors, the builder's agent and seeds), runs
-the real `agents.actor.Actor` thread with a freshly initialised network, and
-keeps the UnrollBlocks it puts on the queue (what the learner gets) and every
-env step's flags; `stitch` joins consecutive unrolls into one sequence per
-env. analysis/frame_checks.py checks what it collects.
+"""Actor 0's unrolls and env flags, collected as training produces them:
+the real `agents.actor.Actor` thread on envs and seeds built exactly as
+training builds them, with a freshly initialised network.
+analysis/frame_checks.py checks what `collect` keeps.
 """
 
 import dataclasses
@@ -36,15 +32,9 @@ class Collected:
 
 
 class RecordingEnv:
-  """Passes everything through to `env`; keeps the flags of every step.
-
-  A BatchedEnv. `records` holds, per step, copies of 'terminated',
-  'truncated', 'game_over' (`terminated` where the env reports none) and
-  'reward', each [B].
-
-  Args:
-    env: the batched env to wrap; closing this closes it.
-  """
+  """A BatchedEnv passing everything through to `env` (closing this closes it),
+  keeping in `records` per step copies of 'terminated', 'truncated',
+  'game_over' (`terminated` where the env reports none) and 'reward', each [B]."""
 
   def __init__(self, env):
     self._env = env
@@ -53,7 +43,6 @@ class RecordingEnv:
     self.records = {'terminated': [], 'truncated': [], 'game_over': [], 'reward': []}
 
   def reset(self):
-    """The wrapped env's reset (not recorded)."""
     return self._env.reset()
 
   def step(self, actions):
@@ -66,20 +55,14 @@ class RecordingEnv:
     return result
 
   def close(self):
-    """Closes the wrapped env."""
     self._env.close()
 
 
 def collect(config, spec, num_blocks: int, policy_scale: float = 1.0) -> Collected:
-  """Runs actor 0 as training would, with a fresh network, and keeps what it produces.
-
-  Actor 0's env (actor.make_envs), its seeds (a fresh run's, env step 0) and
-  the builder's freshly initialised network; the actor thread is stopped and
-  the env closed after.
+  """Runs actor 0 as a fresh run would (env step 0) and keeps what it produces.
 
   Args:
-    config: the run config.
-    spec: its RunSpec (configs.validation.validate_spec).
+    spec: the config's RunSpec (configs.validation.validate_spec).
     num_blocks: the unrolls to collect.
     policy_scale: multiplies the policy head's weights (tests: logits that
       differ between frames, so off-by-one errors show).
@@ -88,7 +71,7 @@ def collect(config, spec, num_blocks: int, policy_scale: float = 1.0) -> Collect
     A Collected; records are stacked [S, B], S the env steps taken.
 
   Raises:
-    RuntimeError: when the actor fails ('actor failed: ...').
+    RuntimeError: when the actor fails.
   """
   plan = spec.plan
   env = RecordingEnv(actor_lib.make_envs(spec, count=1)[0])
@@ -130,15 +113,13 @@ def collect(config, spec, num_blocks: int, policy_scale: float = 1.0) -> Collect
 
 
 def stitch(unrolls) -> Dict[str, np.ndarray]:
-  """Consecutive unrolls as one sequence per env, each overlap step once.
-
-  Args:
-    unrolls: consecutive rl.types.Unrolls of one actor, [T + 1, B, ...].
+  """Consecutive [T + 1, B, ...] unrolls of one actor as one sequence per env,
+  each overlap step once.
 
   Returns:
-    Each observation key and 'first', 'action', 'behaviour_logits',
-    'reward', 'discount', 'task_id' -> [S, B, ...], S = 1 + T * len(unrolls):
-    index s is the actor's s-th step (its s-th env.step and s-th sample).
+    Each observation key and 'first', 'action', 'behaviour_logits', 'reward',
+    'discount', 'task_id' -> [S, B, ...], S = 1 + T * len(unrolls): index s is
+    the actor's s-th step.
   """
   def cat(get):
     return np.concatenate([get(unrolls[0])] + [get(u)[1:] for u in unrolls[1:]])

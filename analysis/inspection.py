@@ -25,20 +25,9 @@ class EpisodeTrace:
 
 def trace_episode(run: LoadedRun, task_id: int, max_steps: int = 2000, seed: int = 0,
                   greedy: bool = False) -> EpisodeTrace:
-  """Plays one episode of a task with one env, recording frames and values.
-
-  Args:
-    run: the loaded run.
-    task_id: the task.
-    max_steps: the most steps played.
-    seed: the env seed and the sampling key's.
-    greedy: act greedily (argmax).
-
-  Returns:
-    An EpisodeTrace: at each step before the action, the frame a video shows
-    and every value head's value unnormalised with the run's PopArt
-    statistics ([T, K]).
-  """
+  """Plays one episode of a task in one env, recording at each step, before
+  the action, the frame a video shows and every value head's value
+  unnormalised with the run's PopArt statistics ([T, K])."""
   stats = run.variables['popart']['value_head']
 
   @jax.jit

@@ -1,7 +1,6 @@
-"""A population's curves from its members' run folders (launch/pbt.py):
-each member's training return and hyperparameter schedule against env
-steps, and the copies between members. Pure functions over metrics rows;
-launch/plot_pbt.py draws them."""
+"""A population's curves from its members' run folders (launch/pbt.py): each
+member's training return and hyperparameter schedule against env steps, and
+the copies between members. Pure functions over metrics rows."""
 
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -14,14 +13,8 @@ EVENTS = 'events.jsonl'
 
 
 def load_population(population_dir: str) -> Tuple[Dict[str, List[Dict]], List[Dict]]:
-  """Reads a population folder's members' metrics and its copies.
-
-  Args:
-    population_dir: the population folder (rundir/population.py).
-
-  Returns:
-    ({member name: its metrics.jsonl rows}, the rows of events.jsonl, []
-    without one); members without metrics.jsonl are left out.
+  """({member name: its metrics.jsonl rows}, events.jsonl's rows or []) of a
+  population folder; members without metrics.jsonl are left out.
 
   Raises:
     FileNotFoundError: when the folder has no members/.
@@ -37,18 +30,9 @@ def load_population(population_dir: str) -> Tuple[Dict[str, List[Dict]], List[Di
 
 def rolling_return(rows: Sequence[Dict], task: str, episodes: int = 100
                    ) -> Tuple[List[int], List[float]]:
-  """A member's rolling mean training return.
-
-  Args:
-    rows: the member's metrics rows.
-    task: the task name.
-    episodes: the number of last games averaged.
-
-  Returns:
-    (env steps, mean return of the last `episodes` games) at every log row
-    that ended games of the task ('episodes/<task>' > 0), from the rows'
-    per-window means and counts (configs.pbt.last_episodes_mean).
-  """
+  """(env steps, mean return of the last `episodes` games) at every metrics row
+  that ended games of the task, from the rows' per-window means and counts
+  (configs.pbt.last_episodes_mean)."""
   steps, values, seen = [], [], []
   for row in rows:
     if int(row.get(f'episodes/{task}', 0)) <= 0:
@@ -60,18 +44,11 @@ def rolling_return(rows: Sequence[Dict], task: str, episodes: int = 100
 
 
 def schedule(rows: Sequence[Dict], name: str) -> List[Tuple[int, int, float]]:
-  """A member's schedule of one hyperparameter, as segments of env steps.
+  """A member's (from env step, to env step, value) segments of one
+  hyperparameter 'pbt/<name>', in order.
 
-  Each interval's 'pbt/<name>' row (at its end) holds the value it trained
-  with since the previous row; a copy's row (with 'pbt/copied_from', at the
-  donor's step) starts the next interval there.
-
-  Args:
-    rows: the member's metrics rows.
-    name: the hyperparameter, as in 'pbt/<name>'.
-
-  Returns:
-    (from env step, to env step, value) segments, in order.
+  A row holds the value trained with since the previous row; a copy's row
+  ('pbt/copied_from', at the donor's step) starts the next segment there.
   """
   key = f'pbt/{name}'
   segments, start = [], 0
@@ -89,15 +66,7 @@ def schedule(rows: Sequence[Dict], name: str) -> List[Tuple[int, int, float]]:
 
 
 def copies(events: Sequence[Dict], member: str) -> List[Dict]:
-  """The copies a member made (it was the recipient), in order.
-
-  Args:
-    events: the rows of events.jsonl.
-    member: the member's name.
-
-  Returns:
-    The events whose recipient is `member`.
-  """
+  """The events whose recipient is `member`, in order."""
   return [e for e in events if e.get('recipient') == member]
 
 

@@ -1,33 +1,10 @@
 """NLE's own agent (`nle.agent.agent`, PyTorch) as a policy for analysis/evaluation.py.
 
-NLE 1.3.0 ships a TorchBeast IMPALA agent (the baseline of Kuttler et al.
-2020, arXiv 2006.13760; IMPALA: Espeholt et al. 2018, arXiv 1802.01561) that
-saves `model.tar` (a
-`torch.save` dict: model_state_dict, optimizer_state_dict, flags). To compare
-it with this project's agent on the same games, its network is loaded here
-and wrapped in the evaluator's policy signature,
-
-  policy(variables, obs, first, core_state, rng) -> (action [B], core_state, rng),
-
-so that `evaluation.play_episodes` plays it on the same envs, the same seeds
-and with the same episode bookkeeping as `launch/evaluate.py` plays ours.
-
-The wrapper feeds the network what NLE's actor feeds it: `glyphs` [1, B, 21,
-79], `blstats` [1, B, 27] and `done` [1, B], where `done` is True on the first
-step of an episode (NLE's actor passes the previous step's `done`, and its
-LSTM zeroes the core state where it is set). Actions are sampled from the
-policy logits (as the agent acts in training and as our evaluator acts by
-default) or, greedy, their argmax (as NLE's `--mode test` does). Sampling uses
-a numpy Generator carried as `rng`.
-
-`evaluate` plays a loaded peer on one task of one of our runs: the run names
-the env id, character and env settings, and the env seeds are those
-`launch/evaluate.py --seed=S` uses for that task, so both agents play the
-same games. Its record is `evaluation.summary`'s, with the peer's path,
-flags and logged agent steps.
-
-torch is not a dependency of this project: it is imported when a peer is
-loaded, with a one-line error naming the package to install.
+NLE's TorchBeast IMPALA baseline (Kuttler et al. 2020, arXiv 2006.13760)
+is loaded from its `model.tar` and wrapped in the evaluator's policy
+signature, so `evaluation.play_episodes` plays it on the same envs, seeds
+and episode bookkeeping as ours. torch is imported only when a peer is
+loaded (TORCH_HINT names the package).
 """
 
 import os
@@ -47,15 +24,8 @@ Forward = Callable[[Dict[str, np.ndarray], np.ndarray, Any], Tuple[np.ndarray, A
 
 
 def sample_actions(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-  """One action per row of logits, drawn from their softmax by inverse CDF.
-
-  Args:
-    logits: [B, A].
-    rng: a numpy Generator; B uniforms are drawn from it.
-
-  Returns:
-    int actions [B], each in 0..A-1.
-  """
+  """int actions [B] drawn from the softmax of logits [B, A] by inverse CDF,
+  B uniforms from numpy Generator `rng`."""
   z = logits - logits.max(axis=-1, keepdims=True)
   p = np.exp(z)
   p /= p.sum(axis=-1, keepdims=True)
@@ -65,16 +35,13 @@ def sample_actions(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def make_policy(forward: Forward, greedy: bool = False) -> Callable:
-  """The evaluator's policy signature around a peer's `forward`.
-
-  Args:
-    forward: forward(obs, first, core_state) -> (logits [B, A], core_state).
-    greedy: act with the argmax of the logits instead of a sample.
+  """The evaluator's policy around a peer's `forward`: a sample from the logits
+  (as the agent trains), or their argmax when `greedy` (NLE's `--mode test`).
 
   Returns:
     policy(variables, obs, first, core_state, rng) -> (action int32 [B],
-    core_state, rng): `variables` is ignored (the peer holds its own
-    weights); `rng` is a numpy Generator, returned as it is after drawing.
+    core_state, rng): `variables` is ignored (the peer holds its weights);
+    `rng` is a numpy Generator.
   """
 
   def policy(variables, obs, first, core_state, rng):
@@ -96,16 +63,11 @@ def _import_torch():
 
 
 def torch_forward(model) -> Forward:
-  """A `Forward` around an NLE agent's torch network: one time step of B envs, no gradients.
+  """A `Forward` around an NLE agent's torch network: one time step of B envs,
+  no gradients.
 
-  Args:
-    model: an `nle.agent.agent.NetHackNet` (or anything with its call
-      signature).
-
-  Returns:
-    forward(obs, first, core_state) -> (logits [B, A] numpy, core_state):
-    feeds 'glyphs', 'blstats' and 'done' (= first), each with a leading time
-    axis of 1.
+  Feeds what NLE's actor feeds: 'glyphs', 'blstats' and 'done' (= first: its
+  LSTM zeroes the core state where set), each with a leading time axis of 1.
 
   Raises:
     ImportError: without torch (TORCH_HINT).
@@ -123,14 +85,9 @@ def torch_forward(model) -> Forward:
 
 
 class PeerAgent:
-  """A loaded NLE agent: its network (eval mode), its training flags, its
-  env id, and `initial_state(batch)` / `policy(greedy)` for the evaluator.
-
-  Args:
-    model: the torch network.
-    flags: its training flags; `env_id` is flags['env'], 'NetHackScore-v0'
-      without one.
-  """
+  """A loaded NLE agent: its network (eval mode), its training flags, its env
+  id (flags['env'], 'NetHackScore-v0' without one), and `initial_state(batch)`
+  / `policy(greedy)` for the evaluator."""
 
   def __init__(self, model, flags: Dict[str, Any]):
     self.model = model
@@ -147,23 +104,15 @@ class PeerAgent:
 
 
 def load_nle_agent(model_tar: str) -> PeerAgent:
-  """Builds NLE's `NetHackNet` from a `model.tar` that `nle.agent.agent` wrote.
-
-  The network's shape is read from the checkpoint: the number of actions
-  from its policy layer, the LSTM from its flags (`use_lstm`). It is loaded
-  on the CPU with weights_only=True.
-
-  Args:
-    model_tar: the path of model.tar.
-
-  Returns:
-    A PeerAgent, its network in eval mode.
+  """Builds NLE's `NetHackNet` from a `model.tar` that `nle.agent.agent` wrote,
+  on the CPU, shaped from the checkpoint (actions from its policy layer,
+  `use_lstm` from its flags).
 
   Raises:
     FileNotFoundError: when there is no file at the path.
     ImportError: without torch (TORCH_HINT).
-    ValueError: naming the path, when the file is not a torch checkpoint or
-      not a dict with model_state_dict and flags.
+    ValueError: naming the path, when the file is not a checkpoint of
+      nle.agent.agent.
   """
   if not os.path.isfile(model_tar):
     raise FileNotFoundError(f'no NLE agent checkpoint at {model_tar}')
@@ -188,16 +137,8 @@ def load_nle_agent(model_tar: str) -> PeerAgent:
 
 
 def last_logged_step(model_tar: str) -> Optional[int]:
-  """The agent steps an NLE agent logged last.
-
-  Args:
-    model_tar: the path of model.tar; `logs.tsv` beside it is read
-      (TorchBeast's log, tab-separated, `# Step` column).
-
-  Returns:
-    The `# Step` value of its last row with one, or None without the file,
-    the column or rows.
-  """
+  """The last `# Step` value of TorchBeast's logs.tsv beside model.tar, or None
+  without the file, the column or rows."""
   path = os.path.join(os.path.dirname(model_tar), 'logs.tsv')
   if not os.path.isfile(path):
     return None
@@ -211,18 +152,11 @@ def last_logged_step(model_tar: str) -> Optional[int]:
 
 
 def task_id_of(run, task: Optional[str]) -> int:
-  """A task's id in a run.
-
-  Args:
-    run: the loaded run.
-    task: a task name; None: the run's only task.
-
-  Returns:
-    The task's index in the run's tasks.
+  """The index of task name `task` in the run's tasks (None: its only task).
 
   Raises:
-    ValueError: one line naming the tasks, when `task` is not one of them,
-      or is None and the run has several.
+    ValueError: naming the tasks, when `task` is not one, or is None and the
+      run has several.
   """
   names = list(run.plan.task_names)
   if task is None:
@@ -239,32 +173,18 @@ def task_id_of(run, task: Optional[str]) -> int:
 def evaluate(run, peer: PeerAgent, model_tar: str, task: Optional[str] = None,
              episodes: int = 10, greedy: bool = False, max_steps: Optional[int] = None,
              num_envs: int = evaluation.DEFAULT_NUM_ENVS, seed: int = 0) -> Dict[str, Any]:
-  """Plays a peer agent on one task of our run, on the env seeds our evaluator uses for it.
-
-  The env is the task's evaluation env (evaluation.make_task_env) seeded
-  evaluation.env_seed(seed, task id), so both agents play the same games;
-  the actions are sampled from numpy's default_rng([seed, task id]).
-
-  Args:
-    run: our loaded run (analysis/run_loading.LoadedRun).
-    peer: the loaded PeerAgent.
-    model_tar: the path of the peer's model.tar.
-    task: the task name; None: the run's only task.
-    episodes: the whole episodes to play.
-    greedy: act with the argmax of the logits.
-    max_steps: the most batched steps; None: no cap.
-    num_envs: the most envs played in parallel.
-    seed: the evaluation seed.
+  """Plays a peer agent on one task of our run, on the env seeds our evaluator
+  uses for it (evaluation.env_seed), so both agents play the same games;
+  sampling uses numpy's default_rng([seed, task id]).
 
   Returns:
-    evaluation.summary's JSON-ready record, with 'workdir' the peer's
-    model.tar, 'env_steps' and 'env_frames' its last logged agent step (or
-    None), and 'agent', 'games_of' (our run folder) and 'peer_flags' (its
-    scalar flags).
+    evaluation.summary's record, with 'workdir' the peer's model.tar,
+    'env_steps' and 'env_frames' its last logged agent step (or None), and
+    'agent', 'games_of' (our run folder) and 'peer_flags' (its scalar flags).
 
   Raises:
-    ValueError: when the task is not one of the run's, or the peer trained
-      on another env id than the task plays.
+    ValueError: when the task is not one of the run's, or the peer trained on
+      another env id than the task plays.
   """
   task_id = task_id_of(run, task)
   env_id = run.config.tasks[task_id]['env_id']

@@ -1,23 +1,11 @@
 """Training curves of NLE's own agent beside ours, on one axis of agent steps
 or of wall-clock time.
 
-NLE 1.3.0's `nle.agent.agent` writes one row per learner step to
-`<savedir>/latest/logs.tsv` (`# Step`, `mean_episode_return`: the mean of the
-games that ended in that step's batch, `nan` when none did) and, on its
-standard output, a line every 5 seconds such as
-
-  [INFO:14691 agent:571 2026-11-26 12:22:49,452] Steps 9600 @ 127.9 SPS. ...
-
-which is the only record of when each step was reached. `peer_curve` joins
-the two: every row with a return, at its agent step, and the time at that
-step interpolated from the log lines. Ours come from `metrics.jsonl` (a row
-every `log.every_seconds`: the mean return of the games that ended since the
-previous row and how many there were).
-
-`binned` averages either over bins of agent steps or seconds, weighting each
-row by its games, with the standard error of that weighted mean computed
-over rows (a cluster-robust estimate: rows, not games, are the samples,
-since only their means are logged).
+NLE's agent logs each learner step's mean return to logs.tsv, and only its
+standard output ('Steps N @' every 5 s) says when a step was reached;
+`peer_curve` joins the two. Ours come from metrics.jsonl. `binned` weights
+each row by its games, with a cluster-robust standard error (rows, not
+games, are the samples, since only their means are logged).
 """
 
 import csv
@@ -40,17 +28,8 @@ class Curve(NamedTuple):
 
 
 def log_times(lines: Sequence[str]):
-  """When NLE's agent reached each agent step, from its standard output.
-
-  A step repeated by later lines (the learner waiting) counts at its first
-  line.
-
-  Args:
-    lines: the agent's output lines; only its 'Steps N @' lines count.
-
-  Returns:
-    (agent steps, seconds since the first such line), float64 arrays, steps
-    strictly increasing.
+  """(agent steps, seconds since the first line), float64, steps strictly
+  increasing, from the 'Steps N @' lines of NLE's agent's standard output.
 
   Raises:
     ValueError: when there are no such lines, or the steps go back (logs of
@@ -78,18 +57,8 @@ def log_times(lines: Sequence[str]):
 
 
 def peer_curve(logs_tsv: str, log_path: str) -> Curve:
-  """NLE's agent's curve from its logs.tsv and its standard output.
-
-  Rows whose return is not finite, and rows cut short, are left out; each
-  row's time is interpolated from the log lines (steps past the last line
-  keep its time).
-
-  Args:
-    logs_tsv: the agent's logs.tsv.
-    log_path: a file holding the agent's standard output.
-
-  Returns:
-    A Curve, one game per row.
+  """NLE's agent's Curve (one game per row) from its logs.tsv and standard
+  output; rows with a non-finite return or cut short are left out.
 
   Raises:
     ValueError: as log_times, or when logs.tsv lacks the 'Step' or
@@ -117,18 +86,9 @@ def peer_curve(logs_tsv: str, log_path: str) -> Curve:
 
 
 def our_curve(records: Sequence[dict], task: str) -> Curve:
-  """Our run's curve for one task from its metrics.jsonl rows.
-
-  Rows are kept where games of the task ended ('episodes/<task>'). `time`
-  restarts at 0 in each process of a resumed run; it is made to keep going.
-
-  Args:
-    records: the metrics rows, in file order.
-    task: the task name.
-
-  Returns:
-    A Curve: env_steps, time, 'episode_return/<task>' and
-    'episodes/<task>' of those rows.
+  """Our run's Curve for one task from its metrics.jsonl rows, in file order,
+  where games of the task ended: env_steps, time, 'episode_return/<task>' and
+  'episodes/<task>'.
 
   Raises:
     ValueError: when no game of the task ended.
@@ -160,17 +120,9 @@ class Bin(NamedTuple):
 
 
 def weighted_mean(returns: np.ndarray, games: np.ndarray):
-  """The mean of rows' means weighted by their games, and its standard error.
-
-  Args:
-    returns: each row's mean return, [n].
-    games: each row's games (the weights w), [n].
-
-  Returns:
-    (mean, standard error) as floats: the error is the cluster-robust one,
-    sqrt(sum w^2 (x - mean)^2) / sum w, scaled by sqrt(n / (n - 1)) (nan
-    when n < 2).
-  """
+  """(mean, standard error) of rows' mean returns weighted by their games w:
+  the cluster-robust error sqrt(sum w^2 (x - mean)^2) / sum w, times
+  sqrt(n / (n - 1)); nan when n < 2."""
   w, x = np.asarray(games, np.float64), np.asarray(returns, np.float64)
   mean = float(np.sum(w * x) / np.sum(w))
   n = len(x)
@@ -182,18 +134,9 @@ def weighted_mean(returns: np.ndarray, games: np.ndarray):
 
 def binned(curve: Curve, width: float, axis: str = 'steps',
            end: Optional[float] = None) -> List[Bin]:
-  """The curve averaged over bins of agent steps or seconds.
-
-  Args:
-    curve: the Curve.
-    width: the bins' width.
-    axis: 'steps' or 'seconds'.
-    end: where the last bin ends (it includes `end`); None: the last row.
-
-  Returns:
-    A Bin for each [k width, (k + 1) width) that holds rows (weighted_mean);
-    empty bins are left out.
-  """
+  """A Bin (weighted_mean) for each [k width, (k + 1) width) of `axis` ('steps'
+  or 'seconds') that holds rows; the last bin ends at and includes `end` (None:
+  the last row)."""
   x = curve.steps if axis == 'steps' else curve.seconds
   end = float(x.max()) if end is None else end
   out = []
@@ -207,17 +150,8 @@ def binned(curve: Curve, width: float, axis: str = 'steps',
 
 
 def last_window(curve: Curve, width: float, end: float):
-  """The weighted mean return over the last window of agent steps.
-
-  Args:
-    curve: the Curve.
-    width: the window's width in agent steps.
-    end: the window's end (included).
-
-  Returns:
-    (mean, standard error, games) of the rows in (end - width, end]
-    (weighted_mean); (nan, nan, 0) when there are none.
-  """
+  """(mean, standard error, games) of the rows in (end - width, end] of agent
+  steps (weighted_mean); (nan, nan, 0) when there are none."""
   inside = (curve.steps > end - width) & (curve.steps <= end)
   if not inside.any():
     return float('nan'), float('nan'), 0

@@ -1,10 +1,8 @@
-"""Runs compared at fixed agent steps per task: e.g. the separating
-runs (one change each from a base run) archived in docs/data/popart_atari/
-(docs/popart_atari.md).
+"""Runs compared at fixed agent steps per task (e.g. the one-change runs
+archived in docs/data/popart_atari/); `launch/compare_runs.py` prints them.
 
-Pure functions of analysis/run_metrics.Run objects; `launch/compare_runs.py`
-prints them as a markdown table. Agent steps per task are a run's env steps
-over its tasks (the actors step every task's envs equally).
+Agent steps per task are a run's env steps over its tasks (the actors step
+every task's envs equally); `step` and `window` arguments are in those units.
 """
 
 from typing import Dict, List, Optional, Sequence
@@ -19,19 +17,9 @@ def _per_task(run: Run, record: Dict) -> float:
 
 
 def return_at(run: Run, task: str, step: float, window: float) -> Optional[float]:
-  """A task's mean return over a window of agent steps per task ending at a step.
-
-  Args:
-    run: the run.
-    task: the task name.
-    step: the window's end, in agent steps per task (included).
-    window: the window's width, in agent steps per task.
-
-  Returns:
-    The mean return of the task's games that ended in (step - window, step]
-    (each log row's games weighted by their number); None when the run has
-    not reached `step` or no game ended in the window.
-  """
+  """A task's mean return over the games that ended in (step - window, step],
+  each log row weighted by its games; None when the run has not reached
+  `step` or no game ended in the window."""
   key, count = f'episode_return/{task}', f'episodes/{task}'
   if not run.records or _per_task(run, run.records[-1]) < step:
     return None
@@ -42,19 +30,8 @@ def return_at(run: Run, task: str, step: float, window: float) -> Optional[float
 
 
 def first_passing(run: Run, task: str, threshold: float, window: float) -> Optional[float]:
-  """When a task's return first reaches a threshold.
-
-  Args:
-    run: the run.
-    task: the task name.
-    threshold: the return to reach.
-    window: the window of `return_at`, in agent steps per task.
-
-  Returns:
-    The first logged agent step per task at which the task's return over
-    the preceding `window` (as return_at) is at least `threshold`; None if
-    never.
-  """
+  """The first logged agent step per task at which `return_at` over the
+  preceding `window` is at least `threshold`; None if never."""
   key = f'episode_return/{task}'
   for r in run.records:
     if key not in r:
@@ -67,16 +44,8 @@ def first_passing(run: Run, task: str, threshold: float, window: float) -> Optio
 
 
 def median_until(run: Run, key: str, step: float) -> Optional[float]:
-  """The median of a metric over the log rows up to a step.
-
-  Args:
-    run: the run.
-    key: the metric's name in the rows.
-    step: the last agent step per task included.
-
-  Returns:
-    The median of `key` over the rows that have it; None when none do.
-  """
+  """The median of metric `key` over the rows up to `step` that have it; None
+  when none do."""
   values = [r[key] for r in run.records if key in r and _per_task(run, r) <= step]
   return float(np.median(values)) if values else None
 
@@ -89,19 +58,11 @@ def table_rows(runs: Sequence[Run], labels: Sequence[str], steps: Sequence[float
                window: float, thresholds: Dict[str, float]) -> List[List[str]]:
   """The comparison table's rows, one per run and task, as text cells.
 
-  Args:
-    runs: the runs.
-    labels: each run's label, in the order of `runs`.
-    steps: the agent steps per task at which returns are read.
-    window: the window of `return_at`.
-    thresholds: task -> the return its first passing step is read for.
-
   Returns:
-    Rows [label, task, the return at each of `steps`, the first step
-    passing the task's threshold ('<x>M'; 'not passed'; '-' without a
-    threshold), the medians up to the last of `steps` of the task's shares
-    of the shared torso's gradient ('policy / value': grad_share_*), of
-    kl_update and of agent steps/s (sps)]; '-' where a value is missing.
+    Rows [label, task, the return at each of `steps`, the first step passing
+    the task's threshold ('<x>M', 'not passed', '-' without one), then the
+    medians up to the last of `steps` of the torso gradient's 'policy / value'
+    shares, kl_update and sps]; '-' where a value is missing.
   """
   rows = []
   last = max(steps)

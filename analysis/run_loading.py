@@ -1,18 +1,10 @@
 """Loading a trained run back: its config, network and checkpointed variables.
 
-`load_run(workdir, step)` builds the run's agent as training did
-(agents/builder.py; the config from <workdir>/config.json, on one learner
-device) without starting envs or threads, and restores a checkpoint into
-its learner state. Evaluation, saliency tools and notebooks all
-start here.
-
-Checkpoints are checked as a resume checks them (agents/checkpoint.py): the
-latest means the newest *intact* one (newer damaged ones are skipped, named
-in `LoadedRun.skipped`, and left where they are: loading only reads), and a
-checkpoint asked for by step that fails its check stops with one line. A
-trainer still writing the run deletes all but its last two checkpoints; one
-deleted while it loads is replaced by the newest intact one then, up to
-RESTORE_TRIES times.
+Reads only. The latest checkpoint means the newest intact one (newer damaged
+ones are skipped and named in `LoadedRun.skipped`); one asked for by step
+that fails its check stops with one line. A trainer still writing the run
+may delete the chosen checkpoint while it loads: the newest intact one is
+then taken, up to RESTORE_TRIES times.
 """
 
 import dataclasses
@@ -57,18 +49,9 @@ def _tuples(value):
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
-  """A run's config from <workdir>/config.json (written by rundir/run_logger.py).
-
-  JSON lists become tuples again. Fields added to the configs after the run
-  was written take the value that keeps the behaviour the run had: the
-  current default, or for network.core_extra_inputs, False (the core took no
-  extra inputs).
-
-  Args:
-    workdir: the run folder.
-
-  Returns:
-    The config as an ml_collections.ConfigDict.
+  """A run's config from <workdir>/config.json (rundir/run_logger.py), JSON
+  lists as tuples again, fields added since taking the value that keeps the
+  run's behaviour.
 
   Raises:
     FileNotFoundError: when there is no folder or no config.json.
@@ -81,9 +64,7 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
     raise FileNotFoundError(f'{workdir} has no {run_folder.CONFIG_FILE}, so it is not a run '
                             'folder (launch/train.py writes one at the start of a run)')
   saved = _tuples(saved)
-  # Fields added to the configs after the run was written take the value
-  # that keeps the behaviour the run had: the default, or for fields whose
-  # default changed as they were added, the old behaviour.
+  # Added fields take their default, or _BEFORE_FIELD_EXISTED's where the default changed.
   defaults = _with_defaults(_BEFORE_FIELD_EXISTED, common.base_config().to_dict())
   return ml_collections.ConfigDict(_with_defaults(saved, defaults))
 
@@ -110,26 +91,16 @@ def checkpoint_steps(workdir: str) -> Tuple[int, ...]:
 
 
 def load_run(workdir: str, step: Optional[int] = None) -> LoadedRun:
-  """Loads a run's config and network and restores one of its checkpoints.
-
-  The agent is built as training built it, on one learner device
-  (num_learner_devices 1, actor_device_id 0), without envs or threads; the
-  module docstring says which checkpoint is chosen. Reads only.
-
-  Args:
-    workdir: the run folder.
-    step: the checkpoint's env step; None: the newest intact one.
-
-  Returns:
-    A LoadedRun.
+  """Loads a run's config and network and restores checkpoint `step` (None: the
+  newest intact one), the agent built as training built it on one learner
+  device, without envs or threads.
 
   Raises:
     FileNotFoundError: naming what is missing: the folder, its config.json,
-      any checkpoint, or the step asked for (listing the steps there are).
-    configs.validation.ConfigError: when the saved config no longer
-      validates.
-    agents.checkpoint.CheckpointError: one line, when the checkpoint asked
-      for, or every one, is damaged.
+      any checkpoint, or the step asked for (listing those there are).
+    configs.validation.ConfigError: when the saved config no longer validates.
+    agents.checkpoint.CheckpointError: when the checkpoint asked for, or every
+      one, is damaged.
   """
   config = load_config(workdir)
   checkpointer = Checkpointer(workdir, read_only=True)
@@ -168,9 +139,8 @@ def load_run(workdir: str, step: Optional[int] = None) -> LoadedRun:
 
 def _restore(workdir: str, like, step: Optional[int]):
   """(restored checkpoint, [(step, what is wrong)] of the newer damaged ones
-  skipped) for `step`, or for the newest intact checkpoint when None. A
-  checkpoint that passes its check but does not restore (one written
-  without a manifest, then damaged) counts as damaged too."""
+  skipped) for `step`, or the newest intact checkpoint when None. One that
+  passes its check but does not restore counts as damaged too."""
   root = checkpoint.directory(workdir)
   skipped: List[Tuple[int, str]] = []
   rotated = 0

@@ -1,11 +1,6 @@
-"""A run's logged metrics for analysis: metrics.jsonl (and wandb when
-online) as per-key series, and the small plots the notebooks draw.
-(analysis/run_loading.py restores a run's checkpoint instead.)
-
-  from analysis import run_metrics
-  runs = run_metrics.load_all_metrics(['runs/single', 'runs/popart'])
-  run_metrics.plot_metric(runs, 'episode_return')       # one line per run and task
-"""
+"""A run's logged metrics for analysis: metrics.jsonl (and wandb when online)
+as per-key series, and the small plots the notebooks draw
+(analysis/run_loading.py restores a run's checkpoint instead)."""
 
 import glob
 import math
@@ -18,13 +13,8 @@ from rundir import run_folder
 
 
 class Run:
-  """One run's metrics: `series(key)` -> (env_steps, values) where logged.
-
-  Args:
-    name: the run's label.
-    records: its metrics rows, in order (stitch_resumed for a run folder).
-    config: its config as a dict (config.json); None: {}.
-  """
+  """One run's metrics rows, in order (stitch_resumed for a run folder), and
+  its config as a dict (None: {})."""
 
   def __init__(self, name: str, records: List[Dict], config: Optional[Dict] = None):
     self.name, self.records, self.config = name, records, config or {}
@@ -36,20 +26,13 @@ class Run:
 
   @property
   def task_names(self) -> List[str]:
-    """The config's task names; without them, the tasks of 'popart/mu/<task>' keys, sorted."""
+    """The config's task names; without them, those of 'popart/mu/<task>' keys, sorted."""
     return [t['name'] for t in self.config.get('tasks', [])] or sorted(
         {k.split('/', 1)[1] for k in self.keys if k.startswith('popart/mu/')})
 
   def series(self, key: str):
-    """One metric over training.
-
-    Args:
-      key: the metric's name in the rows.
-
-    Returns:
-      (env_steps, values), float arrays of the rows where `key` is a finite
-      number; empty arrays when there are none.
-    """
+    """(env_steps, values), float arrays of the rows where `key` is a finite
+    number."""
     rows = [(r['env_steps'], r[key]) for r in self.records
             if key in r and isinstance(r[key], (int, float)) and math.isfinite(r[key])]
     if not rows:
@@ -58,14 +41,8 @@ class Run:
     return np.asarray(x, float), np.asarray(y, float)
 
   def last(self, prefix: str) -> Dict[str, float]:
-    """The latest value of every key under a prefix.
-
-    Args:
-      prefix: e.g. 'actions/<task>/'.
-
-    Returns:
-      The key without the prefix -> its value in the last row that has it.
-    """
+    """Each key under `prefix` (e.g. 'actions/<task>/'), prefix removed -> its
+    value in the last row that has it."""
     out = {}
     for r in self.records:
       out.update({k[len(prefix):]: v for k, v in r.items() if k.startswith(prefix)})
@@ -75,24 +52,15 @@ class Run:
 def stitch_resumed(records: List[Dict]) -> List[Dict]:
   """One history from a metrics.jsonl that resumed runs appended to.
 
-  A run stopped and resumed from its last checkpoint logs that checkpoint's
-  env steps again: the records the stopped process wrote past the resumed
-  process's first record describe a stretch the resumed run does not
-  continue, so they are dropped (those between the checkpoint and that first
-  record, one log window at most, stay). `launch/train.py` itself sets those
-  rows aside when it resumes (rundir/run_folder.set_aside_metrics), so its
-  file shows the new process only by `time` (seconds since the process
-  started) going back. Either way `time` goes on from the last kept record's,
-  so it counts the training time of the kept history (the dropped stretch's
-  wall time is not in it); the resumed records keep their process's own
-  clock as `process_time`. Records without env_steps count as env step 0.
-
-  Args:
-    records: the rows of metrics.jsonl, in file order.
+  A resumed run logs its checkpoint's env steps again, so the stopped
+  process's rows past the resumed process's first row are dropped; a process
+  whose predecessor's extra rows were set aside (run_folder.set_aside_metrics)
+  shows only by `time` going back. `time` then goes on from the last kept row's
+  (training time of the kept history), the process's own clock kept as
+  `process_time`. Rows without env_steps count as env step 0.
 
   Returns:
-    The kept rows, in order; rows with a shifted `time` are new dicts, the
-    others the same objects.
+    The kept rows in order; rows with a shifted `time` are new dicts.
   """
   out: List[Dict] = []
   offset = 0.0
@@ -109,15 +77,9 @@ def stitch_resumed(records: List[Dict]) -> List[Dict]:
 
 
 def load_metrics(workdir: str, name: Optional[str] = None) -> Run:
-  """A run folder's metrics as one stitched history, with its config.json.
-
-  Args:
-    workdir: a run folder, or an archive of one (rundir/archive.py).
-    name: the run's label; None: the folder's name.
-
-  Returns:
-    A Run of stitch_resumed(rows of metrics.jsonl or metrics.jsonl.gz) and
-    the config (None where there is no config.json).
+  """A Run of a run folder (or its rundir/archive.py archive):
+  stitch_resumed(metrics.jsonl[.gz] rows) and config.json (None without one),
+  named `name` or the folder's name.
 
   Raises:
     FileNotFoundError: without a metrics file.
@@ -130,30 +92,15 @@ def load_metrics(workdir: str, name: Optional[str] = None) -> Run:
 
 
 def load_all_metrics(workdirs: Sequence[str]) -> List[Run]:
-  """The metrics of several run folders.
-
-  Args:
-    workdirs: run folders or glob patterns (a pattern matching nothing is
-      read as a path).
-
-  Returns:
-    One Run per folder (load_metrics), in the order given, each pattern's
-    matches sorted.
-  """
+  """One Run per folder (load_metrics), in the order given, each glob
+  pattern's matches sorted (a pattern matching nothing is read as a path)."""
   paths = [p for w in workdirs for p in (sorted(glob.glob(w)) or [w])]
   return [load_metrics(p) for p in paths]
 
 
 def load_wandb_runs(paths: Sequence[str]) -> List[Run]:
-  """Runs from wandb; needs `wandb login` and network.
-
-  Args:
-    paths: wandb run paths, 'entity/project/run_id'.
-
-  Returns:
-    One Run per path, its rows from the run's history (env_steps from
-    wandb's '_step' where a row lacks it) and its config.
-  """
+  """One Run per wandb path 'entity/project/run_id', its rows from the run's
+  history (env_steps from '_step' where a row lacks it); needs `wandb login`."""
   if not paths:
     return []
   import wandb
@@ -168,17 +115,8 @@ def load_wandb_runs(paths: Sequence[str]) -> List[Run]:
 
 
 def plot_metric(runs: Sequence[Run], metric: str, ax=None, per_task: bool = True):
-  """Plots a metric over env steps, one line per run (and task).
-
-  Args:
-    runs: the Runs.
-    metric: e.g. 'episode_return', 'hns', 'popart/sigma', 'entropy'.
-    ax: the matplotlib axes; None: the current ones.
-    per_task: plot `<metric>/<task>` for each task; False: `metric` itself.
-
-  Returns:
-    The axes.
-  """
+  """Plots `metric` (per_task: `<metric>/<task>` for each task) over env steps,
+  one line per run and task, on `ax` (None: the current axes); returns it."""
   import matplotlib.pyplot as plt
   ax = ax or plt.gca()
   for run in runs:
@@ -197,16 +135,8 @@ def plot_metric(runs: Sequence[Run], metric: str, ax=None, per_task: bool = True
 
 
 def plot_actions(run: Run, task: str, ax=None):
-  """Plots a task's action frequencies in the run's last log window, as bars.
-
-  Args:
-    run: the Run.
-    task: the task name ('actions/<task>/<action>' keys).
-    ax: the matplotlib axes; None: the current ones.
-
-  Returns:
-    The axes.
-  """
+  """Bars of a task's action frequencies in the run's last log window on `ax`
+  (None: the current axes); returns it."""
   import matplotlib.pyplot as plt
   ax = ax or plt.gca()
   freqs = run.last(f'actions/{task}/')

@@ -1,11 +1,6 @@
-"""Learning curves of runs per task (one PNG), their smoothed returns and
-the first agent step at which each reaches a return; the published Pong
-references the figures draw. `launch/plot_runs.py` is the command line.
-
-Returns are whole games, averaged over every game that ended in the last
-`window` env steps (each game weighted once, however the log windows cut
-them).
-"""
+"""Learning curves of runs per task (one PNG), their smoothed returns, the
+first agent step at which each reaches a return, and the published Pong
+references the figures draw. `launch/plot_runs.py` is the command line."""
 
 from typing import Dict, List, Optional, Tuple
 
@@ -56,28 +51,15 @@ REFERENCES = {'pong': _PUBLISHED, 'pong+nature_cnn': {**PONG_NATURE_CNN, **_PUBL
 
 
 def per_task_steps(run):
-  """A run on an axis of agent steps per task.
-
-  Args:
-    run: a run_metrics.Run.
-
-  Returns:
-    A new Run whose rows' env_steps are divided by its number of tasks: the
-    agent steps each task got (the actors step every task's envs equally).
-  """
+  """A new Run whose rows' env_steps are divided by its number of tasks: the
+  agent steps each task got (the actors step every task's envs equally)."""
   n = max(1, len(run.task_names))
   return run_metrics.Run(run.name, [dict(r, env_steps=r['env_steps'] / n) for r in run.records],
                      run.config)
 
 
 def parse_uniform(items: List[str]) -> Dict[str, float]:
-  """Parses --uniform's '<task>=<return>' items.
-
-  Args:
-    items: e.g. ['Pong=-20.2', 'Carnival=770'].
-
-  Returns:
-    e.g. {'Pong': -20.2, 'Carnival': 770.0}.
+  """--uniform's '<task>=<return>' items as {task: return}.
 
   Raises:
     ValueError: for an item that is not '<task>=<number>'.
@@ -95,18 +77,9 @@ def parse_uniform(items: List[str]) -> Dict[str, float]:
 
 
 def smoothed_returns(run, task: str, window: int) -> Tuple[np.ndarray, np.ndarray]:
-  """A task's return averaged over every game that ended in a trailing window.
-
-  Args:
-    run: a run_metrics.Run.
-    task: the task name.
-    window: the window, in the run's env steps.
-
-  Returns:
-    (env steps, mean return of the games that ended in (step - window,
-    step], each game weighted once) at every log row with the task's return;
-    empty arrays when there is none.
-  """
+  """(env steps, mean return of the games that ended in (step - window, step],
+  each game weighted once however the log windows cut them) at every log row
+  with the task's return."""
   rows = [(r['env_steps'], r[f'episode_return/{task}'], r[f'episodes/{task}'])
           for r in run.records if f'episode_return/{task}' in r]
   if not rows:
@@ -120,17 +93,8 @@ def smoothed_returns(run, task: str, window: int) -> Tuple[np.ndarray, np.ndarra
 
 
 def rolling_mean(x: np.ndarray, y: np.ndarray, n: int) -> Tuple[np.ndarray, np.ndarray]:
-  """A trailing mean of a series.
-
-  Args:
-    x: the points.
-    y: the values.
-    n: the number of values averaged.
-
-  Returns:
-    (x, the mean of the last n values of y up to each point, fewer at the
-    start); x and y as given for n <= 1.
-  """
+  """(x, the mean of the last n values of y up to each point, fewer at the
+  start); x and y as given for n <= 1."""
   if n <= 1 or not len(y):
     return x, y
   sums = np.cumsum(np.concatenate([[0.0], y]))
@@ -145,15 +109,9 @@ def first_crossing(steps: np.ndarray, values: np.ndarray, threshold: float) -> O
 
 
 def draw_references(ax, references, xmax: Optional[float] = None):
-  """Draws published references' agent steps to each return level.
-
-  Args:
-    ax: the matplotlib axes.
-    references: legend label -> {return level: (low, high) agent steps},
-      as REFERENCES' values; each is a horizontal bar with end marks (a point
-      where low = high), the implementations' bars of one level apart.
-    xmax: bars starting past it are left out; None: none are.
-  """
+  """Draws references (label -> {return level: (low, high) agent steps}) as
+  horizontal bars, one implementation's bars of a level apart from the next;
+  bars starting past `xmax` are left out."""
   import matplotlib.pyplot as plt
   colours = plt.rcParams['axes.prop_cycle'].by_key()['color']
   for k, (name, levels) in enumerate(references.items()):
@@ -174,30 +132,19 @@ def plot(runs, labels: List[str], output: str, window: int, random_score=None,
          threshold=None, title: str = '', references=None,
          panels: Tuple[str, ...] = ('entropy', 'sps'), uniform: Optional[Dict[str, float]] = None,
          xlabel: str = 'agent steps', smooth: int = 1):
-  """Draws the runs' learning curves per task and metric panels into one PNG.
+  """Draws the runs' learning curves per task and metric panels into one PNG
+  (90 dpi); returns the tasks drawn, sorted.
 
-  One return panel per task (smoothed_returns); with one task, it spans
-  the first row and takes the random, threshold and reference lines. Then
-  one panel per metric of `panels` ('<prefix>/*' draws one line per task),
-  smoothed with rolling_mean; PopArt panels use a symlog scale, KL,
-  gradient and value-loss panels a log scale.
+  One return panel per task (smoothed_returns); with one task it spans the
+  first row and takes the random, threshold and reference lines. Then one
+  panel per key of `panels` ('<prefix>/*': a line per task), smoothed over
+  `smooth` log rows (rolling_mean).
 
   Args:
     runs: run_metrics.Runs (per_task_steps for agent steps per task).
-    labels: each run's label.
-    output: the PNG's path (90 dpi).
     window: the return's window, in the runs' env steps.
-    random_score: a random policy's return (one task only); None: none.
-    threshold: a return level drawn as a line (one task only); None: none.
-    title: the figure's title.
-    references: published references (REFERENCES' values; one task only).
-    panels: the metric panels' keys (PANEL_TITLES names them).
-    uniform: task -> uniform play's return, drawn as a line; None: none.
-    xlabel: the x axis' label.
-    smooth: the metric panels' rolling mean, in log rows.
-
-  Returns:
-    The tasks drawn, sorted.
+    references: REFERENCES' values (one task only).
+    uniform: task -> uniform play's return, drawn as a line.
   """
   import matplotlib
   matplotlib.use('Agg')
@@ -256,8 +203,7 @@ def plot(runs, labels: List[str], output: str, window: int, random_score=None,
     if key.startswith('dead/'):
       ax.set_ylim(0, 1)
     if key.startswith(('kl', 'grad_policy', 'grad_baseline', 'value_loss')):
-      # collapses jump by 100x, and tasks' gradients and value losses differ
-      # by as much: a log scale keeps the rest readable
+      # collapses and tasks differ by 100x: a log scale keeps the rest readable
       ax.set_yscale('log')
     ax.set_title(PANEL_TITLES.get(key, key.replace('dead/', 'share of units dead: ')), fontsize=8)
     ax.set_xlabel(xlabel)

@@ -1,8 +1,6 @@
-"""A markdown table of finished runs, one row per run and task: budget,
-wall time, speed, the latest evaluation (mean +- standard error), the
-training return at the end, and PopArt's final statistics.
-`launch/run_table.py` is the command line; it says what each column holds.
-"""
+"""A markdown table of finished runs, one row per run and task (HEADER's
+columns). `launch/run_table.py` is the command line and says what each
+column holds."""
 
 import glob
 import json
@@ -18,18 +16,8 @@ HEADER = ('run', 'task', 'agent steps per task', 'wall time', 'agent steps/s',
 
 
 def latest_evaluation(workdir: str) -> Optional[Dict]:
-  """The latest evaluation record of a run folder.
-
-  Reads <workdir>/eval/<step>.json and <step>.<n>.json (the policy's, not
-  uniform play's).
-
-  Args:
-    workdir: the run folder.
-
-  Returns:
-    The record of the highest evaluated step (of several evaluations of a
-    step, the highest n, the newest), or None without one.
-  """
+  """The record of <workdir>/eval/<step>[.<n>].json with the highest step (of
+  several evaluations of a step, the highest n), or None without one."""
   best = None
   for path in glob.glob(os.path.join(workdir, 'eval', '*.json')):
     m = re.fullmatch(r'(\d+)(?:\.(\d+))?\.json', os.path.basename(path))
@@ -57,22 +45,13 @@ def score(entry: Dict) -> str:
 
 
 def run_rows(workdir: str, label: str, window: int) -> List[List[str]]:
-  """The table's rows of one run folder, one per task, as text cells (HEADER's columns).
-
-  Runs without PopArt log the unused statistics (mu 0, sigma 1): their
-  column shows '-'. An evaluation older than the last row names its env
-  step.
+  """The table's rows of one run folder (or its archive), one per task, as text
+  cells of HEADER's columns, '-' where a value is missing; an evaluation older
+  than the last row names its env step.
 
   Args:
-    workdir: the run folder (or its archive).
-    label: the run's label.
     window: the training return's window, in agent steps per task
       (run_plots.smoothed_returns).
-
-  Returns:
-    Rows [label, task, agent steps per task, wall time, agent steps/s,
-    evaluation, training return at the end, PopArt mu / sigma]; '-' where a
-    value is missing.
 
   Raises:
     ValueError: when the run has no metrics rows yet.
@@ -106,17 +85,10 @@ def run_rows(workdir: str, label: str, window: int) -> List[List[str]]:
 
 
 def uniform_rows(path: str) -> List[List[str]]:
-  """Rows 'uniform play' of an evaluation record's tasks (its `score` only).
-
-  Args:
-    path: an evaluation record (eval/*.json), e.g. of uniform play.
-
-  Returns:
-    One row per task of the record, HEADER's columns, '-' but the score.
+  """Rows 'uniform play' of an evaluation record's tasks, '-' but the score.
 
   Raises:
-    ValueError: naming `path`, when it cannot be read, is not JSON or has no
-      'tasks'.
+    ValueError: naming `path`, when it cannot be read or has no 'tasks'.
   """
   try:
     with open(path) as f:

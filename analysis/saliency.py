@@ -1,17 +1,10 @@
-"""Perturbation saliency (Greydanus et al. 2018, "Visualizing and
-Understanding Atari Agents", arXiv 1711.00138), for frames and for NetHack's
-glyph map.
+"""Perturbation saliency (Greydanus et al. 2018, "Visualizing and Understanding
+Atari Agents", arXiv 1711.00138), for frames and for NetHack's glyph map.
 
-Atari: for each point (i, j) of a grid (stride `stride`), blur the stacked
-frames under a Gaussian mask M centred there (sigma 5 pixels):
-  phi(I, M) = I * (1 - M) + blur(I) * M,
-and score how much the policy's logits and the task's *unnormalised* value
-change:
-  S_pi(i, j) = 1/2 ||logits(I) - logits(phi)||^2,  S_V(i, j) = 1/2 (V(I) - V(phi))^2.
-NetHack: the same scores with each block of map cells replaced by blank
-stone (`BLANK_GLYPH`), the glyph of unexplored space.
-
-The scores of a whole grid go through the network as one batch, at the
+Atari: phi(I, M) = I * (1 - M) + blur(I) * M blurs the frames under a
+Gaussian mask M at each grid point; NetHack blanks blocks of map cells to
+BLANK_GLYPH. S_pi = 1/2 ||logits(I) - logits(phi)||^2 and
+S_V = 1/2 (V(I) - V(phi))^2, V the task's unnormalised value, at the
 recurrent state the agent had at that step.
 """
 
@@ -36,15 +29,8 @@ def _gaussian_kernel(sigma: float) -> np.ndarray:
 
 
 def blur(frames: np.ndarray, sigma: float = BLUR_SIGMA) -> np.ndarray:
-  """Separable Gaussian blur over the last two axes (edges reflected).
-
-  Args:
-    frames: [..., H, W], any numeric dtype.
-    sigma: the Gaussian's width in pixels (kernel radius 3 sigma).
-
-  Returns:
-    float32 [..., H, W].
-  """
+  """Separable Gaussian blur of [..., H, W] over the last two axes (edges
+  reflected, kernel radius 3 sigma); float32."""
   k = _gaussian_kernel(sigma)
   r = len(k) // 2
   x = np.asarray(frames, np.float32)
@@ -56,32 +42,14 @@ def blur(frames: np.ndarray, sigma: float = BLUR_SIGMA) -> np.ndarray:
 
 
 def grid(height: int, width: int, stride: int) -> np.ndarray:
-  """The centres of the saliency grid.
-
-  Args:
-    height: the grid's extent in rows.
-    width: its extent in columns.
-    stride: the spacing.
-
-  Returns:
-    int [N, 2]: (i, j) for i in 0, stride, ... < height and j likewise,
-    row-major.
-  """
+  """int [N, 2]: the grid's (i, j), i in 0, stride, ... < height and j likewise,
+  row-major."""
   return np.array([(i, j) for i in range(0, height, stride) for j in range(0, width, stride)])
 
 
 def frame_masks(height: int, width: int, stride: int, sigma: float = MASK_SIGMA) -> np.ndarray:
-  """Gaussian masks, one per centre of grid(height, width, stride).
-
-  Args:
-    height: the frame's height in pixels.
-    width: its width.
-    stride: the grid's spacing.
-    sigma: the masks' width in pixels.
-
-  Returns:
-    float32 [N, H, W] in [0, 1], 1 at each mask's centre.
-  """
+  """float32 [N, H, W] Gaussian masks in [0, 1], 1 at each centre of
+  grid(height, width, stride)."""
   ys, xs = np.mgrid[:height, :width]
   c = grid(height, width, stride)
   d2 = (ys[None] - c[:, 0, None, None]) ** 2 + (xs[None] - c[:, 1, None, None]) ** 2
@@ -89,15 +57,8 @@ def frame_masks(height: int, width: int, stride: int, sigma: float = MASK_SIGMA)
 
 
 def perturb_frames(frames: np.ndarray, masks: np.ndarray) -> np.ndarray:
-  """phi(I, M) = I * (1 - M) + blur(I) * M for each mask.
-
-  Args:
-    frames: the stacked frames I, uint8 [C, H, W].
-    masks: [N, H, W] in [0, 1] (frame_masks).
-
-  Returns:
-    uint8 [N, C, H, W], rounded and clipped to 0..255.
-  """
+  """phi(I, M) for stacked frames uint8 [C, H, W] and each of masks [N, H, W]:
+  uint8 [N, C, H, W], rounded and clipped."""
   f = np.asarray(frames, np.float32)
   b = blur(f)
   m = masks[:, None]
@@ -105,16 +66,8 @@ def perturb_frames(frames: np.ndarray, masks: np.ndarray) -> np.ndarray:
 
 
 def perturb_glyphs(glyphs: np.ndarray, block: int) -> Tuple[np.ndarray, np.ndarray]:
-  """The glyph map with each block x block of cells blanked in turn.
-
-  Args:
-    glyphs: the map, [H, W].
-    block: the blocks' side in cells.
-
-  Returns:
-    ([N, H, W] perturbed maps, each a block set to BLANK_GLYPH; [N, 2] the
-    blocks' top-left corners, grid(H, W, block)).
-  """
+  """([N, H, W] maps of glyphs [H, W], each with one block x block of cells
+  set to BLANK_GLYPH; [N, 2] the blocks' top-left corners, grid(H, W, block))."""
   h, w = glyphs.shape
   corners = grid(h, w, block)
   out = np.repeat(glyphs[None], len(corners), axis=0)
@@ -126,15 +79,10 @@ def perturb_glyphs(glyphs: np.ndarray, block: int) -> Tuple[np.ndarray, np.ndarr
 def make_scorer(network, task_id: int) -> Callable:
   """A jitted scorer of N observations at one recurrent state.
 
-  Args:
-    network: the AgentNetwork.
-    task_id: the task whose value head is read (head 0 for a single head).
-
   Returns:
-    scores(variables, obs {k: [N, ...]}, first [N], core_state (batch 1))
-    -> (logits [N, A], unnormalised value of task `task_id` [N]), one time
-    step with the core state broadcast over the N observations and the
-    value unnormalised with the variables' PopArt statistics.
+    scores(variables, obs {k: [N, ...]}, first [N], core_state (batch 1)) ->
+    (logits [N, A], value [N] of task `task_id`'s head (head 0 for a single
+    head), unnormalised with the variables' PopArt statistics).
   """
 
   @jax.jit
@@ -153,25 +101,12 @@ def make_scorer(network, task_id: int) -> Callable:
 def saliency_scores(scorer: Callable, variables, obs: Dict[str, np.ndarray], first: bool,
                     core_state: Any, key: str, perturbed: np.ndarray,
                     chunk: int = 256) -> Tuple[np.ndarray, np.ndarray]:
-  """The saliency scores of perturbed versions of one observation key.
-
-  S_pi = 1/2 ||logits(I) - logits(phi)||^2 and S_V = 1/2 (V(I) - V(phi))^2
-  (the module docstring), the perturbed observations scored in batches of
-  `chunk`.
+  """(S_pi [N], S_V [N]) of N perturbed versions [N, ...] of obs[key], the
+  other keys as observed, scored in batches of `chunk`.
 
   Args:
-    scorer: `make_scorer`'s scores.
-    variables: the network's variables.
-    obs: one step's observations, key -> [...] (no batch axis).
-    first: whether the step starts an episode.
+    obs: one step's observations, without batch axis.
     core_state: the recurrent state before the step (batch 1).
-    key: the observation key perturbed.
-    perturbed: [N, ...], the N versions of obs[key]; the other keys stay as
-      observed.
-    chunk: the most observations scored at once.
-
-  Returns:
-    (S_pi [N], S_V [N]).
   """
   base_obs = {k: np.asarray(v)[None] for k, v in obs.items()}
   logits0, value0 = scorer(variables, base_obs, np.array([first]), core_state)
@@ -188,17 +123,8 @@ def saliency_scores(scorer: Callable, variables, obs: Dict[str, np.ndarray], fir
 
 def upsample(scores: np.ndarray, centres: np.ndarray, shape: Tuple[int, int],
              stride: int) -> np.ndarray:
-  """Grid scores as a map: each grid point's score over its stride block.
-
-  Args:
-    scores: [N].
-    centres: [N, 2], the grid points (top-left corners of their blocks).
-    shape: (H, W) of the map.
-    stride: the blocks' side.
-
-  Returns:
-    float32 [H, W].
-  """
+  """float32 [H, W] map with each grid point's score over its stride block
+  (centres [N, 2] the blocks' top-left corners)."""
   out = np.zeros(shape, np.float32)
   for s, (i, j) in zip(scores, centres):
     out[i:i + stride, j:j + stride] = s
@@ -207,23 +133,8 @@ def upsample(scores: np.ndarray, centres: np.ndarray, shape: Tuple[int, int],
 
 def overlay(image: np.ndarray, policy_map: np.ndarray, value_map: np.ndarray,
             policy_scale: float, value_scale: float, alpha: float = 0.7) -> np.ndarray:
-  """Adds red (policy) and green (value) saliency to an RGB image.
-
-  Each map is divided by its scale, clipped to [0, 1] and resized
-  bilinearly to the image; alpha * 255 times it is added to the red or green
-  channel.
-
-  Args:
-    image: uint8 RGB [H, W, 3].
-    policy_map: S_pi map, any size.
-    value_map: S_V map, any size.
-    policy_scale: the S_pi value drawn at full strength.
-    value_scale: the S_V value drawn at full strength.
-    alpha: the overlay's strength.
-
-  Returns:
-    uint8 [H, W, 3], clipped to 0..255.
-  """
+  """Adds alpha * 255 times the policy (red) and value (green) maps, each over
+  its scale, clipped to [0, 1] and resized bilinearly, to uint8 RGB [H, W, 3]."""
   from PIL import Image
   h, w = image.shape[:2]
 

@@ -1,9 +1,4 @@
-"""Saliency maps (Greydanus et al. 2018, arXiv 1711.00138; analysis/saliency.py has the
-method) over one episode of a trained agent: `explain` plays the episode
-with the checkpoint's policy and perturbs each observation in [start, stop)
-(`launch/saliency.py` writes them as images, the inspection notebook shows
-them).
-"""
+"""Saliency maps (analysis/saliency.py) over one episode of a trained agent."""
 
 import numpy as np
 
@@ -16,26 +11,17 @@ class SaliencyError(ValueError):
   """A wrong flag or a run that cannot be explained: one line, exit status 2."""
 
 def explain(run, task_id: int, start: int, stop: int, stride: int, greedy: bool, seed: int):
-  """Plays one episode of a task and computes saliency maps at each step from `start` on.
+  """Plays one episode of a task to `stop` (or its end) and computes saliency
+  maps at each step from `start` on.
 
-  Atari perturbs the 84x84 frames on a grid of `stride` pixels (0: 5),
-  NetHack blanks blocks of `stride` map cells (0: 3).
-
-  Args:
-    run: the loaded run (analysis/run_loading.LoadedRun).
-    task_id: the task.
-    start: the first step explained.
-    stop: the episode is played to this step or its end.
-    stride: the grid's spacing (0: the default above).
-    greedy: act greedily (argmax).
-    seed: the env seed and the sampling key's.
+  Atari perturbs the 84x84 frames on a grid of `stride` pixels (0: 5), NetHack
+  blanks blocks of `stride` map cells (0: 3).
 
   Returns:
-    Per explained step, (image, policy map, value map, info): the image is
-    what a video shows (an RGB screen, or the NetHack terminal drawn); the
-    maps cover the whole image, at 84x84 (Atari) or 24x80 terminal cells
-    (NetHack, the glyph map at rows 1..21), to be resized onto it
-    (saliency.overlay); info holds 'step', 'policy_max' and 'value_max'.
+    Per explained step (image, policy map, value map, info): the image a video
+    shows; the maps cover it at 84x84 (Atari) or 24x80 terminal cells
+    (NetHack), to be resized onto it (saliency.overlay); info holds 'step',
+    'policy_max' and 'value_max'.
 
   Raises:
     SaliencyError: for a run without image observations.

@@ -1,7 +1,6 @@
 """One IMPALA update (Espeholt et al. 2018, arXiv 1802.01561) taken apart:
-what each loss term contributes to the
-gradient, how much the clip and the optimiser change it, how far the policy
-moves (`launch/diagnose_update.py` is the command line)."""
+what each loss term contributes to the gradient, how much the clip and the
+optimiser change it, how far the policy moves (`launch/diagnose_update.py`)."""
 
 import dataclasses
 
@@ -21,20 +20,12 @@ from rl import minibatches
 
 
 class Diagnoser:
-  """A Trainer driven by hand (its public steps), plus the measurements of
-  analysis/update_stats.py: gradient norms per loss term and module, the
-  clip's scale, the optimiser step's size, KL of one update, importance
-  weights. With `workdir`, the learner starts from that run's checkpoint
-  at env step `step` (default: the latest).
-
-  The Trainer is built, not started (`start` starts its actors); the
-  measurements use the IMPALA loss (rl/impala.py) on one device.
+  """A Trainer driven by hand, built but not started, plus the measurements of
+  analysis/update_stats.py with the IMPALA loss (rl/impala.py) on one device.
 
   Args:
-    config: the run config.
-    workdir: a run folder to restore the learner from (read-only); None: a
-      freshly initialised learner.
-    step: the checkpoint's env step; None: the latest.
+    workdir: a run folder whose checkpoint at env step `step` (None: the
+      latest) the learner starts from (read-only); None: a fresh learner.
 
   Raises:
     configs.validation.ConfigError: for a config that does not validate.
@@ -96,12 +87,8 @@ class Diagnoser:
     self.trainer.start()
 
   def next_batch(self):
-    """Takes the actors' next batch (needs `start`).
-
-    Returns:
-      (the batch sharded on the learner devices, the host Unroll, its mean
-      policy lag in updates).
-    """
+    """The actors' next batch (needs `start`): (sharded on the learner devices,
+    the host Unroll, its mean policy lag in updates)."""
     unroll, lags = self.trainer.next_batch()
     return learner_lib.shard_batch(unroll, self.trainer.mesh), unroll, float(np.mean(lags))
 
@@ -111,18 +98,13 @@ class Diagnoser:
     self.trainer.step(unroll)
 
   def measure(self, batches: int):
-    """Every measurement, averaged over batches, each one update from the current state.
-
-    The state itself does not move (the actors' batches are used up).
-
-    Args:
-      batches: the number of batches, >= 1.
+    """Each measurement's mean over `batches` batches, each one update from the
+    current state, which does not move.
 
     Returns:
-      Name -> float, the mean over the batches of update_stats'
-      gradient_report ('grad/...', 'clip_scale'), step_report ('step/...',
-      'eps_dominated', 'kl_update', 'kl_update_max') and batch_report
-      ('rho/...', 'valid_steps'), with 'policy_lag' and 'entropy'.
+      Name -> float: update_stats' gradient_report ('grad/...', 'clip_scale'),
+      step_report ('step/...', 'eps_dominated', 'kl_update', 'kl_update_max')
+      and batch_report ('rho/...', 'valid_steps'), with 'policy_lag' and 'entropy'.
     """
     t = self.trainer
     rows = []
@@ -140,19 +122,11 @@ class Diagnoser:
     return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
 
   def advantage_batches(self, batches: int):
-    """The actors' next batches' policy-gradient advantages before the
-    learner normalises them (analysis/advantage_groups.py), at the current
-    state, which does not move.
+    """The next `batches` batches' advantages before normalisation, as host
+    advantage_groups.AdvantageBatch, at the current state, which does not move.
 
-    Each batch's minibatches are the learner's own for its step (the run's
-    seed and the learner step, rl/minibatches.shuffle_keys and unroll_order; the
-    first epoch's), counted on from the current step batch by batch.
-
-    Args:
-      batches: the number of batches, >= 1.
-
-    Returns:
-      A list of advantage_groups.AdvantageBatch, host arrays.
+    Each batch's minibatches are the learner's own first epoch's for its step
+    (rl/minibatches.shuffle_keys and unroll_order), counted on batch by batch.
     """
     t = self.trainer
     step = int(np.asarray(learner_lib.local_copy(t.state.step)))
