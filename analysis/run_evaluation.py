@@ -4,8 +4,9 @@ a JSON record in the run folder (`launch/evaluate.py` is the command line).
 Writes <workdir>/eval/<env_steps>.json (settings, per-task statistics of
 returns and lengths, human-normalised scores for Atari); an evaluation of a
 step evaluated before goes to <env_steps>.2.json, .3.json, ... (the earlier
-ones are kept) unless `overwrite`. With `video`, one GIF per task of its
-first episode in <workdir>/eval/<env_steps>_video/.
+ones are kept) unless `overwrite`. With `video`, one MP4 per task of its
+first episode in <workdir>/eval/<env_steps>_video/ (a GIF instead where no
+MP4 writer, imageio-ffmpeg, is installed).
 """
 
 import json
@@ -24,16 +25,17 @@ def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
 
   The record (evaluation.summary, JSON, indent 2) goes to
   <workdir>/eval/<env_steps>.json, <env_steps>_uniform.json with `uniform`,
-  or the next free .<n>.json (evaluation.result_path); the GIFs to
-  <workdir>/eval/<env_steps>_video/<task>.gif.
+  or the next free .<n>.json (evaluation.result_path); the videos to
+  <workdir>/eval/<env_steps>_video/<task>.mp4 (<task>.gif without an MP4
+  writer: _write_video).
 
   Args:
     workdir: the run folder.
     step: the checkpoint's env step; None: the latest intact one.
     episodes: whole episodes per task.
     greedy: act with the argmax of the logits (else sampled).
-    video: write a GIF of each task's first episode.
-    max_video_frames: the most frames per GIF.
+    video: write a video of each task's first episode.
+    max_video_frames: the most frames per video.
     max_steps: the most batched steps per task; None: no cap.
     num_envs: the most envs played at a time.
     seed: the evaluation seed (evaluation.env_seed).
@@ -64,11 +66,10 @@ def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
         run, task_id, episodes, greedy=greedy, uniform=uniform, seed=seed, video=video,
         max_video_frames=max_video_frames, max_steps=max_steps, num_envs=num_envs)
     if result.frames:
-      path = os.path.join(video_dir, f'{result.name}.gif')
-      with atomic_write.atomic_path(path) as tmp:   # whole or not at all
-        render.write_gif(tmp, result.frames, result.video_fps)
-      out(f'video: {path} ({len(result.frames)} frames)')
-    result.frames = []  # GIF written: free the memory before the next task
+      path = _write_video(os.path.join(video_dir, result.name), result.frames, result.video_fps)
+      note = '' if path.endswith('.mp4') else '; a GIF: no MP4 writer, imageio-ffmpeg'
+      out(f'video: {path} ({len(result.frames)} frames{note})')
+    result.frames = []  # video written: free the memory before the next task
     results.append(result)
   settings = {'episodes': episodes, 'greedy': greedy, 'uniform': uniform, 'step': step,
               'seed': seed,
@@ -82,3 +83,14 @@ def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
   out(evaluation.format_table(record))
   out(f'written: {path}')
   return record
+
+
+def _write_video(stem, frames, fps):
+  """Writes `frames` to <stem>.mp4 (render.write_mp4), or to <stem>.gif when
+  no MP4 writer is installed (render.mp4_writer_available), whole or not at
+  all; returns the path written."""
+  mp4 = render.mp4_writer_available()
+  path = f'{stem}.{"mp4" if mp4 else "gif"}'
+  with atomic_write.atomic_path(path) as tmp:
+    (render.write_mp4 if mp4 else render.write_gif)(tmp, frames, fps)
+  return path

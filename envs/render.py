@@ -1,4 +1,4 @@
-"""Frames for videos: NetHack's terminal drawn as an image, and GIFs.
+"""Frames for videos: NetHack's terminal drawn as an image, GIFs and MP4s.
 
 NLE's `tty_chars` / `tty_colors` [24, 80] are the text terminal a human
 player sees. `render_tty` draws them with Pillow's built-in bitmap font
@@ -104,6 +104,16 @@ def write_gif(path: str, frames: Sequence[Frame], fps: float) -> None:
 class VideoError(OSError):
   """An MP4 could not be written: no ffmpeg (imageio-ffmpeg not installed)
   or ffmpeg failed (a full disk); the message says which."""
+
+
+def mp4_writer_available() -> bool:
+  """Whether `write_mp4` can run: imageio-ffmpeg is installed and finds an ffmpeg binary."""
+  try:
+    import imageio_ffmpeg  # pylint: disable=import-outside-toplevel
+    imageio_ffmpeg.get_ffmpeg_exe()   # RuntimeError without a binary (a wheel ships one)
+  except (ImportError, RuntimeError):
+    return False
+  return True
 
 
 def write_mp4(path: str, frames: Sequence[Frame], fps: float) -> None:

@@ -8,7 +8,9 @@ Writes <workdir>/eval/<env_steps>.json (settings, per-task statistics of
 returns and lengths, human-normalised scores for Atari); an evaluation of a
 step evaluated before goes to <env_steps>.2.json, .3.json, ... (the earlier
 ones are kept) unless --overwrite is given. With --video it also writes
-one GIF per task of its first episode in <workdir>/eval/<env_steps>_video/.
+one MP4 (H.264) per task of its first episode in
+<workdir>/eval/<env_steps>_video/<task>.mp4, or <task>.gif where no MP4
+writer (imageio-ffmpeg) is installed.
 A missing run, checkpoint or step stops it with one line and exit status 2.
 """
 
@@ -31,9 +33,10 @@ _EPISODES = flags.DEFINE_integer('episodes', 10, 'Whole episodes per task.', low
 _GREEDY = flags.DEFINE_bool('greedy', False, 'Argmax actions instead of sampling the policy.')
 _UNIFORM = flags.DEFINE_bool('uniform', False, 'Uniformly random actions instead of the '
                              'policy: the baseline for the same tasks (eval/<step>_uniform.json).')
-_VIDEO = flags.DEFINE_bool('video', False, "A GIF of each task's first episode.")
+_VIDEO = flags.DEFINE_bool('video', False, "An MP4 of each task's first episode "
+                           '(a GIF without imageio-ffmpeg).')
 _MAX_VIDEO_FRAMES = flags.DEFINE_integer(
-    'max_video_frames', 2000, 'Frames per GIF at most (a NetHack game can last 100k steps).')
+    'max_video_frames', 2000, 'Frames per video at most (a NetHack game can last 100k steps).')
 _MAX_STEPS = flags.DEFINE_integer(
     'max_steps', None, 'Safety cap on batched env steps per task; episodes unfinished at the '
     'cap are dropped and the task is marked "(max_steps)". Default: no cap.', lower_bound=1)

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 
+import imageio_ffmpeg
 import numpy as np
 import pytest
 from PIL import Image
@@ -304,13 +305,37 @@ def test_cli_unknown_step_lists_the_available_ones(cartpole_run):
   assert f'no checkpoint at env step 5 in {cartpole_run}; available: {available}' in out.stderr
 
 
-def test_atari_video_capped_by_max_steps(tmp_path):
+def test_atari_video_capped_by_max_steps_is_an_mp4(tmp_path):
   workdir = _train(atari_single.get_config('game=Pong,smoke'), tmp_path / 'pong')
-  record = run_evaluation(workdir, episodes=1, video=True, max_steps=30, out=lambda _: None)
+  assert render.mp4_writer_available()   # imageio-ffmpeg is in requirements.txt
+  lines = []
+  record = run_evaluation(workdir, episodes=1, video=True, max_steps=30, out=lines.append)
   task = record['tasks']['Pong']
   assert task['episodes'] == 0 and not task['complete']  # a Pong game is ~1000 steps
-  gif = Image.open(os.path.join(workdir, 'eval', '16_video', 'Pong.gif'))
-  assert gif.size == (160, 210) and gif.n_frames > 10  # colour screens at full size
+  video_dir = os.path.join(workdir, 'eval', '16_video')
+  assert os.listdir(video_dir) == ['Pong.mp4']   # no GIF beside it
+  path = os.path.join(video_dir, 'Pong.mp4')
+  assert f'video: {path} (' in '\n'.join(lines)
+  with open(path, 'rb') as f:
+    assert f.read(8)[4:] == b'ftyp'   # an MP4 container
+  frames = imageio_ffmpeg.read_frames(path)
+  meta = next(frames)
+  assert meta['codec'] == 'h264' and tuple(meta['size']) == (160, 210)  # colour, full size
+  assert sum(1 for _ in frames) > 10
+
+
+def test_without_an_mp4_writer_the_video_is_a_gif(cartpole_run, tmp_path, monkeypatch):
+  run, _ = _copy_run(cartpole_run, tmp_path)
+  monkeypatch.setitem(sys.modules, 'imageio_ffmpeg', None)   # `import imageio_ffmpeg` fails
+  assert not render.mp4_writer_available()
+  lines = []
+  run_evaluation(run, episodes=1, video=True, max_video_frames=5, out=lines.append)
+  video_dir = os.path.join(run, 'eval', '16_video')
+  assert os.listdir(video_dir) == ['CartPole.gif']
+  path = os.path.join(video_dir, 'CartPole.gif')
+  assert any(line.startswith(f'video: {path} (') and 'imageio-ffmpeg' in line for line in lines)
+  gif = Image.open(path)
+  assert gif.size == (600, 400) and 1 < gif.n_frames <= 5
 
 
 @pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): a NetHack run trained and filmed, about 1 min
