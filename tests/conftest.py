@@ -1,6 +1,6 @@
-"""Test set-up for every tier: 4 fake CPU devices, wandb off, and the shared
-helpers of tests/support/ importable by name (the project is installed:
-`pip install -e .`).
+"""Test set-up for every tier: 4 fake CPU devices and wandb off (the project
+is installed: `pip install -e .`; the helpers the tiers share are the
+package tests.support, imported as `from tests.support import full_disk`).
 
 The tiers (docs/testing.md):
 - tests/unit/: the math, sharding, kernels, configs, tools on small inputs;
@@ -17,7 +17,6 @@ Tests that train pin `num_learner_devices` themselves.
 import atexit
 import os
 import shutil
-import sys
 import tempfile
 import warnings
 
@@ -44,10 +43,6 @@ if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
   atexit.register(shutil.rmtree, os.environ['JAX_COMPILATION_CACHE_DIR'], ignore_errors=True)
 os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
 warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
-
-SUPPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'support')
-if SUPPORT not in sys.path:
-  sys.path.insert(0, SUPPORT)
 
 
 def pytest_xdist_auto_num_workers(config):

@@ -8,7 +8,7 @@ import pytest
 from analysis.run_loading import load_run
 from configs import cartpole_popart
 from configs import catch as catch_config
-from training_runs import train_and_read
+from tests.support.training_runs import train_and_read
 
 pytestmark = pytest.mark.learning
 

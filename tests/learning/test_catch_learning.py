@@ -4,7 +4,7 @@ recipe on Pong's grey (envs/catch.pong_like) through the fused Nature CNN."""
 import pytest
 
 from configs import catch as catch_config
-from training_runs import train_and_read
+from tests.support.training_runs import train_and_read
 
 pytestmark = pytest.mark.learning
 

@@ -8,7 +8,7 @@ score when the mean return of the episodes that ended in one log window
 import pytest
 
 from configs import cartpole, cartpole_popart
-from training_runs import train_and_read
+from tests.support.training_runs import train_and_read
 
 pytestmark = pytest.mark.learning
 

@@ -1,8 +1,8 @@
 """One process of a multi-process test (tests/system/test_multihost.py starts two).
 
-  python tests/support/multihost_worker.py update OUT --coordinator_address=... \
+  python -m tests.support.multihost_worker update OUT --coordinator_address=... \
       --num_processes=2 --process_id=I
-  python tests/support/multihost_worker.py actor_fails OUT ...
+  python -m tests.support.multihost_worker actor_fails OUT ...
 
 `update`: two learner updates on a fixed global batch, this process feeding
 its half; writes its copy of the learner state to OUT/update_<I>.npz.
@@ -46,7 +46,7 @@ def global_batch(network, seed):
   task 0 and the rest task 1 with rewards 100x larger: each task is seen by
   one process only, so PopArt's statistics must be reduced across processes."""
   import numpy as np
-  from synthetic_unroll import random_unroll
+  from tests.support.synthetic_unroll import random_unroll
   return random_unroll(network, np.arange(B) >= B // 2, seed, length=T, num_actions=A)
 
 
@@ -94,7 +94,7 @@ def _smoke_config(out):
 
 def _actor_fails(out, failing):
   import jax
-  from faults import make_env_step_fail
+  from tests.support.faults import make_env_step_fail
   from rundir import lifecycle
   make_env_step_fail(None, lambda _: jax.process_index() == failing, after_steps=30)
   config = _smoke_config(out)

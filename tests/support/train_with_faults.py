@@ -1,13 +1,14 @@
 """launch/train.py with a fault injected into its envs, for tests that run
-the command: `python tests/support/train_with_faults.py --nan_reward_step=K
-<train.py's flags>` makes every actor's rewards NaN from its K-th env step
-on (faults.make_rewards_nan; faults.nan_reward_call gives K for an update)."""
+the command: `python -m tests.support.train_with_faults --nan_reward_step=K
+<train.py's flags>` (from the repository root) makes every actor's rewards
+NaN from its K-th env step on (faults.make_rewards_nan;
+faults.nan_reward_call gives K for an update)."""
 
 import os
 import runpy
 import sys
 
-import faults
+from tests.support import faults
 
 TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                      'launch', 'train.py')

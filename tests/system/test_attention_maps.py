@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from analysis import attention_maps as att
-import full_disk
+from tests.support import full_disk
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-import full_disk
+from tests.support import full_disk
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -21,7 +21,7 @@ from envs import render
 from envs.base import StepResult
 from analysis.run_evaluation import run_evaluation
 from rundir.lifecycle import train
-import full_disk
+from tests.support import full_disk
 
 # One pytest-xdist worker: the run is trained once (module fixture).
 pytestmark = pytest.mark.xdist_group('evaluate')

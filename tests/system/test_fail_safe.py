@@ -16,7 +16,7 @@ from agents.checkpoint import Checkpointer
 from agents.trainer import ActorFailed
 from agents.update_checks import NonFiniteError, first_non_finite
 from configs import cartpole, cartpole_popart
-from faults import make_env_step_fail, make_rewards_nan, nan_reward_call
+from tests.support.faults import make_env_step_fail, make_rewards_nan, nan_reward_call
 from rundir.lifecycle import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -59,7 +59,8 @@ def test_nan_rewards_stop_the_run_after_saving_the_last_good_state(tmp_path, mon
 def test_nan_stop_from_the_command_line_is_one_line(tmp_path):
   env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
   proc = subprocess.run(
-      [sys.executable, 'tests/support/train_with_faults.py', f'--nan_reward_step={nan_reward_call(2, 4)}',
+      [sys.executable, '-m', 'tests.support.train_with_faults',
+       f'--nan_reward_step={nan_reward_call(2, 4)}',
        '--config=configs/cartpole.py:smoke', f'--config.workdir={tmp_path / "run"}',
        '--config.total_env_steps=320'],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)

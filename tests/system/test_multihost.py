@@ -24,8 +24,8 @@ import pytest
 
 from agents import learner
 from infra import multihost
-from faults import nan_reward_call
-import multihost_worker
+from tests.support import multihost_worker
+from tests.support.faults import nan_reward_call
 from networks import agent as agent_net
 
 # One pytest-xdist worker runs the tests that start several processes on
@@ -164,7 +164,8 @@ def test_two_process_run_agrees_gathers_episodes_and_resumes(tmp_path):
 
 
 def test_two_process_update_equals_one_process_four_devices(tmp_path):
-  rcs, outs = _finish(_start(['tests/support/multihost_worker.py', 'update', str(tmp_path)], tmp_path))
+  rcs, outs = _finish(_start(['-m', 'tests.support.multihost_worker', 'update', str(tmp_path)],
+                             tmp_path))
   assert rcs == [0, 0], outs
   got = [np.load(tmp_path / f'update_{i}.npz') for i in (0, 1)]
   mesh = learner.make_mesh(jax.devices()[:4])
@@ -268,8 +269,8 @@ def test_uneven_device_counts_stop_every_process_at_start(tmp_path):
 def test_a_config_error_found_by_one_process_stops_both(tmp_path):
   """Validation that fails on process 1 only (in practice: something of that
   host's own) stops both with the same line naming process 1."""
-  rcs, outs = _finish(_start(['tests/support/multihost_worker.py', 'config_error', str(tmp_path)],
-                             tmp_path))
+  rcs, outs = _finish(_start(['-m', 'tests.support.multihost_worker', 'config_error',
+                              str(tmp_path)], tmp_path))
   assert rcs == [2, 2], outs
   line = 'error: config field network.name: not on this host (found by process 1)'
   assert all(line in out for out in outs), outs
@@ -277,7 +278,8 @@ def test_a_config_error_found_by_one_process_stops_both(tmp_path):
 
 @pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): two processes, about 1 min
 def test_a_non_finite_loss_stops_every_process_with_the_last_good_state(tmp_path):
-  procs = _start(['tests/support/train_with_faults.py', f'--nan_reward_step={nan_reward_call(3, 4)}',
+  procs = _start(['-m', 'tests.support.train_with_faults',
+                  f'--nan_reward_step={nan_reward_call(3, 4)}',
                   *SMOKE, f'--config.workdir={tmp_path / "run"}',
                   '--config.total_env_steps=100000000'], tmp_path)
   rcs, outs = _finish(procs, timeout=180)
@@ -294,7 +296,7 @@ def test_a_non_finite_loss_stops_every_process_with_the_last_good_state(tmp_path
 def test_an_actor_error_in_one_process_stops_both_naming_it(tmp_path, failing):
   """Process 0 failing is the harder case: it hosts the coordination service,
   so it waits until the other has stopped before it exits."""
-  rcs, outs = _finish(_start(['tests/support/multihost_worker.py', 'actor_fails', str(tmp_path),
+  rcs, outs = _finish(_start(['-m', 'tests.support.multihost_worker', 'actor_fails', str(tmp_path),
                               f'--failing_process={failing}'], tmp_path))
   other = 1 - failing
   assert rcs == [1, 1], outs

@@ -18,7 +18,7 @@ from configs import nethack_popart
 from analysis.run_loading import load_run
 from analysis.run_evaluation import run_evaluation
 from rundir.lifecycle import train
-import full_disk
+from tests.support import full_disk
 
 # One pytest-xdist worker: the run is trained once (module fixture).
 pytestmark = pytest.mark.xdist_group('peer_agent')

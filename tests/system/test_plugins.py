@@ -25,7 +25,7 @@ from infra.settings import setting, within
 from rl import actor_critic as ac
 from rl import algorithms
 from rl import sgd
-from training_runs import train_and_read
+from tests.support.training_runs import train_and_read
 
 TOY_ID = 'ToyCue-v0'
 TOY_ACTIONS = ('go_left', 'go_right')

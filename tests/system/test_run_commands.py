@@ -13,7 +13,7 @@ import pytest
 
 from agents import checkpoint
 from rundir import run_folder
-from training_runs import read_records as _records
+from tests.support.training_runs import read_records as _records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -18,12 +18,12 @@ from agents.checkpoint import Checkpointer
 from agents.trainer import Trainer
 from agents.update_checks import NonFiniteError
 from configs.validation import validate_spec
-from faults import largest_data_file
+from tests.support.faults import largest_data_file
 from rundir import run_folder
 from rundir.run_folder import RunFolderError
 from rundir.lifecycle import RunStopped, train
-from training_runs import read_records as _records
-from training_runs import smoke_config as _smoke
+from tests.support.training_runs import read_records as _records
+from tests.support.training_runs import smoke_config as _smoke
 
 def _keeping_all(workdir, updates):
   """The smoke config keeping every checkpoint; (config, env steps per update)."""

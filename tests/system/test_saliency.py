@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from analysis import saliency as sal
-import full_disk
+from tests.support import full_disk
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -13,8 +13,8 @@ from configs import cartpole
 from rundir import run_logger
 from rundir import tensorboard_writer
 from rundir.lifecycle import train
-from training_runs import read_records as _records
-from training_runs import smoke_config as _smoke
+from tests.support.training_runs import read_records as _records
+from tests.support.training_runs import smoke_config as _smoke
 
 
 def _read(logdir):

@@ -11,7 +11,7 @@ import pytest
 
 from configs import cartpole_popart
 from configs.validation import ConfigError, validate
-from network_examples import network, observations, variables
+from tests.support.network_examples import network, observations, variables
 from networks import agent as agent_net
 
 

@@ -15,7 +15,7 @@ from agents import learner
 from agents.checkpoint import Checkpointer
 from networks import agent as agent_net
 from rl import actor_critic, optimizers
-from synthetic_unroll import random_unroll
+from tests.support.synthetic_unroll import random_unroll
 
 T, B, A = 5, 4, 3
 

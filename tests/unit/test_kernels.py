@@ -15,7 +15,7 @@ import pytest
 
 from configs import atari_single, cartpole, resume
 from configs.validation import ConfigError, validate
-from network_examples import NETWORKS, NUM_ACTIONS, network, observations, variables
+from tests.support.network_examples import NETWORKS, NUM_ACTIONS, network, observations, variables
 from networks import agent as agent_net
 from networks import kernels
 

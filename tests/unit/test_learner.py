@@ -9,7 +9,7 @@ import pytest
 from agents import learner
 from rl import actor_critic, health, impala, optimizers, popart, ppo
 from networks import agent as agent_net
-from synthetic_unroll import random_unroll
+from tests.support.synthetic_unroll import random_unroll
 
 T, B, A, TASKS = 5, 8, 3, 2
 

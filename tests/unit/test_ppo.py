@@ -258,7 +258,7 @@ def test_ppo_update_on_four_devices_equals_one(split):
   """One minibatch (shuffling cannot differ), two epochs, PopArt on."""
   import ml_collections
   from networks import agent as agent_net
-  from synthetic_unroll import random_unroll
+  from tests.support.synthetic_unroll import random_unroll
   net_cfg = ml_collections.ConfigDict({'name': 'mlp', 'lstm_size': 0, 'torso_kwargs': {},
                                        'core_extra_inputs': False})
   network = agent_net.make_network(net_cfg, num_actions=3, num_values=2)

@@ -15,7 +15,7 @@ from agents.checkpoint import Checkpointer
 from agents.learner import LearnerState
 from configs import cartpole, resume
 from configs.validation import ConfigError, validate
-from faults import largest_data_file
+from tests.support.faults import largest_data_file
 from rundir import run_folder
 from rundir.run_folder import RunFolderError, RunLock
 

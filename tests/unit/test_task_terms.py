@@ -16,7 +16,7 @@ from agents import learner
 from networks import agent as agent_net
 from rl import (actor_critic, impala, minibatches, optimizers, popart, sgd, task_gradients,
                 vtrace)
-from synthetic_unroll import random_unroll
+from tests.support.synthetic_unroll import random_unroll
 
 T, B, A, TASKS = 5, 8, 3, 2
 

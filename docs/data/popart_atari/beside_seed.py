@@ -12,15 +12,14 @@ training returns over the last 100k agent steps per game.
 """
 
 import os
-import sys
 
 import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
-sys.path.insert(0, ROOT)
 from analysis import run_metrics, run_plots  # pylint: disable=g-import-not-at-top
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 
 D = os.path.join(ROOT, 'docs', 'data', 'popart_atari')
 OURS = (  # (folder, label, colour, line style)
