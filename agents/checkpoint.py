@@ -5,14 +5,13 @@ actors' RNG key. With several processes every call is collective.
 Guarantees: each checkpoint is read back when written into a manifest
 (`verified.json`, size and SHA-256 per file); a resume takes the newest
 intact one and moves damaged ones to `checkpoints.damaged/`; an older
-checkpoint is deleted only after a newer one verified. From the step in
-`checkpoints/manifests.json` on, a checkpoint without a manifest was cut off
-and counts as damaged. Checkpoints from before the optimiser state held its
-hyperparameters restore with the config's.
+checkpoint is deleted only after a newer one verified; one without a
+manifest was cut off and counts as damaged. Run folders from before the
+manifests (2026-11) or before the optimiser state held its hyperparameters
+do not restore: their compatibility branches were deleted ([27]).
 """
 
 import errno
-import json
 import os
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -22,16 +21,15 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from infra import multihost
-from agents.checkpoint_files import (DAMAGED_SUBDIR, MANIFEST, MANIFESTS_SINCE, REQUIRED, SUBDIR,
-                                     CheckpointError, damage, directory, find_intact,
-                                     manifests_from_step, mark_manifests, set_aside,
-                                     steps_on_disk, write_manifest)
+from agents.checkpoint_files import (DAMAGED_SUBDIR, MANIFEST, SUBDIR, CheckpointError, damage,
+                                     directory, find_intact, set_aside, steps_on_disk,
+                                     write_manifest)
 from agents.learner import LearnerState
 
 # The files' side (agents/checkpoint_files.py) is part of this module's API.
 __all__ = ['Checkpointer', 'CheckpointError', 'DAMAGED_SUBDIR', 'KEEP_LAST', 'MANIFEST',
-           'MANIFESTS_SINCE', 'REQUIRED', 'SUBDIR', 'damage', 'directory', 'find_intact',
-           'manifests_from_step', 'set_aside', 'steps_on_disk', 'write_manifest']
+           'SUBDIR', 'damage', 'directory', 'find_intact', 'set_aside', 'steps_on_disk',
+           'write_manifest']
 
 KEEP_LAST = 2  # checkpoints kept when keep_intermediate is False
 
@@ -60,23 +58,6 @@ def _saved_fields(state: LearnerState) -> Dict[str, Any]:
   return fields
 
 
-def _without_injected_hyperparameters(like: LearnerState) -> LearnerState:
-  """`like` with only the inner optimiser state, as pre-inject_hyperparams checkpoints hold it."""
-  return like._replace(opt_state=like.opt_state.inner_state)
-
-
-def _with_injected_hyperparameters(state: LearnerState, like: LearnerState) -> LearnerState:
-  """An old checkpoint's state with the optimiser state rewrapped: hyperparameters
-  `like`'s, the count the restored schedule count."""
-  counts = [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(state.opt_state)
-            if path and getattr(path[-1], 'name', None) == 'count']
-  count = counts[0] if counts else like.opt_state.count
-  opt_state = like.opt_state._replace(
-      count=jax.device_put(np.asarray(count, np.int32), like.opt_state.count.sharding),
-      inner_state=state.opt_state)
-  return state._replace(opt_state=opt_state)
-
-
 class Checkpointer:
   """Writes, verifies, rotates and restores the checkpoints of a run folder.
 
@@ -89,9 +70,6 @@ class Checkpointer:
     keep_intermediate: keep every checkpoint; False keeps the newest KEEP_LAST.
     read_only: open for restoring only: nothing is created or written.
     primary: process 0.
-
-  Raises:
-    CheckpointError: MANIFESTS_SINCE cannot be written.
   """
 
   def __init__(self, workdir: str, keep_intermediate: bool = False, read_only: bool = False,
@@ -107,12 +85,6 @@ class Checkpointer:
             max_to_keep=None, create=not read_only, read_only=read_only,
             save_interval_steps=0 if read_only else 1,
             enable_async_checkpointing=False))
-    if primary and not read_only:
-      try:
-        mark_manifests(self.directory)
-      except OSError as e:
-        raise CheckpointError(f'cannot write {os.path.join(self.directory, MANIFESTS_SINCE)}: '
-                              f'{e.strerror or e}') from None
 
   @property
   def directory(self) -> str:
@@ -235,9 +207,7 @@ class Checkpointer:
     if step is None:
       raise FileNotFoundError(f'no checkpoint in {self._manager.directory}')
     self._check_step(step)
-    legacy = _without_injected_hyperparameters(like) if self._is_legacy(step, like) else None
-    target = like if legacy is None else legacy
-    abstract = {'state': jax.tree.map(ocp.utils.to_shape_dtype_struct, _saved_fields(target)),
+    abstract = {'state': jax.tree.map(ocp.utils.to_shape_dtype_struct, _saved_fields(like)),
                 'env_steps': np.asarray(0, np.int64),
                 'rng': jax.random.key_data(jax.random.key(0))}
     try:
@@ -248,21 +218,8 @@ class Checkpointer:
           f'cannot restore the checkpoint at env step {step:,} in {self.directory} into this '
           f"run's learner state ({type(e).__name__}: {first[:300]})") from e
     state = LearnerState(**{'algorithm': like.algorithm, **item['state']})
-    if legacy is not None:
-      state = _with_injected_hyperparameters(state, like)
     return {'state': state, 'env_steps': int(item['env_steps']),
             'rng': jax.random.wrap_key_data(np.asarray(item['rng']))}
-
-  def _is_legacy(self, step: int, like: LearnerState) -> bool:
-    """Whether the checkpoint at `step` lacks the optimiser's hyperparameters that `like` holds."""
-    if not hasattr(like.opt_state, 'hyperparams'):
-      return False
-    try:  # orbax's tree metadata: one "('state', 'opt_state', ...)" key per array
-      with open(os.path.join(self.directory, str(step), REQUIRED[0])) as f:
-        keys = json.load(f)['tree_metadata']
-    except (OSError, ValueError, KeyError):  # unreadable: the restore says what is wrong
-      return False
-    return not any(key.startswith("('state', 'opt_state', 'hyperparams'") for key in keys)
 
   def restore_raw(self, env_steps: int) -> Dict[str, Any]:
     """A checkpoint as saved, as nested dicts of arrays ('state', 'env_steps',

@@ -11,11 +11,6 @@ from typing import List, Optional, Tuple
 SUBDIR = 'checkpoints'
 DAMAGED_SUBDIR = 'checkpoints.damaged'
 MANIFEST = 'verified.json'
-# In checkpoints/: {"from_step": N}, every checkpoint at env step >= N has a manifest.
-MANIFESTS_SINCE = 'manifests.json'
-# orbax's metadata, present in every finished checkpoint of ours (older ones
-# without a manifest are checked for it alone).
-REQUIRED = ('default/_METADATA',)
 
 
 class CheckpointError(RuntimeError):
@@ -64,18 +59,12 @@ def write_manifest(step_dir: str) -> None:
 def damage(step_dir: str) -> Optional[str]:
   """What is wrong with the checkpoint at `step_dir` (one line), or None. Reads only.
 
-  With a manifest, every file it lists must have its size and SHA-256.
-  Without one, a checkpoint at or after the MANIFESTS_SINCE step was cut off
-  before it was verified; an older one needs only orbax's metadata (REQUIRED).
+  Every file its manifest lists must have its size and SHA-256; without a
+  manifest it was cut off before it was verified.
   """
   manifest_path = os.path.join(step_dir, MANIFEST)
   if not os.path.isfile(manifest_path):
-    since = manifests_from_step(os.path.dirname(os.path.abspath(step_dir)))
-    name = os.path.basename(os.path.normpath(step_dir))
-    if since is not None and name.isdigit() and int(name) >= since:
-      return f'no {MANIFEST}: cut off before it was verified'
-    missing = [rel for rel in REQUIRED if not os.path.isfile(os.path.join(step_dir, rel))]
-    return f'{missing[0]} is missing' if missing else None
+    return f'no {MANIFEST}: cut off before it was verified'
   try:
     with open(manifest_path) as f:
       files = json.load(f)['files']
@@ -90,36 +79,6 @@ def damage(step_dir: str) -> Optional[str]:
     if _digest(path) != digest:
       return f'{rel} differs from what was written'
   return None
-
-
-def manifests_from_step(checkpoint_dir: str) -> Optional[int]:
-  """The env step from which every checkpoint in `checkpoint_dir` has a manifest.
-
-  None without a MANIFESTS_SINCE file (a folder from before manifests); 0
-  when it is unreadable (every checkpoint is then held to a manifest).
-  """
-  try:
-    with open(os.path.join(checkpoint_dir, MANIFESTS_SINCE)) as f:
-      return int(json.load(f)['from_step'])
-  except FileNotFoundError:
-    return None
-  except (OSError, ValueError, KeyError, TypeError):
-    return 0  # unreadable: hold every checkpoint to a manifest
-
-
-def mark_manifests(checkpoint_dir: str) -> None:
-  """Writes MANIFESTS_SINCE once: checkpoints after the newest one now on disk
-  will have manifests. A file already there is left as it is."""
-  path = os.path.join(checkpoint_dir, MANIFESTS_SINCE)
-  if os.path.exists(path):
-    return
-  steps = [int(n) for n in os.listdir(checkpoint_dir) if n.isdigit()]
-  tmp = path + '.tmp'
-  with open(tmp, 'w') as f:
-    json.dump({'from_step': max(steps) + 1 if steps else 0}, f)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
 
 
 def set_aside(workdir: str, step: int) -> str:

@@ -1,9 +1,9 @@
 """Throughput of a config, stage by stage, and the GPU suite as one table
 (`launch/benchmark.py` is the command line and says what each stage measures).
 
-Each `bench_*(config, spec, seconds, warmup)` takes the config's RunSpec
-(configs.validation.validate_spec), uses the config's own envs, actor threads
-and batch sizes, and measures for `seconds` after `warmup` seconds
+Each `bench_*(spec, seconds, warmup)` takes a RunSpec of a `quiet` config
+(configs.validation.validate_spec), uses its own envs, actor threads and
+batch sizes, and measures for `seconds` after `warmup` seconds
 (compilation excluded).
 """
 
@@ -30,7 +30,7 @@ from networks.nethack import NLE_NUM_GLYPHS
 from rl.types import Unroll
 
 
-def bench_raw(config, spec, seconds, warmup):
+def bench_raw(spec, seconds, warmup):
   """The envs alone, every actor's batched env on its own thread stepped with
   random actions (warm-up at most 3 s); agent steps/s summed over the actors."""
   envs = actor_lib.make_envs(spec)
@@ -59,7 +59,7 @@ def bench_raw(config, spec, seconds, warmup):
   return sps
 
 
-def bench_actors(config, spec, seconds, warmup):
+def bench_actors(spec, seconds, warmup):
   """The actor threads with their policy, their batches discarded (no
   learner); agent steps/s summed over the actors."""
   trainer = Trainer(spec)
@@ -82,7 +82,7 @@ def _actor_spaces(plan):
   return registry.env_spaces(group.env_id, group.env_kwargs, plan.observation_keys)
 
 
-def bench_loop(config, spec, seconds, warmup):
+def bench_loop(spec, seconds, warmup):
   """One actor thread's own cost, with a stand-in env and policy
   (agents/standin.py) of actor 0's spaces and env count (warm-up at most 2 s).
 
@@ -94,14 +94,14 @@ def bench_loop(config, spec, seconds, warmup):
   """
   plan = spec.plan
   num_actions, obs_spec = _actor_spaces(plan)
-  n = config.actors.envs_per_actor
+  n = spec.actors.envs_per_actor
   env = standin.StandInEnv(n, num_actions, obs_spec, num_tasks=plan.num_tasks)
   store = actor_lib.ParamsStore()
   store.publish({}, 0)
-  unrolls, episodes = queue.Queue(maxsize=config.actors.queue_size), queue.SimpleQueue()
+  unrolls, episodes = queue.Queue(maxsize=spec.actors.queue_size), queue.SimpleQueue()
   stop = threading.Event()
   actor = actor_lib.Actor(0, env, standin.standin_act_fn(n, num_actions), (), store, unrolls,
-                          episodes, StageTimer(), stop, config.unroll_length,
+                          episodes, StageTimer(), stop, spec.run.unroll_length,
                           plan.actor_device, seed=0)
 
   def drain():
@@ -133,7 +133,7 @@ def bench_loop(config, spec, seconds, warmup):
   return 1e6 / sps, sps
 
 
-def synthetic_batch(config, plan, num_actions: int, obs_spec, seed: int = 0) -> Unroll:
+def synthetic_batch(spec, num_actions: int, obs_spec, seed: int = 0) -> Unroll:
   """This process's random share of a learner batch, shaped as the actors send it.
 
   Frames cover 0..255, glyphs 0..NLE_NUM_GLYPHS - 1, other integer observations
@@ -147,7 +147,8 @@ def synthetic_batch(config, plan, num_actions: int, obs_spec, seed: int = 0) -> 
   Returns:
     An Unroll of host arrays [T + 1, B / processes, ...] with core_state ().
   """
-  t1, b = config.unroll_length + 1, config.batch_size // jax.process_count()
+  plan = spec.plan
+  t1, b = spec.run.unroll_length + 1, spec.run.batch_size // jax.process_count()
   rng = np.random.default_rng(seed)
   obs = {}
   for key, (shape, dtype) in policy_observation_spec(obs_spec).items():
@@ -168,11 +169,11 @@ def synthetic_batch(config, plan, num_actions: int, obs_spec, seed: int = 0) -> 
       action=rng.integers(0, num_actions, (t1, b)).astype(np.int32),
       behaviour_logits=rng.normal(size=(t1, b, num_actions)).astype(np.float32),
       reward=rng.normal(size=(t1, b)).astype(np.float32),
-      discount=np.full((t1, b), config.discount, np.float32),
+      discount=np.full((t1, b), spec.run.discount, np.float32),
       task_id=obs['task_id'].copy(), core_state=())
 
 
-def bench_learner(config, spec, seconds, warmup):
+def bench_learner(spec, seconds, warmup):
   """The learner's compiled update on one synthetic batch, repeated (at least
   3 times); `warmup` is unused, as the update is compiled and run once first.
 
@@ -182,7 +183,7 @@ def bench_learner(config, spec, seconds, warmup):
   """
   num_actions, obs_spec = _actor_spaces(spec.plan)
   agent = builder.build_agent(spec, num_actions, obs_spec)
-  batch = synthetic_batch(config, spec.plan, num_actions, obs_spec)
+  batch = synthetic_batch(spec, num_actions, obs_spec)
   batch = batch._replace(core_state=jax.tree.map(
       np.asarray, agent.network.initial_state(batch.action.shape[1])))
   batch = learner_lib.shard_batch(batch, agent.mesh)
@@ -205,20 +206,15 @@ def bench_learner(config, spec, seconds, warmup):
       return updates / elapsed, memory
 
 
-def bench_train(config, spec, seconds, warmup):
-  """The whole training loop, actors and learner, as a run trains.
-
-  Changes config in place (total_env_steps 10**12, log.every_seconds 1) and
-  trains until warmup + seconds have passed between log rows.
+def bench_train(spec, seconds, warmup):
+  """The whole training loop, actors and learner, as a run trains, until
+  warmup + seconds have passed between log rows (a `quiet` config's spec
+  logs every second and never reaches its total).
 
   Returns:
     (agent steps/s after the warm-up, the last row's 'timing/...' entries).
   """
-  with config.unlocked():
-    config.total_env_steps = 10**12
-    config.log.every_seconds = 1.0
-  del spec   # made again: the run's length changed
-  trainer = Trainer(validate_spec(config))
+  trainer = Trainer(spec)
   marks = []
   timings = {}
 
@@ -246,11 +242,14 @@ SUITE_DTYPES = ('float32', 'bfloat16')
 
 def quiet(config):
   """Makes config benchmark-ready in place and returns it: no wandb, no
-  progress lines, a fresh temporary workdir."""
+  progress lines, a fresh temporary workdir, a log row every second and a
+  total never reached (the learning rate's schedule does not change the speed)."""
   with config.unlocked():
     config.wandb.mode = 'disabled'
     config.log.progress = False
     config.workdir = tempfile.mkdtemp(prefix='benchmark-')  # no checkpoints left behind
+    config.total_env_steps = 10**12
+    config.log.every_seconds = 1.0
   return config
 
 
@@ -289,15 +288,15 @@ def run_suite(small: bool, seconds: float, warmup: float, stages=('learner', 'tr
     for dtype in SUITE_DTYPES:
       if entries is not None and (name, dtype) not in entries:
         continue
-      config = suite_config(module, variant, dtype, small)
-      spec = validate_spec(config)
-      row = {'config': name, 'dtype': dtype, 'batch': f'{config.batch_size} x {config.unroll_length}'}
+      spec = validate_spec(suite_config(module, variant, dtype, small))
+      steps = spec.run.batch_size * spec.run.unroll_length
+      row = {'config': name, 'dtype': dtype,
+             'batch': f'{spec.run.batch_size} x {spec.run.unroll_length}'}
       if 'learner' in stages:
-        ups, memory = bench_learner(config, spec, seconds, warmup)
-        row.update(learner_ups=ups, learner_sps=ups * config.batch_size * config.unroll_length,
-                   learner_mib=memory)
+        ups, memory = bench_learner(spec, seconds, warmup)
+        row.update(learner_ups=ups, learner_sps=ups * steps, learner_mib=memory)
       if 'train' in stages:
-        row['train_sps'] = bench_train(config, spec, seconds, warmup)[0]
+        row['train_sps'] = bench_train(spec, seconds, warmup)[0]
       rows.append(row)
       out(f'{name}, {dtype}: ' + ', '.join(f'{k} {v:,.1f}' for k, v in row.items()
                                             if isinstance(v, float)))

@@ -17,7 +17,6 @@ import numpy as np
 from agents.actor import make_act_fn
 from agents.rollout import Episode, StepBookkeeping, host_dtype
 from analysis.run_loading import LoadedRun
-from configs import validation
 from envs import atari
 from envs import registry
 from envs import render
@@ -155,8 +154,8 @@ def make_task_env(run: LoadedRun, task_id: int, num_envs: int, seed: int, video:
     (env, frame_fn or None, video fps): `frame_fn(result)` draws env 0, an RGB
     screen or a TtyFrame (NLE).
   """
-  task = run.config.tasks[task_id]
-  kwargs = validation.task_env_kwargs(run.config, task, run.plan.num_tasks, training=False)
+  task = run.spec.run.tasks[task_id]
+  kwargs = registry.task_env_kwargs(task, run.plan.num_tasks, run.spec.atari, training=False)
   workers = run.plan.actors.nle_workers or 1
   return registry.evaluation_env(task['env_id'], task_id, kwargs, num_envs, seed, video,
                                  tuple(run.plan.observation_keys), workers)
@@ -165,7 +164,7 @@ def make_task_env(run: LoadedRun, task_id: int, num_envs: int, seed: int, video:
 def reward_scale(run: LoadedRun, task_id: int) -> float:
   """The task's training reward scale (1.0 when the config sets none), which
   the policy's prev_reward input needs."""
-  scales = tuple(run.config.reward_scales) or (1.0,) * run.plan.num_tasks
+  scales = tuple(run.spec.run.reward_scales) or (1.0,) * run.plan.num_tasks
   return float(scales[task_id])
 
 

@@ -241,7 +241,7 @@ def check_max_pool(env_id: str, kwargs: Dict, steps: int = 100) -> Check:
                f'{pooled}/{steps} steps (last frame alone {last}/{steps}), 210x160 grey')
 
 
-def check_protocol(config, collected: Collected) -> Dict[str, Check]:
+def check_protocol(spec, collected: Collected) -> Dict[str, Check]:
   """Checks IMPALA's Atari protocol as a run (task 0 Atari) applies it.
 
   Returns:
@@ -250,7 +250,8 @@ def check_protocol(config, collected: Collected) -> Dict[str, Check]:
     (conv1's input is frames / 255 NHWC, minus the task's mean frame for a
     centring torso).
   """
-  kw, env_id = collected.env_kwargs, config.tasks[0]['env_id']
+  kw, env_id = collected.env_kwargs, spec.run.tasks[0]['env_id']
+  reward_mode = spec.run.reward_mode
   want = dict(img_height=84, img_width=84, gray_scale=True, stack_num=4, frame_skip=4,
               reward_clip=False, repeat_action_probability=0.0)
   bad = {k: kw.get(k) for k, v in want.items() if kw.get(k) != v}
@@ -278,11 +279,11 @@ def check_protocol(config, collected: Collected) -> Dict[str, Check]:
       f'this run {collected.num_actions} (full_action_space={kw["full_action_space"]}); '
       f'Pong+Breakout config {full}')
   clipped = np.asarray(rewards.transform_rewards(jnp.array([-5.0, -1.0, 0.5, 3.0]),
-                                                 config.reward_mode))
+                                                 reward_mode))
   checks['reward_clip'] = Check(
-      config.reward_mode == 'clip' and clipped.tolist() == [-1.0, -1.0, 0.5, 1.0],
+      reward_mode == 'clip' and clipped.tolist() == [-1.0, -1.0, 0.5, 1.0],
       'learner clips rewards to [-1, 1] (rl/rewards.py)',
-      f'reward_mode={config.reward_mode!r}: [-5, -1, 0.5, 3] -> {clipped.tolist()}')
+      f'reward_mode={reward_mode!r}: [-5, -1, 0.5, 3] -> {clipped.tolist()}')
   u = collected.unrolls[0]
   x = torso_input(collected.network, collected.variables, u.obs)
   frames = u.obs['frames'].reshape((-1,) + u.obs['frames'].shape[2:]).astype(np.float32)

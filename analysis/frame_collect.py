@@ -58,11 +58,11 @@ class RecordingEnv:
     self._env.close()
 
 
-def collect(config, spec, num_blocks: int, policy_scale: float = 1.0) -> Collected:
+def collect(spec, num_blocks: int, policy_scale: float = 1.0) -> Collected:
   """Runs actor 0 as a fresh run would (env step 0) and keeps what it produces.
 
   Args:
-    spec: the config's RunSpec (configs.validation.validate_spec).
+    spec: the run's RunSpec (configs.validation.validate_spec).
     num_blocks: the unrolls to collect.
     policy_scale: multiplies the policy head's weights (tests: logits that
       differ between frames, so off-by-one errors show).
@@ -82,10 +82,10 @@ def collect(config, spec, num_blocks: int, policy_scale: float = 1.0) -> Collect
     params['policy_head'] = jax.tree.map(lambda w: w * policy_scale, params['policy_head'])
     variables = {**variables, 'params': params}
   store = ParamsStore()
-  unrolls, episodes = queue.Queue(maxsize=config.actors.queue_size), queue.SimpleQueue()
+  unrolls, episodes = queue.Queue(maxsize=spec.actors.queue_size), queue.SimpleQueue()
   store.publish(variables, 0)
   stop = threading.Event()
-  rng = jax.random.key(config.seed)   # a fresh run's: actor 0 at env step 0
+  rng = jax.random.key(spec.run.seed)   # a fresh run's: actor 0 at env step 0
   actor, = actor_lib.make_actors(spec, network, [env], store, unrolls, episodes,
                                  StageTimer(), stop, rng)
   actor_seed = builder.actor_seed(rng, 0, 0)

@@ -187,7 +187,7 @@ def evaluate(run, peer: PeerAgent, model_tar: str, task: Optional[str] = None,
       another env id than the task plays.
   """
   task_id = task_id_of(run, task)
-  env_id = run.config.tasks[task_id]['env_id']
+  env_id = run.spec.run.tasks[task_id]['env_id']
   if peer.env_id != env_id:
     raise ValueError(f'{model_tar} trained on {peer.env_id}, task '
                       f'{run.plan.task_names[task_id]} of {run.workdir} plays {env_id}')

@@ -16,8 +16,9 @@ import ml_collections
 from agents.builder import build_agent
 from agents import checkpoint
 from agents.checkpoint import CheckpointError, Checkpointer
-from configs import common, validation
+from configs import common, resume, validation
 from configs.plan import RunPlan
+from configs.spec import RunSpec
 from envs import registry
 from networks import agent as agent_net
 from rundir import run_folder
@@ -25,9 +26,9 @@ from rundir import run_folder
 
 @dataclasses.dataclass(frozen=True)
 class LoadedRun:
-  """A run's config and the policy of one of its checkpoints."""
+  """A run's spec and the policy of one of its checkpoints."""
   workdir: str
-  config: ml_collections.ConfigDict   # as trained, but for one learner device
+  spec: RunSpec                       # as trained, but for one learner device
   plan: RunPlan
   network: agent_net.AgentNetwork
   variables: Dict[str, Any]           # {'params', 'popart'}: what network.apply takes
@@ -37,15 +38,6 @@ class LoadedRun:
   skipped: Tuple[Tuple[int, str], ...] = ()  # (step, what is wrong): newer damaged checkpoints
 
 RESTORE_TRIES = 3  # a running trainer may rotate the chosen checkpoint away while it loads
-
-
-def _tuples(value):
-  """JSON lists back to the tuples the config files use (ConfigDict keeps them)."""
-  if isinstance(value, list):
-    return tuple(_tuples(v) for v in value)
-  if isinstance(value, dict):
-    return {k: _tuples(v) for k, v in value.items()}
-  return value
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
@@ -63,10 +55,9 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
   if saved is None:
     raise FileNotFoundError(f'{workdir} has no {run_folder.CONFIG_FILE}, so it is not a run '
                             'folder (launch/train.py writes one at the start of a run)')
-  saved = _tuples(saved)
   # Added fields take their default, or _BEFORE_FIELD_EXISTED's where the default changed.
-  defaults = _with_defaults(_BEFORE_FIELD_EXISTED, common.base_config().to_dict())
-  return ml_collections.ConfigDict(_with_defaults(saved, defaults))
+  defaults = resume.as_source(common.base_config())
+  return resume.from_source(_with_defaults(saved, _with_defaults(_BEFORE_FIELD_EXISTED, defaults)))
 
 
 # Fields whose current default differs from what a run had before the field.
@@ -131,7 +122,7 @@ def load_run(workdir: str, step: Optional[int] = None) -> LoadedRun:
   restored, skipped = _restore(workdir, like, step)
   state = restored['state']
   return LoadedRun(
-      workdir=workdir, config=config, plan=plan, network=network,
+      workdir=workdir, spec=spec, plan=plan, network=network,
       variables={'params': state.params, 'popart': state.popart},
       env_steps=restored['env_steps'], num_actions=num_actions, observation_spec=obs_spec,
       skipped=tuple(skipped))

@@ -12,7 +12,6 @@ from agents.checkpoint import Checkpointer
 from agents.trainer import Trainer
 from analysis import advantage_groups
 from analysis import update_stats
-from configs import validation
 from networks import agent as agent_net
 from networks import centring
 from rl import impala
@@ -28,13 +27,10 @@ class Diagnoser:
       latest) the learner starts from (read-only); None: a fresh learner.
 
   Raises:
-    configs.validation.ConfigError: for a config that does not validate.
     agents.checkpoint.CheckpointError: for a checkpoint that cannot be read.
   """
 
-  def __init__(self, config, workdir=None, step=None):
-    self.config = config
-    spec = validation.validate_spec(config)
+  def __init__(self, spec, workdir=None, step=None):
     self.plan = spec.plan
     self.trainer = Trainer(spec)
     if workdir:

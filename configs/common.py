@@ -2,6 +2,8 @@
 2018, Table G.1), the optimisation recipes, and variant-argument parsing."""
 
 import dataclasses
+import datetime
+import os
 from typing import Tuple
 
 import ml_collections
@@ -96,6 +98,12 @@ def groups() -> Tuple[Tuple[str, type], ...]:
           ('popart', PopArtConfig), ('value', ValueConfig), ('network', NetworkConfig), ('actors', ActorsConfig),
           ('log', LogConfig), ('wandb', WandbConfig), ('pbt', PBTConfig),
           ('distributed', DistributedConfig))
+
+
+def default_workdir(config_name: str) -> str:
+  """The run folder of an empty workdir: runs/<config_name or 'run'>-<YYYYmmdd-HHMMSS>."""
+  stamp = datetime.datetime.now().strftime('%Y%m%d-%H%M%S')
+  return os.path.join('runs', f'{config_name or "run"}-{stamp}')
 
 
 def base_config() -> ml_collections.ConfigDict:

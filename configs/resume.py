@@ -7,7 +7,9 @@ before writing anything); every other field may change
 """
 
 import json
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import ml_collections
 
 # Prefixes of dotted config fields fixed for a run's life: the network, the
 # tasks and their envs (observations and actions), the value outputs and the
@@ -56,12 +58,27 @@ def _differences(saved: Dict[str, Any], new: Dict[str, Any]) -> List[Tuple[str, 
   return out
 
 
-def _as_dict(config) -> Dict[str, Any]:
-  # The JSON round trip makes tuples lists, as config.json holds them.
+def as_source(config) -> Dict[str, Any]:
+  """An ml_collections config as config.json holds it (the JSON round trip
+  makes tuples lists): a RunSpec's `source`."""
   return json.loads(config.to_json_best_effort(sort_keys=True))
 
 
-def compare(saved: Dict[str, Any], config) -> Tuple[List[Tuple], List[Tuple]]:
+def _tuples(value):
+  """JSON lists back to the tuples the config files use (ConfigDict keeps them)."""
+  if isinstance(value, list):
+    return tuple(_tuples(v) for v in value)
+  if isinstance(value, dict):
+    return {k: _tuples(v) for k, v in value.items()}
+  return value
+
+
+def from_source(source: Mapping[str, Any]) -> ml_collections.ConfigDict:
+  """A config from what config.json holds (`as_source`), JSON lists as tuples again."""
+  return ml_collections.ConfigDict(_tuples(dict(source)))
+
+
+def compare(saved: Dict[str, Any], source: Dict[str, Any]) -> Tuple[List[Tuple], List[Tuple]]:
   """The fields a resume changes, as (frozen, allowed) lists of (dotted field,
   saved value, new value), in field order.
 
@@ -71,9 +88,9 @@ def compare(saved: Dict[str, Any], config) -> Tuple[List[Tuple], List[Tuple]]:
 
   Args:
     saved: the saved config, as config.json holds it.
-    config: the new config, compared as its JSON gives it.
+    source: the new config, as a RunSpec's source holds it.
   """
-  diffs = _differences(flatten(saved), flatten(_as_dict(config)))
+  diffs = _differences(flatten(saved), flatten(source))
   diffs = [d for d in diffs if d[0] != 'workdir']
   return [d for d in diffs if is_frozen(d[0])], [d for d in diffs if not is_frozen(d[0])]
 

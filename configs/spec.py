@@ -1,9 +1,11 @@
 """The run spec: a run's config read once, at start-up, into frozen typed
-settings. agents/ receives it and never reads ml_collections paths; rl/
-and networks/ receive the pieces they need."""
+settings. Everything after the command line (agents/, rundir/, analysis/,
+the logger, the benchmarks) receives it and never an ml_collections
+config; rl/ and networks/ receive the pieces they need. The config itself
+survives only as `source`, what config.json holds."""
 
 import dataclasses
-from typing import Any, Dict
+from typing import Any, Dict, Mapping
 
 from configs.actor_sizing import ActorsConfig
 from configs.common import RunConfig
@@ -23,7 +25,9 @@ from rl.value_classification import ValueConfig
 class RunSpec:
   """Everything a run is, typed and checked: one field per config group
   (`run`: the top-level fields; `loss`: what the loss reads, the learner's
-  settings in it) and the derived `plan`."""
+  settings in it), the derived `plan`, and `source`: the config as
+  config.json holds it (JSON types), for the run folder, the resume check and
+  wandb."""
   run: RunConfig
   loss: LossConfig
   optimizer: OptimizerConfig
@@ -36,6 +40,7 @@ class RunSpec:
   distributed: DistributedConfig
   atari: AtariConfig
   plan: RunPlan
+  source: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
   @property
   def learner(self) -> Learner:
@@ -61,18 +66,28 @@ def loss_config(run: RunConfig, popart: PopArtConfig, optimizer: OptimizerConfig
       popart_per_sample=popart.step_per == 'sample', value=value)
 
 
-def make_spec(groups: Dict[str, Any], learner_settings: Any, plan: RunPlan) -> RunSpec:
+def make_spec(groups: Dict[str, Any], learner_settings: Any, plan: RunPlan,
+              source: Mapping[str, Any]) -> RunSpec:
   """The RunSpec of a checked config, from its groups as
-  validation.read_groups reads them."""
+  validation.read_groups reads them and its JSON `source`."""
   run, popart, optimizer = groups[''], groups['popart'], groups['optimizer']
   return RunSpec(
       run=run, loss=loss_config(run, popart, optimizer, learner_settings, groups['loss'].name,
                                 groups['value']),
       optimizer=optimizer, popart=popart, value=groups['value'], network=groups['network'], actors=groups['actors'],
       log=groups['log'], wandb=groups['wandb'], distributed=groups['distributed'],
-      atari=groups['atari'], plan=plan)
+      atari=groups['atari'], plan=plan, source=source)
 
 
 def with_workdir(spec: RunSpec, workdir: str) -> RunSpec:
-  """A new spec with run.workdir set, for a folder chosen after validation."""
-  return dataclasses.replace(spec, run=dataclasses.replace(spec.run, workdir=workdir))
+  """A new spec with run.workdir set (and its source's), for a folder chosen
+  after validation."""
+  return dataclasses.replace(spec, run=dataclasses.replace(spec.run, workdir=workdir),
+                             source={**spec.source, 'workdir': workdir})
+
+
+def with_run(spec: RunSpec, **fields) -> RunSpec:
+  """A new spec with top-level `fields` changed in `run` and in its source
+  (a benchmark's or a population member's own budget, seed or folder)."""
+  return dataclasses.replace(spec, run=dataclasses.replace(spec.run, **fields),
+                             source={**spec.source, **fields})

@@ -15,6 +15,7 @@ import ml_collections
 
 from configs import common
 from configs import plan as plan_lib
+from configs import resume
 from configs import spec as spec_lib
 from configs.plan import RunPlan
 from configs.spec import RunSpec
@@ -308,7 +309,7 @@ def validate_spec(config) -> RunSpec:
 
   plan = plan_lib.make_plan(config, tasks, env_kwargs, scales, role_ids, random_tasks,
                             tuple(obs_keys), frames_per_step, n_learn, families)
-  return spec_lib.make_spec(groups, _learner_settings(config), plan)
+  return spec_lib.make_spec(groups, _learner_settings(config), plan, resume.as_source(config))
 
 
 def validate_everywhere(config) -> RunSpec:

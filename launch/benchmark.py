@@ -87,25 +87,24 @@ def main(argv):
     return
   if _CONFIG.value is None:
     raise app.UsageError('give --config (or --suite)')
-  config = benchmark.quiet(command_line.load_config())
-  try:
-    spec = validate_spec(config)
+  try:  # the composition root: past here only the spec travels
+    spec = validate_spec(benchmark.quiet(command_line.load_config()))
   except ConfigError as e:
     _exit(str(e))
-  plan = spec.plan
+  plan, run = spec.plan, spec.run
   print(plan.describe_actors())
-  results = {'config': config.config_name, 'num_actors': plan.num_actors,
-             'envs_per_actor': config.actors.envs_per_actor,
+  results = {'config': run.config_name, 'num_actors': plan.num_actors,
+             'envs_per_actor': spec.actors.envs_per_actor,
              'envpool_threads': plan.actors.envpool_threads,
              'nle_workers': plan.actors.nle_workers, 'actors_chosen': list(plan.actors.chosen),
-             'network': config.network.name,
-             'batch_size': config.batch_size, 'unroll_length': config.unroll_length,
+             'network': spec.network.name,
+             'batch_size': run.batch_size, 'unroll_length': run.unroll_length,
              'cpu_count': os.cpu_count()}
   for stage in _STAGES.value:
     fn = {'raw': benchmark.bench_raw, 'actors': benchmark.bench_actors,
           'loop': benchmark.bench_loop, 'learner': benchmark.bench_learner,
           'train': benchmark.bench_train}[stage]   # _check_flags checked the names
-    out = fn(config, spec, _SECONDS.value, _WARMUP.value)
+    out = fn(spec, _SECONDS.value, _WARMUP.value)
     if stage == 'loop':
       us, out = out
       results['loop_us_per_agent_step'] = round(us, 3)
@@ -114,7 +113,7 @@ def main(argv):
     if stage == 'learner':
       ups, results['learner_memory_mib'] = out
       results['learner_updates_per_s'] = round(ups, 2)
-      out = ups * config.batch_size * config.unroll_length
+      out = ups * run.batch_size * run.unroll_length
     if stage == 'train':
       out, results['train_timings'] = out
     results[f'{stage}_sps'] = round(out, 1)

@@ -25,6 +25,7 @@ from analysis import advantage_groups
 from analysis import run_loading
 from analysis.update_diagnosis import Diagnoser
 from configs import command_line   # defines --config; its file's mistakes are one line
+from configs import validation
 from configs.validation import ConfigError
 from infra import atomic_write
 from rl import impala
@@ -73,7 +74,7 @@ def _print_point(updates, env_steps, point):
   print('  per module: ' + ', '.join(f'{k[5:]} {point[k]:.3g}' for k in modules))
 
 
-def _advantage_groups(d, config):
+def _advantage_groups(d, spec):
   try:
     d.start()
     batches = d.advantage_batches(_ADVANTAGE_GROUPS.value)
@@ -82,7 +83,7 @@ def _advantage_groups(d, config):
   result = advantage_groups.report(batches, len(d.plan.task_names), d.plan.task_names)
   print(f'\n== advantages of {len(batches)} batches at {d.env_steps:,} env steps ==')
   print('\n'.join(advantage_groups.format_report(result)))
-  _write({'config': config.config_name, 'workdir': _WORKDIR.value, 'env_steps': d.env_steps,
+  _write({'config': spec.run.config_name, 'workdir': _WORKDIR.value, 'env_steps': d.env_steps,
           'advantage_groups': result})
 
 
@@ -112,13 +113,13 @@ def main(argv):
     print(f'error: {problem}', file=sys.stderr)
     sys.exit(2)
   try:
-    config = _load_config()
-    d = Diagnoser(config, _WORKDIR.value, _STEP.value)
+    spec = validation.validate_spec(_load_config())   # the composition root
+    d = Diagnoser(spec, _WORKDIR.value, _STEP.value)
   except (FileNotFoundError, ConfigError, CheckpointError, RunFolderError) as e:
     print(f'error: {e}', file=sys.stderr)   # a missing run or step, a bad config.json: one line
     sys.exit(2)
   if _ADVANTAGE_GROUPS.value > 0:
-    _advantage_groups(d, config)
+    _advantage_groups(d, spec)
     return
   points = []
   try:
@@ -136,7 +137,7 @@ def main(argv):
         updates += 1
   finally:
     d.close()
-  _write({'config': config.config_name, 'workdir': _WORKDIR.value, 'points': points})
+  _write({'config': spec.run.config_name, 'workdir': _WORKDIR.value, 'points': points})
 
 
 if __name__ == '__main__':

@@ -92,22 +92,21 @@ def _exit(reason: str) -> None:
 
 def main(argv):
   del argv
-  config = command_line.load_config()
   try:
-    spec = validate_spec(config)
+    spec = validate_spec(command_line.load_config())
   except ConfigError as e:
     _exit(str(e))
-  plan = spec.plan
-  num_blocks = max(2, -(-_STEPS.value // config.unroll_length))
-  print(f'collecting {num_blocks} unrolls (T={config.unroll_length}) from actor 0, '
+  plan, unroll_length = spec.plan, spec.run.unroll_length
+  num_blocks = max(2, -(-_STEPS.value // unroll_length))
+  print(f'collecting {num_blocks} unrolls (T={unroll_length}) from actor 0, '
         f'{sum(g.num_envs for g in plan.actor_env_groups[0])} envs ...', flush=True)
-  collected = collect(config, spec, num_blocks)
+  collected = collect(spec, num_blocks)
   checks = check_unrolls(collected.unrolls)
   checks.update(check_env_record(collected))
   checks.update(check_behaviour_logits(collected, _LOGIT_UNROLLS.value))
-  games = [atari.game_of(t['env_id']) for t in config.tasks]
+  games = [atari.game_of(t['env_id']) for t in spec.run.tasks]
   if games[0] is not None:
-    checks.update(check_protocol(config, collected))
+    checks.update(check_protocol(spec, collected))
   if games == ['Pong']:
     checks.update(check_pong_games(collected))
   ok = print_table(checks)

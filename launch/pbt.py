@@ -20,6 +20,7 @@ from absl import app
 from absl import flags
 
 from configs import command_line
+from configs import compose
 from configs import validation
 from rundir import population
 from rundir import ray_cluster
@@ -53,14 +54,15 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   config = command_line.load_config()
   try:
-    summary, status = population.run_population(config, _POPULATION.value, _ADDRESS.value)
+    spec, settings = compose.population(config, _POPULATION.value)
+    summary, status = population.run_population(spec, settings, _ADDRESS.value)
   except population.PopulationFinished as e:
     print(str(e), file=sys.stderr)
     sys.exit(0)
   except (validation.ConfigError, run_folder.RunFolderError, ray_cluster.ClusterError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
-  _print_summary(summary, os.path.abspath(config.workdir))
+  _print_summary(summary, os.path.abspath(spec.run.workdir))
   sys.exit(status)
 
 

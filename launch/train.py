@@ -82,7 +82,8 @@ def main(argv):
             file=sys.stderr)
       print(plan.describe_actors(), file=sys.stderr)
       return
-    lifecycle.train(config, _STOP)
+    # The composition root: past this line only the RunSpec travels.
+    lifecycle.train(validation.validate_everywhere(config), _STOP)
     # The run's last line is out: a signal now would only break the exit
     # (a KeyboardInterrupt traceback from an atexit callback).
     stop_signals.ignore()

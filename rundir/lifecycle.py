@@ -1,7 +1,9 @@
-"""A run's life: validated, its folder prepared and locked, the trainer built
-(restoring the checkpoint), the folder adopted, the logger open, trained,
-saved, closed. `train` lives it whole for launch/train.py; a population
-member (rundir/population.py) opens a `Run` and trains it interval by interval."""
+"""A run's life: its folder prepared and locked, the trainer built (restoring
+the checkpoint), the folder adopted, the logger open, trained, saved,
+closed. It receives the validated RunSpec (configs/spec.py), never the
+ml_collections config. `train` lives it whole for launch/train.py; a
+population member (rundir/population.py) opens a `Run` and trains it
+interval by interval."""
 
 import sys
 import threading
@@ -13,8 +15,9 @@ import jax
 
 from agents.trainer import ActorFailed, Trainer
 from agents.update_checks import NonFiniteError
-from configs import resume, validation
+from configs import resume
 from configs import spec as spec_lib
+from configs.spec import RunSpec
 from infra import multihost
 from infra import peer_watch
 from infra import stop_signals
@@ -29,18 +32,16 @@ class RunStopped(RuntimeError):
 class Run:
   """One run folder opened for training.
 
-  The constructor validates the config on every process and prepares the
-  folder (sets `config.workdir`, takes the lock), raising ConfigError or
-  RunFolderError before anything is written. `start()` builds the trainer,
+  The constructor prepares the folder of a spec validated on every process
+  (validation.validate_everywhere: a collective): it resolves the workdir
+  and takes the lock, raising RunFolderError before anything is written. `start()` builds the trainer,
   which restores the checkpoint; only then is anything written, so a resume
   that cannot restore leaves the folder as it was. `trainer` and `logger`
   are None until `start()`; `close()` is idempotent, also after a failed start.
   """
 
-  def __init__(self, config, stop_requested: Optional[threading.Event] = None):
-    self.config = config
-    spec = validation.validate_everywhere(config)
-    folder = run_folder.prepare(config)
+  def __init__(self, spec: RunSpec, stop_requested: Optional[threading.Event] = None):
+    folder = run_folder.prepare(spec)
     self.workdir, self.lock, self.resume_step = folder.workdir, folder.lock, folder.resume_step
     self.spec = spec_lib.with_workdir(spec, folder.workdir)
     self.plan = self.spec.plan
@@ -52,12 +53,12 @@ class Run:
   def nothing_to_do(self) -> Optional[str]:
     """Why the run has nothing to train (its resume step is at or past
     total_env_steps or pause_at_env_steps), naming the field to raise; or None."""
-    config, step = self.config, self.resume_step
-    if step is not None and step >= config.total_env_steps:
+    run, step = self.spec.run, self.resume_step
+    if step is not None and step >= run.total_env_steps:
       return (f'{self.workdir} already finished at env step {step:,} (total_env_steps '
-              f'{config.total_env_steps:,}); nothing to do. Raise --config.total_env_steps to '
+              f'{run.total_env_steps:,}); nothing to do. Raise --config.total_env_steps to '
               'train on')
-    pause = config.get('pause_at_env_steps', 0)
+    pause = run.pause_at_env_steps
     if pause and step is not None and step >= pause:
       return (f'{self.workdir} is at env step {step:,}, at or past pause_at_env_steps '
               f'{pause:,}; nothing to do. Raise --config.pause_at_env_steps (or set it to 0) to '
@@ -71,7 +72,7 @@ class Run:
     notes = []
     if multihost.is_primary():
       notes = run_folder.adopt(self.workdir, self.resume_step, self._allowed)
-    self.logger = RunLogger(self.workdir, self.config, self.plan.task_names,
+    self.logger = RunLogger(self.workdir, self.spec, self.plan.task_names,
                             primary=multihost.is_primary(), process_index=jax.process_index(),
                             resume_step=self.resume_step)
     return notes
@@ -85,8 +86,8 @@ class Run:
     """How a resume changed the learning-rate schedule (a line), or None (needs `start()`)."""
     return resume.schedule_note(self._allowed, self.trainer.version, self.trainer.schedule,
                                 self.plan.env_steps_per_update,
-                                float(self.config.optimizer.anneal_to),
-                                float(self.config.learning_rate))
+                                float(self.spec.optimizer.anneal_to),
+                                float(self.spec.run.learning_rate))
 
   def start_lines(self) -> List[str]:
     """The run's first log lines (needs `start()`): actors, processes, the resume
@@ -114,7 +115,7 @@ class Run:
         metrics, so there is no collective save).
     """
     if until is None:
-      until = self.config.get('pause_at_env_steps', 0) or None
+      until = self.spec.run.pause_at_env_steps or None
 
     def log(metrics):
       self.logger.write(metrics)
@@ -167,7 +168,7 @@ class Run:
       lock.release()
 
 
-def train(config, stop_requested: Optional[threading.Event] = None):
+def train(spec: RunSpec, stop_requested: Optional[threading.Event] = None):
   """Runs a whole training run; returns (final learner state or None when
   nothing was trained, workdir). Progress goes to stderr.
 
@@ -177,7 +178,6 @@ def train(config, stop_requested: Optional[threading.Event] = None):
   processes every process calls it, and one that fails tells the others.
 
   Raises:
-    configs.validation.ConfigError: before any work.
     rundir.run_folder.RunFolderError: before writing anything.
     agents.update_checks.NonFiniteError: after saving the last good state.
     RunStopped: after a checkpoint, when metrics.jsonl cannot be written.
@@ -186,7 +186,7 @@ def train(config, stop_requested: Optional[threading.Event] = None):
   stop_requested = stop_requested or threading.Event()
   previous_handlers = stop_signals.install(stop_requested, multi)
   try:  # what every process finds alike (no peer is told: each stops by itself)
-    run = Run(config, stop_requested)
+    run = Run(spec, stop_requested)
   except BaseException:
     stop_signals.restore(previous_handlers)
     raise
@@ -220,7 +220,7 @@ def train(config, stop_requested: Optional[threading.Event] = None):
                          f'{jax.process_count()} processes')
     if trainer.interrupted:
       run.logger.message(run.interrupted_line())
-    elif trainer.env_steps < config.total_env_steps:
+    elif trainer.env_steps < spec.run.total_env_steps:
       run.logger.message(f'paused at env step {trainer.env_steps:,} (pause_at_env_steps); '
                          f'{run.saved_where()}; the same command with a larger '
                          '--config.pause_at_env_steps, or 0, goes on')
@@ -234,7 +234,7 @@ def train(config, stop_requested: Optional[threading.Event] = None):
       _say('interrupted during start-up, before the first update; nothing to save')
   except Exception as e:
     if multi:
-      _tell_peers(e, config)
+      _tell_peers(e, spec)
     raise
   finally:
     try:  # a second signal during the cleanup must not skip the rest of it
@@ -243,7 +243,7 @@ def train(config, stop_requested: Optional[threading.Event] = None):
       run.close()
     finally:
       stop_signals.restore(previous_handlers)
-  return state, config.workdir
+  return state, run.workdir
 
 
 def exit_on_failure(e: BaseException) -> None:
@@ -272,7 +272,7 @@ def exit_on_failure(e: BaseException) -> None:
   sys.exit(1)
 
 
-def _tell_peers(e: Exception, config) -> None:
+def _tell_peers(e: Exception, spec: RunSpec) -> None:
   """Tells the other processes this one failed, unless they are stopping
   already or it is a non-finite stop (all share it). After a failed
   collective it first lets the watchdog name a dead peer."""
@@ -280,7 +280,7 @@ def _tell_peers(e: Exception, config) -> None:
     return
   if isinstance(e, jax.errors.JaxRuntimeError):
     _say('a collective failed; waiting for the watchdog to tell which process stopped')
-    peer_watch.await_verdict(config.distributed.timeout_seconds + 5)
+    peer_watch.await_verdict(spec.distributed.timeout_seconds + 5)
   # Told before cleaning up, which may be slow: the others stop now, naming this one.
   peer_watch.announce_failure(f'{type(e).__name__}: {e}')
 

@@ -15,7 +15,7 @@ import shutil
 import signal
 
 from configs import pbt as pbt_lib
-from configs import validation
+from configs import compose
 from infra import stop_signals
 from rundir import lifecycle
 from rundir import population_record as record
@@ -79,22 +79,18 @@ def _trainable(tune):
     """One member: a run folder trained interval by interval."""
 
     def setup(self, tune_config, base=None, settings=None, population_dir=None):
-      """Makes the member's config from `base`; the run folder opens at the first step.
+      """Makes the member's spec from `base` (the population's RunSpec source);
+      the run folder opens at the first step.
 
-      Its workdir is `<population_dir>/members/<name>`, its seed base.seed +
-      member index, and `tune_config`'s hyperparameters applied (configs.pbt.apply).
+      Its workdir is `<population_dir>/members/<name>`, its seed the base's +
+      member index, and `tune_config`'s hyperparameters applied (configs/compose.py).
       """
       self.settings, self.population_dir, self.ledger = settings, population_dir, None
       self.name = member_name(self.trial_id)
-      config = base.copy_and_resolve_references()
-      with config.unlocked():
-        config.workdir = os.path.join(population_dir, MEMBERS, self.name)
-        config.seed = base.seed + member_index(self.trial_id)
-        config.log.progress = False
-        config.wandb.group = config.wandb.group or os.path.basename(population_dir)
-        self.values = {k: float(tune_config[k]) for k in settings.ranges}
-        pbt_lib.apply(config, self.values, settings)
-      self.config = config
+      self.values = {k: float(tune_config[k]) for k in settings.ranges}
+      self.spec = compose.member_spec(
+          base, self.values, settings, os.path.join(population_dir, MEMBERS, self.name),
+          base['seed'] + member_index(self.trial_id), os.path.basename(population_dir))
       self.member_run = None
       self.copied_from = None
       self.last_score = -math.inf
@@ -108,7 +104,7 @@ def _trainable(tune):
       # After a copy, this trial's last Ray checkpoint is the donor's until the
       # next one: a resume restores it, but the copy is installed already.
       installed = not own and record.was_installed(self.population_dir, self.name, info)
-      install_checkpoint(os.path.join(checkpoint_dir, STATE), self.config.workdir,
+      install_checkpoint(os.path.join(checkpoint_dir, STATE), self.spec.run.workdir,
                          int(info['env_steps']), own or installed)
       if installed:
         return
@@ -123,7 +119,7 @@ def _trainable(tune):
         self.last_score = info.get('score', self.last_score)
 
     def _open(self):
-      self.member_run = lifecycle.Run(self.config)
+      self.member_run = lifecycle.Run(self.spec)
       try:
         notes = self.member_run.notes + self.member_run.start()
       except BaseException:
@@ -144,13 +140,13 @@ def _trainable(tune):
       of this one to its metrics; returns Ray's result."""
       if self.member_run is None:
         self._open()
-      total = self.config.total_env_steps
+      total = self.spec.run.total_env_steps
       interval = self.settings.interval
       target = min(total, (self.member_run.env_steps // interval + 1) * interval)
       rows = []
       self.member_run.train(target, rows.append)
       plan = self.member_run.plan
-      score = pbt_lib.score(rows, plan, self.settings, tuple(self.config.reward_scales))
+      score = pbt_lib.score(rows, plan, self.settings, self.spec.run.reward_scales)
       if score is None:  # no episode ended in the interval: the last score stands
         score = self.last_score
       self.last_score = score
@@ -196,12 +192,12 @@ def _trainable(tune):
       """Copies the newest intact run checkpoint to `<checkpoint_dir>/state`, with
       `member.json` (member, env_steps, score, workdir, values)."""
       from agents import checkpoint  # pylint: disable=import-outside-toplevel
-      step, _ = checkpoint.find_intact(self.config.workdir)
-      shutil.copytree(os.path.join(checkpoint.directory(self.config.workdir), str(step)),
+      step, _ = checkpoint.find_intact(self.spec.run.workdir)
+      shutil.copytree(os.path.join(checkpoint.directory(self.spec.run.workdir), str(step)),
                       os.path.join(checkpoint_dir, STATE))
       with open(os.path.join(checkpoint_dir, MEMBER_INFO), 'w') as f:
         json.dump({'member': self.name, 'env_steps': step, 'score': self.last_score,
-                   'workdir': self.config.workdir, 'values': self.values}, f)
+                   'workdir': self.spec.run.workdir, 'values': self.values}, f)
 
     def reset_config(self, new_config):
       """False: every change of config gets a new member process."""
@@ -267,16 +263,14 @@ def _ledger_class(ray):
   return Ledger
 
 
-def run_population(config, population=None, address=None):
-  """Runs a population of members of a config to total_env_steps on Ray Tune.
+def run_population(spec, settings, address=None):
+  """Runs a population of members of a spec to total_env_steps on Ray Tune.
 
-  The population folder (config.workdir, or the resolved workdir + '-pbt')
+  `spec` and `settings` come from configs/compose.population. The
+  population folder (spec.run.workdir)
   holds members/, events.jsonl (one line per copy), ray/tune/ (Ray Tune's
   state: a population found there is resumed) and population.json (the
   summary). Ray starts locally unless `address` names a cluster.
-
-  Args:
-    population: the number of members; None: config.pbt.population.
 
   Returns:
     (summary, exit status 1 when a member failed, else 0); the summary's
@@ -284,21 +278,12 @@ def run_population(config, population=None, address=None):
 
   Raises:
     PopulationFinished: every member is at total_env_steps.
-    configs.validation.ConfigError: a bad setting.
     rundir.run_folder.RunFolderError: a resume with other fixed settings,
       paths too long, the folder cannot be made, or another driver holds it.
     rundir.ray_cluster.ClusterError: a bad --address, or too few CPUs.
   """
-  plan = validation.validate(config)
-  settings = pbt_lib.check(config, plan, population)
-  with config.unlocked():
-    if not config.workdir:
-      config.workdir = run_folder.resolve_workdir(config).rstrip('/') + '-pbt'
-    if not config.actors.cores:
-      # Members train side by side: each sizes its actors (the fields left
-      # at 0) for the CPUs Ray gives it, not for the whole machine.
-      config.actors.cores = max(1, math.ceil(settings.cpus_per_member))
-  population_dir = os.path.abspath(config.workdir)
+  total = spec.run.total_env_steps
+  population_dir = os.path.abspath(spec.run.workdir)
   run_folder.check_path_length(os.path.join(population_dir, MEMBERS, 'member_00000'))
 
   import ray  # pylint: disable=import-outside-toplevel
@@ -308,13 +293,13 @@ def run_population(config, population=None, address=None):
   name = 'tune'
   path = os.path.join(storage, name)
   resuming = tune.Tuner.can_restore(path)
-  fixed = record.fixed_settings(settings, config.total_env_steps)
+  fixed = record.fixed_settings(settings, total)
   if resuming:
     record.check_unchanged(population_dir, fixed)
-  done = record.finished_at(population_dir, config.total_env_steps)
+  done = record.finished_at(population_dir, total)
   if done is not None:
     raise PopulationFinished(
-        f'{population_dir} already finished: every member at {config.total_env_steps:,} env '
+        f'{population_dir} already finished: every member at {total:,} env '
         f'steps ({SUMMARY}); nothing to do. A population keeps its total: to train longer, start '
         'a new one in another --config.workdir')
   # One driver per population: its folder's run.lock.
@@ -340,7 +325,7 @@ def run_population(config, population=None, address=None):
           f'{settings.metric if settings.metric != "auto" else settings.score_kind}', flush=True)
     # Looked up by name (population_record.py): no handle in what Tune pickles.
     ledger = _ledger_class(ray).options(name=record.LEDGER_NAME, get_if_exists=True).remote()
-    starts = pbt_lib.starts(settings, config.seed)
+    starts = pbt_lib.starts(settings, spec.run.seed)
     chosen = {}
 
     def start_value(name):
@@ -350,7 +335,7 @@ def run_population(config, population=None, address=None):
       return tune.sample_from(sample)
 
     trainable = tune.with_resources(
-        tune.with_parameters(_trainable(tune), base=config, settings=settings,
+        tune.with_parameters(_trainable(tune), base=dict(spec.source), settings=settings,
                              population_dir=population_dir),
         {'cpu': settings.cpus_per_member})
     if resuming:
@@ -369,12 +354,12 @@ def run_population(config, population=None, address=None):
               name=name, storage_path=storage, verbose=1,
               checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
               failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
-              stop={'env_steps': config.total_env_steps}))
+              stop={'env_steps': total}))
     # SIGTERM stops like Ctrl-C: Ray Tune's clean stop (its SIGUSR1).
     with stop_signals.forwarded(signal.SIGTERM, signal.SIGUSR1):
       results = tuner.fit()
     record.write_missing_donor_rows(population_dir)
-    summary = record.summarise(results, population_dir, settings, config.total_env_steps)
+    summary = record.summarise(results, population_dir, settings, total)
     if summary['finished']:
       record.clear_pending(population_dir)
   finally:

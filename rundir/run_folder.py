@@ -1,4 +1,4 @@
-"""The run folder (`config.workdir`, described in docs/run_folder.md): how it is
+"""The run folder (`run.workdir`, described in docs/run_folder.md): how it is
 readied for training and how it is read.
 
 `prepare` readies it before training (usable, locked, a resume checked
@@ -8,7 +8,6 @@ rows past it, so metrics.jsonl stays monotone in env steps, and keeps the
 previous config. Every failure is a one-line `RunFolderError` (exit status 2).
 """
 
-import datetime
 import gzip
 import json
 import os
@@ -16,6 +15,7 @@ import zlib
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from agents import checkpoint
+from configs import common
 from configs import resume
 from infra import multihost
 from rundir import earlier_run
@@ -35,12 +35,10 @@ CONFIG_FILE = 'config.json'
 METRICS_FILE = 'metrics.jsonl'
 
 
-def resolve_workdir(config) -> str:
-  """config.workdir, or runs/<config_name or 'run'>-<YYYYmmdd-HHMMSS> when it is empty."""
-  if config.workdir:
-    return config.workdir
-  stamp = datetime.datetime.now().strftime('%Y%m%d-%H%M%S')
-  return os.path.join('runs', f'{config.config_name or "run"}-{stamp}')
+def resolve_workdir(run) -> str:
+  """run.workdir (a RunConfig's), or runs/<config_name or 'run'>-<YYYYmmdd-HHMMSS>
+  when it is empty."""
+  return run.workdir or common.default_workdir(run.config_name)
 
 
 def config_path(workdir: str) -> str:
@@ -65,8 +63,8 @@ def read_config(workdir: str) -> Optional[dict]:
     raise ConfigFileError(f'cannot read {path} ({e})') from None
 
 
-def check_resume(workdir: str, config) -> List[Tuple]:
-  """Checks a resume's config against the saved config.json (configs.resume
+def check_resume(workdir: str, source: Dict) -> List[Tuple]:
+  """Checks a resume's config (a RunSpec's source) against the saved config.json (configs.resume
   decides which fields are frozen). Writes nothing.
 
   Returns:
@@ -83,7 +81,7 @@ def check_resume(workdir: str, config) -> List[Tuple]:
                          'another --config.workdir') from None
   if saved is None:
     return []
-  frozen, allowed = resume.compare(saved, config)
+  frozen, allowed = resume.compare(saved, source)
   wrong = resume.mistyped(frozen + allowed)
   if wrong:
     field, value, kind = wrong[0]
@@ -227,9 +225,9 @@ class Prepared(NamedTuple):
   allowed: List[Tuple]          # the config changes a resume may make: (field, saved, new)
 
 
-def prepare(config) -> Prepared:
-  """Readies the run folder of a config for training, and sets config.workdir
-  to process 0's on every process.
+def prepare(spec) -> Prepared:
+  """Readies the run folder of a RunSpec for training; its workdir is process
+  0's (run.workdir, or the one resolve_workdir gives) on every process.
 
   Process 0 checks the folder, takes its lock, checks a resume against the
   saved config (nothing but the lock is written before that passes), finds
@@ -241,9 +239,8 @@ def prepare(config) -> Prepared:
     RunFolderError: the folder cannot be used or is locked, a resume changes
       frozen fields, or every checkpoint is damaged.
   """
-  with config.unlocked():
-    config.workdir = multihost.allgather_json(resolve_workdir(config))[0]
-  workdir, lock, notes, problem, step, allowed = config.workdir, None, [], None, None, []
+  workdir = multihost.allgather_json(resolve_workdir(spec.run))[0]
+  lock, notes, problem, step, allowed = None, [], None, None, []
   if multihost.is_primary():
     try:
       check_usable(workdir)
@@ -252,7 +249,7 @@ def prepare(config) -> Prepared:
         notes.append(describe_stale(lock.stale_holder))
       step, damaged = checkpoint.find_intact(workdir)
       if step is not None or damaged:
-        allowed = check_resume(workdir, config)
+        allowed = check_resume(workdir, {**spec.source, 'workdir': workdir})
       if damaged and step is None:
         bad_step, what = damaged[0]
         raise RunFolderError(

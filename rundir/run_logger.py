@@ -53,9 +53,9 @@ def _wandb_run_id(workdir: str) -> str:
 class RunLogger:
   """Writes a run's config and metrics rows to every destination of the module docstring.
 
-  On the primary process the constructor writes config.json and opens
-  metrics.jsonl, wandb (unless config.wandb.mode is 'disabled') and
-  TensorBoard (config.log.tensorboard). `wandb_failure` and
+  On the primary process the constructor writes config.json (the spec's
+  source) and opens metrics.jsonl, wandb (unless spec.wandb.mode is
+  'disabled') and TensorBoard (spec.log.tensorboard). `wandb_failure` and
   `tensorboard_failure` hold why a writer was dropped, else None.
 
   Args:
@@ -67,7 +67,7 @@ class RunLogger:
     RunFolderError: config.json or metrics.jsonl cannot be written.
   """
 
-  def __init__(self, workdir: str, config, task_names: Sequence[str], primary: bool = True,
+  def __init__(self, workdir: str, spec, task_names: Sequence[str], primary: bool = True,
                process_index: int = 0, resume_step: Optional[int] = None):
     self.workdir = workdir
     self._task_names = tuple(task_names)
@@ -82,31 +82,30 @@ class RunLogger:
     try:
       os.makedirs(workdir, exist_ok=True)
       with open(run_folder.config_path(workdir), 'w') as f:
-        f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+        f.write(json.dumps(spec.source, indent=2, sort_keys=True))
       self._metrics = open(self.metrics_path, 'a', buffering=1)
     except OSError as e:
       raise RunFolderError(f'cannot write {e.filename or workdir}: {e.strerror or e}') from None
     self._start = time.time()
-    self._progress = bool(config.log.progress)
+    self._progress = bool(spec.log.progress)
     self._last_returns: Dict[str, float] = {}
     self._last_env_steps = 0
     self._wandb = None
-    if config.wandb.mode != 'disabled':
+    wb, name = spec.wandb, spec.run.config_name
+    if wb.mode != 'disabled':
       try:
         import wandb  # imported only when used: it is slow to import
         os.environ.setdefault('WANDB_SILENT', 'true')
         self._wandb = wandb.init(
             id=_wandb_run_id(workdir), resume='allow',  # a resumed run continues its wandb run
-            project=config.wandb.project, entity=config.wandb.entity or None,
-            group=config.wandb.group or config.config_name, mode=config.wandb.mode,
-            dir=workdir, config=config.to_dict(),
-            tags=[config.config_name, *config.wandb.tags],
+            project=wb.project, entity=wb.entity or None, group=wb.group or name,
+            mode=wb.mode, dir=workdir, config=dict(spec.source), tags=[name, *wb.tags],
             name=os.path.basename(os.path.normpath(workdir)))
       except Exception as e:  # noqa: BLE001 -- wandb raises many kinds; none may stop the run
         self._wandb_failed(e, 'starting')
-    if config.log.tensorboard:
+    if spec.log.tensorboard:
       try:
-        self._tensorboard = TensorBoardWriter(workdir, config, resume_step=resume_step)
+        self._tensorboard = TensorBoardWriter(workdir, spec.source, resume_step=resume_step)
       except Exception as e:  # noqa: BLE001 -- no writer may stop the run
         self._tensorboard_failed(e, 'starting')
 

@@ -14,13 +14,13 @@ FLUSH_SECONDS = 10        # events reach the disk at least this often
 RANKING_METRIC = 'mean_episode_return'  # the HParams tab's metric column
 
 
-def hyperparameters(config) -> Dict[str, Any]:
-  """The config's leaves as HParams values, by flattened field name.
+def hyperparameters(source: Dict[str, Any]) -> Dict[str, Any]:
+  """A config's leaves (a RunSpec's source) as HParams values, by flattened field name.
 
   Lists and tuples become JSON text (TensorBoard takes no others); `workdir`
   and None values are left out.
   """
-  flat = resume.flatten(json.loads(config.to_json_best_effort(sort_keys=True)))
+  flat = resume.flatten(dict(source))
   out = {}
   for field, value in flat.items():
     if field == 'workdir' or value is None:
@@ -38,12 +38,12 @@ def scalars(metrics: Dict[str, Any]) -> Dict[str, float]:
 class TensorBoardWriter:
   """Writes a run's metrics rows as TensorBoard event files in `logdir`.
 
-  The constructor writes the config as text and the HParams summary at step
+  The constructor writes the config (a RunSpec's source) as text and the HParams summary at step
   `resume_step` or 0; `resume_step` also drops the earlier files' points after
   it. Raises ImportError without tensorboardX.
   """
 
-  def __init__(self, logdir: str, config, resume_step: Optional[int] = None):
+  def __init__(self, logdir: str, source: Dict[str, Any], resume_step: Optional[int] = None):
     from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
     from tensorboardX.summary import hparams  # pylint: disable=import-outside-toplevel
     # TensorBoard reads a folder's files in name order, named to the second:
@@ -53,9 +53,9 @@ class TensorBoardWriter:
     self._writer = SummaryWriter(logdir, purge_step=purge_step, flush_secs=FLUSH_SECONDS,
                                  filename_suffix=f'.{time.time_ns()}')
     step = resume_step or 0
-    self._writer.add_text('config', '```\n' + config.to_json_best_effort(indent=2, sort_keys=True)
+    self._writer.add_text('config', '```\n' + json.dumps(source, indent=2, sort_keys=True)
                           + '\n```', step)
-    for summary in hparams(hyperparameters(config), {RANKING_METRIC: 0.0}):
+    for summary in hparams(hyperparameters(source), {RANKING_METRIC: 0.0}):
       self._writer.file_writer.add_summary(summary, step)
 
   def write(self, metrics: Dict[str, Any]) -> None:

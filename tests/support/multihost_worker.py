@@ -95,13 +95,14 @@ def _smoke_config(out):
 def _actor_fails(out, failing):
   import jax
   from tests.support.faults import make_env_step_fail
+  from configs import validation
   from rundir import lifecycle
   make_env_step_fail(None, lambda _: jax.process_index() == failing, after_steps=30)
   config = _smoke_config(out)
   config.total_env_steps = 10_000_000
   config.distributed.timeout_seconds = 60
   try:
-    lifecycle.train(config)
+    lifecycle.train(validation.validate_everywhere(config))
   except Exception as e:  # noqa: BLE001 -- as launch/train.py's main
     lifecycle.exit_on_failure(e)
 
@@ -123,7 +124,7 @@ def _config_error(out):
   validation.validate_spec = validate_here
   config = _smoke_config(out)
   try:
-    lifecycle.train(config)
+    lifecycle.train(validation.validate_everywhere(config))
   except validation.ConfigError as e:  # as launch/train.py's main
     print(f'error: {e}', file=sys.stderr)
     # Not JAX's exit-time shutdown: it aborts a process now and then

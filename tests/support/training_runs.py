@@ -4,7 +4,14 @@ import json
 import os
 
 from configs import cartpole
-from rundir.lifecycle import train
+from configs import validation
+from rundir import lifecycle
+
+
+def train(config, stop_requested=None):
+  """launch/train.py's path for a config: validated into its RunSpec (the
+  composition root), then trained by rundir/lifecycle.train."""
+  return lifecycle.train(validation.validate_everywhere(config), stop_requested)
 
 
 def read_records(path):

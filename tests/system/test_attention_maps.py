@@ -75,7 +75,7 @@ def test_a_network_without_attention_is_one_line():
 
 
 def _train(tmp_path, config):
-  from rundir.lifecycle import train
+  from tests.support.training_runs import train
   config.workdir = str(tmp_path / 'run')
   train(config)
   return config.workdir

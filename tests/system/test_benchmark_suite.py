@@ -29,6 +29,6 @@ def test_train_stage_measures_a_run_of_the_benchmarks_length():
   from configs import atari_single
   from configs.validation import validate_spec
   config = benchmark.quiet(atari_single.get_config('game=Pong,smoke'))
-  sps, timings = benchmark.bench_train(config, validate_spec(config), seconds=2.0, warmup=1.0)
+  sps, timings = benchmark.bench_train(validate_spec(config), seconds=2.0, warmup=1.0)
   assert sps > 0 and config.total_env_steps == 10**12
   assert any(k.startswith('timing/learner') for k in timings), timings

@@ -11,7 +11,7 @@ import numpy as np
 from agents.checkpoint import Checkpointer
 from analysis.run_loading import load_run
 from configs import atari_single, cartpole_popart
-from rundir.lifecycle import train
+from tests.support.training_runs import train
 
 
 def _config(workdir, updates):
@@ -97,4 +97,4 @@ def test_a_checkpoint_trained_on_the_cpu_path_evaluates_and_resumes_on_the_xla_p
   config.total_env_steps = 2 * steps
   state, _ = train(config)
   assert state is not None and load_run(workdir).env_steps >= 2 * steps
-  assert load_run(workdir).config.network.kernels == 'xla'
+  assert load_run(workdir).spec.network.kernels == 'xla'

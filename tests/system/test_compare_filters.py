@@ -43,7 +43,7 @@ def test_conv_kernels_and_step_picking():
 
 def test_command_on_two_runs(tmp_path):
   from configs import atari_single
-  from rundir.lifecycle import train
+  from tests.support.training_runs import train
   runs = []
   for seed in (0, 1):
     config = atari_single.get_config('game=Pong,smoke')

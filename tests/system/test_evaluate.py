@@ -20,7 +20,7 @@ from configs import atari_single, cartpole, nethack_popart, validation
 from envs import render
 from envs.base import StepResult
 from analysis.run_evaluation import run_evaluation
-from rundir.lifecycle import train
+from tests.support.training_runs import train
 from tests.support import full_disk
 
 # One pytest-xdist worker: the run is trained once (module fixture).
@@ -224,7 +224,7 @@ def test_runs_written_before_a_config_field_existed_still_load(tmp_path, cartpol
   with open(old / 'config.json', 'w') as f:
     json.dump(saved, f)
   run = load_run(str(old), step=8)
-  assert run.config.optimizer.eps_in_sqrt is True
+  assert run.spec.optimizer.eps_in_sqrt is True
   # Before network.core_extra_inputs existed the core took none, although
   # new configs default to True.
   assert saved['network']['core_extra_inputs'] is True
@@ -233,13 +233,13 @@ def test_runs_written_before_a_config_field_existed_still_load(tmp_path, cartpol
   with open(old / 'config.json', 'w') as f:
     json.dump(saved, f)
   assert load_config(str(old)).network.core_extra_inputs is False
-  assert run.config.optimizer.rmsprop_eps == saved['optimizer']['rmsprop_eps']
+  assert run.spec.optimizer.rmsprop_eps == saved['optimizer']['rmsprop_eps']
 
 
 def test_library_evaluation_of_each_checkpoint(cartpole_run):
   assert {8, 16} <= set(checkpoint_steps(cartpole_run))  # (and 0, the initialisation)
   run = load_run(cartpole_run, step=8)
-  assert run.env_steps == 8 and run.config.num_learner_devices == 1
+  assert run.env_steps == 8 and run.spec.run.num_learner_devices == 1
   record = run_evaluation(cartpole_run, step=8, episodes=3, greedy=True, out=lambda _: None)
   task = record['tasks']['CartPole']
   assert task['episodes'] == 3 and len(task['returns']) == 3 and task['complete']

@@ -17,7 +17,7 @@ from agents.trainer import ActorFailed
 from agents.update_checks import NonFiniteError, first_non_finite
 from configs import cartpole, cartpole_popart
 from tests.support.faults import make_env_step_fail, make_rewards_nan, nan_reward_call
-from rundir.lifecycle import train
+from tests.support.training_runs import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.fixture(scope='module')
 def tiny_run(tmp_path_factory):
   from configs import atari_popart
-  from rundir.lifecycle import train
+  from tests.support.training_runs import train
   config = atari_popart.get_config('games=Pong+Breakout,smoke')
   config.workdir = str(tmp_path_factory.mktemp('nb') / 'run')
   config.total_env_steps *= 2

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from configs import cartpole, cartpole_popart, pbt as pbt_lib
+from configs import cartpole, cartpole_popart, compose, pbt as pbt_lib
 from configs.validation import ConfigError, validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -146,7 +146,7 @@ def test_population_replaces_its_worst_and_beats_the_worst_setting(tmp_path):
               cpus_per_member=0.5, last_episodes=50, quantile=0.5)
   c.pbt.ranges.learning_rate = (1e-6, 1e-2)
   c.total_env_steps = 48_000
-  summary, status = pbt.run_population(c, population=4)
+  summary, status = pbt.run_population(*compose.population(c, 4))
   assert status == 0 and not summary['failed']
   members = {m['member']: m for m in summary['members']}
   assert len(members) == 4 and summary['copies'] >= 1
@@ -172,7 +172,7 @@ def test_population_replaces_its_worst_and_beats_the_worst_setting(tmp_path):
     assert any(f.startswith('events.out.tfevents')
                for f in os.listdir(tmp_path / 'pop' / 'members' / name))
 
-  from rundir.lifecycle import train
+  from tests.support.training_runs import train
   fixed = _config(tmp_path / 'fixed')
   fixed.learning_rate = 1e-6
   fixed.total_env_steps = 48_000
@@ -214,7 +214,7 @@ def test_a_member_that_crashes_is_reported_and_the_others_finish(tmp_path):
 
   watcher = threading.Thread(target=kill_when_ready, daemon=True)
   watcher.start()
-  summary, status = pbt.run_population(c, population=3)
+  summary, status = pbt.run_population(*compose.population(c, 3))
   watcher.join(timeout=1)
   assert killed, 'the member never started'
   assert status == 1 and summary['failed'] == ['member_00001']

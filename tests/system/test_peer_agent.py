@@ -17,7 +17,7 @@ from analysis import peer_agent
 from configs import nethack_popart
 from analysis.run_loading import load_run
 from analysis.run_evaluation import run_evaluation
-from rundir.lifecycle import train
+from tests.support.training_runs import train
 from tests.support import full_disk
 
 # One pytest-xdist worker: the run is trained once (module fixture).

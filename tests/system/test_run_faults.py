@@ -21,7 +21,8 @@ from configs.validation import validate_spec
 from tests.support.faults import largest_data_file
 from rundir import run_folder
 from rundir.run_folder import RunFolderError
-from rundir.lifecycle import RunStopped, train
+from rundir.lifecycle import RunStopped
+from tests.support.training_runs import train
 from tests.support.training_runs import read_records as _records
 from tests.support.training_runs import smoke_config as _smoke
 

@@ -64,7 +64,7 @@ def test_overlay_adds_red_for_policy_and_green_for_value():
 @pytest.mark.slow  # the full suite only, not the CI tier (docs/testing.md): a Pong run trained first, about 2 min
 def test_command_on_a_tiny_pong_run(tmp_path):
   from configs import atari_single
-  from rundir.lifecycle import train
+  from tests.support.training_runs import train
   config = atari_single.get_config('game=Pong,smoke')
   config.workdir = str(tmp_path / 'run')
   train(config)
@@ -103,7 +103,7 @@ def test_command_on_a_tiny_pong_run(tmp_path):
 
 def test_command_on_a_tiny_nethack_run(tmp_path):
   from configs import nethack_popart
-  from rundir.lifecycle import train
+  from tests.support.training_runs import train
   config = nethack_popart.get_config('chars=val-dwa-law-fem,smoke')
   config.workdir = str(tmp_path / 'run')
   train(config)

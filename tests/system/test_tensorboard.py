@@ -9,10 +9,10 @@ import glob
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from configs import cartpole
+from configs import cartpole, resume
 from rundir import run_logger
 from rundir import tensorboard_writer
-from rundir.lifecycle import train
+from tests.support.training_runs import train
 from tests.support.training_runs import read_records as _records
 from tests.support.training_runs import smoke_config as _smoke
 
@@ -45,7 +45,7 @@ def test_a_run_writes_its_metrics_config_and_hyperparameters(tmp_path):
 
 def test_hyperparameters_are_values_tensorboard_takes():
   config = cartpole.get_config('smoke')
-  hp = tensorboard_writer.hyperparameters(config)
+  hp = tensorboard_writer.hyperparameters(resume.as_source(config))
   assert hp['learning_rate'] == config.learning_rate and hp['popart.enabled'] is False
   assert isinstance(hp['tasks'], str) and 'CartPole' in hp['tasks']  # a list, as JSON text
   assert 'workdir' not in hp
@@ -55,7 +55,7 @@ def test_hyperparameters_are_values_tensorboard_takes():
 
 
 def test_a_resumed_run_drops_the_points_no_checkpoint_holds(tmp_path):
-  config = cartpole.get_config('smoke')
+  config = resume.as_source(cartpole.get_config('smoke'))
   first = tensorboard_writer.TensorBoardWriter(str(tmp_path), config)
   for step in range(0, 110, 10):
     first.write({'env_steps': step, 'loss': 1.0})

@@ -9,7 +9,7 @@ import pytest
 
 from configs import (atari_multitask, atari_popart, atari_single, cartpole, cartpole_popart,
                      nethack_popart)
-from rundir.lifecycle import train
+from tests.support.training_runs import train
 
 REQUIRED = ['env_steps', 'learner_steps', 'sps', 'policy_lag', 'loss/total', 'loss/policy',
             'loss/baseline', 'loss/entropy', 'entropy', 'grad_norm']

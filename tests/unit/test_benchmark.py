@@ -4,18 +4,19 @@ CI size: tests/system/test_benchmark_suite.py)."""
 import numpy as np
 
 from configs import nethack_popart
-from configs.validation import validate
+from configs.validation import validate_spec
 from envs import registry
 from analysis import benchmark
 
 
 def test_synthetic_batch_is_shaped_as_the_actors_send_it():
   config = nethack_popart.get_config('smoke')
-  plan = validate(config)
+  spec = validate_spec(config)
+  plan = spec.plan
   group = plan.actor_env_groups[0][0]
   num_actions, obs_spec = registry.env_spaces(group.env_id, group.env_kwargs,
                                               plan.observation_keys)
-  batch = benchmark.synthetic_batch(config, plan, num_actions, obs_spec)
+  batch = benchmark.synthetic_batch(spec, num_actions, obs_spec)
   t1, b = config.unroll_length + 1, config.batch_size
   assert batch.action.shape == (t1, b) and batch.behaviour_logits.shape == (t1, b, num_actions)
   assert batch.obs['glyphs'].shape == (t1, b, 21, 79) and batch.obs['glyphs'].max() < 5977

@@ -18,7 +18,7 @@ from networks.torsos import NatureCNNTorso
 def _collect(config, num_blocks, envs, unroll_length=20, policy_scale=1.0):
   config.actors.envs_per_actor = envs
   config.unroll_length = unroll_length
-  return frame_collect.collect(config, validate_spec(config), num_blocks, policy_scale=policy_scale)
+  return frame_collect.collect(validate_spec(config), num_blocks, policy_scale=policy_scale)
 
 
 @pytest.fixture(scope='module')

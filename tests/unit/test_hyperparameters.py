@@ -158,29 +158,6 @@ def test_checkpoint_keeps_changed_values(tmp_path):
   ckpt.close()
 
 
-def test_checkpoint_from_before_injected_hyperparameters_restores(tmp_path):
-  """A checkpoint whose optimiser state is the bare optax chain (written
-  before the hyperparameters moved into it) restores: the chain becomes
-  the inner state, the hyperparameters are the config's, the count is the
-  schedule's."""
-  update, state, batch = _learner(True, 0.01)
-  state, _ = update(state, batch)
-  state, _ = update(state, batch)
-  old_style = state._replace(opt_state=state.opt_state.inner_state)
-  ckpt = Checkpointer(str(tmp_path))
-  ckpt.save(200, old_style, jax.random.key(1))
-  _, like, _ = _learner(True, 0.02)
-  restored = ckpt.restore(like)['state']
-  assert jax.tree.all(jax.tree.map(lambda a, b: bool(np.array_equal(a, b)),
-                                   jax.device_get(restored.opt_state.inner_state),
-                                   jax.device_get(state.opt_state.inner_state)))
-  assert float(restored.opt_state.hyperparams['entropy_cost']) == pytest.approx(0.02)
-  assert int(restored.opt_state.count) == 2
-  after, _ = update(restored, batch)  # and it trains on
-  assert int(after.step) == 3
-  ckpt.close()
-
-
 def test_plain_optax_chain_still_updates():
   """Tools that pass an optimiser without injected hyperparameters (a bare
   optax chain) keep the LossConfig's entropy cost and the given clip."""

@@ -140,10 +140,10 @@ def test_config_field_is_checked_at_start():
 
 def test_kernels_and_dtype_may_change_on_resume():
   config = atari_single.get_config('game=Pong')
-  saved = resume._as_dict(config)
+  saved = resume.as_source(config)
   config.network.kernels = 'xla'
   config.network.dtype = 'bfloat16'
-  frozen, allowed = resume.compare(saved, config)
+  frozen, allowed = resume.compare(saved, resume.as_source(config))
   assert not frozen and [d[0] for d in allowed] == ['network.dtype', 'network.kernels']
   config.network.lstm_size = 64   # the rest of network.* stays fixed
-  assert [d[0] for d in resume.compare(saved, config)[0]] == ['network.lstm_size']
+  assert [d[0] for d in resume.compare(saved, resume.as_source(config))[0]] == ['network.lstm_size']

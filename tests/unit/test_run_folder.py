@@ -34,7 +34,7 @@ def test_resume_compare_splits_frozen_from_allowed_fields():
   config.total_env_steps = 10
   config.network.lstm_size = 64
   config.workdir = 'elsewhere'  # never compared
-  frozen, allowed = resume.compare(saved, config)
+  frozen, allowed = resume.compare(saved, resume.as_source(config))
   assert frozen == [('network.lstm_size', 0, 64)]
   assert [f for f, _, _ in allowed] == ['learning_rate', 'total_env_steps']
   assert resume.describe(frozen) == 'network.lstm_size: saved 0, now 64'
@@ -75,9 +75,9 @@ def test_a_run_saved_before_anneal_to_existed_annealed_to_0():
   saved = json.loads(cartpole.get_config().to_json_best_effort())
   del saved['optimizer']['anneal_to']
   config = cartpole.get_config()
-  assert resume.compare(saved, config) == ([], [])
+  assert resume.compare(saved, resume.as_source(config)) == ([], [])
   config.optimizer.anneal_to = 0.5
-  assert resume.compare(saved, config) == ([], [('optimizer.anneal_to', 0.0, 0.5)])
+  assert resume.compare(saved, resume.as_source(config)) == ([], [('optimizer.anneal_to', 0.0, 0.5)])
 
 
 def test_a_second_lock_names_the_holder_and_a_dead_holders_lock_is_taken_over(tmp_path):
@@ -171,25 +171,15 @@ def _tiny_state(value=0.0):
                       opt_state={'nu': np.ones(5, np.float32)}, step=np.asarray(1, np.int32))
 
 
-def test_a_checkpoint_without_its_manifest_is_damaged_unless_written_before_manifests(tmp_path):
+def test_a_checkpoint_without_its_manifest_is_damaged(tmp_path):
   ckpt = Checkpointer(str(tmp_path), keep_intermediate=True)
   for step in (10, 20):
     assert ckpt.save(step, _tiny_state(step), jax.random.key(0))
   ckpt.close()
   root = tmp_path / checkpoint.SUBDIR
-  assert json.loads((root / checkpoint.MANIFESTS_SINCE).read_text()) == {'from_step': 0}
   os.remove(root / '20' / checkpoint.MANIFEST)  # a kill between orbax's write and the manifest
   assert checkpoint.find_intact(str(tmp_path)) == (
       10, [(20, 'no verified.json: cut off before it was verified')])
-  # A folder written before manifests existed: its checkpoints have none and are
-  # checked for orbax's metadata alone; a trainer opening it marks only later ones.
-  os.remove(root / checkpoint.MANIFESTS_SINCE)
-  os.remove(root / '10' / checkpoint.MANIFEST)
-  assert checkpoint.find_intact(str(tmp_path)) == (20, [])
-  Checkpointer(str(tmp_path)).close()
-  assert json.loads((root / checkpoint.MANIFESTS_SINCE).read_text()) == {'from_step': 21}
-  assert checkpoint.find_intact(str(tmp_path)) == (20, [])
-  Checkpointer(str(tmp_path), read_only=True).close()  # an evaluation marks nothing
 
 
 def test_saving_again_a_checkpoint_cut_off_before_its_manifest_rewrites_it(tmp_path):
@@ -298,7 +288,7 @@ def test_a_config_json_that_is_not_json_is_named_to_readers_and_to_a_resume(tmp_
   with pytest.raises(RunFolderError, match=r'config.json .*the run cannot be checked for '
                                            r'resuming. Restore it or choose another '
                                            r'--config.workdir'):
-    run_folder.check_resume(str(tmp_path), cartpole.get_config())
+    run_folder.check_resume(str(tmp_path), resume.as_source(cartpole.get_config()))
 
 
 def test_mistyped_names_saved_values_of_another_kind():

@@ -64,5 +64,5 @@ def test_standin_policy_returns_fixed_numpy_arrays():
 
 def test_loop_stage_times_the_real_actor_loop():
   config = atari_popart.get_config('games=Pong+Carnival,smoke')
-  us, sps = benchmark.bench_loop(config, validate_spec(config), seconds=0.5, warmup=0.2)
+  us, sps = benchmark.bench_loop(validate_spec(config), seconds=0.5, warmup=0.2)
   assert sps > 0 and us == pytest.approx(1e6 / sps)
