@@ -3,7 +3,7 @@ member's training return and hyperparameter schedule against env steps, and
 the copies between members. Pure functions over metrics rows."""
 
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from configs import pbt as pbt_lib
 from rundir import run_folder
@@ -68,9 +68,3 @@ def schedule(rows: Sequence[Dict], name: str) -> List[Tuple[int, int, float]]:
 def copies(events: Sequence[Dict], member: str) -> List[Dict]:
   """The events whose recipient is `member`, in order."""
   return [e for e in events if e.get('recipient') == member]
-
-
-def final_return(rows: Sequence[Dict], task: str, episodes: int = 100) -> Optional[float]:
-  """The last value of `rolling_return(rows, task, episodes)`; None when no game ended."""
-  _, values = rolling_return(rows, task, episodes)
-  return values[-1] if values else None

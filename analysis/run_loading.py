@@ -42,8 +42,7 @@ RESTORE_TRIES = 3  # a running trainer may rotate the chosen checkpoint away whi
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
   """A run's config from <workdir>/config.json (rundir/run_logger.py), JSON
-  lists as tuples again, fields added since taking the value that keeps the
-  run's behaviour.
+  lists as tuples again, fields added since at their defaults.
 
   Raises:
     FileNotFoundError: when there is no folder or no config.json.
@@ -55,15 +54,7 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
   if saved is None:
     raise FileNotFoundError(f'{workdir} has no {run_folder.CONFIG_FILE}, so it is not a run '
                             'folder (launch/train.py writes one at the start of a run)')
-  # Added fields take their default, or _BEFORE_FIELD_EXISTED's where the default changed.
-  defaults = resume.as_source(common.base_config())
-  return resume.from_source(_with_defaults(saved, _with_defaults(_BEFORE_FIELD_EXISTED, defaults)))
-
-
-# Fields whose current default differs from what a run had before the field.
-_BEFORE_FIELD_EXISTED = {
-    'network': {'core_extra_inputs': False},  # the core took no extra inputs
-}
+  return resume.from_source(_with_defaults(saved, resume.as_source(common.base_config())))
 
 
 def _with_defaults(saved: dict, defaults: dict) -> dict:

@@ -169,7 +169,7 @@ def _vtrace(c) -> None:
   c.vtrace.epochs = 1
   c.vtrace.minibatches = minibatch_count(b, 4)   # about 4 unrolls each
   c.vtrace.normalize_advantages = True
-  c.network.centre_frames = c.network.name in torsos.CENTRING_NETWORKS
+  c.network.centre_frames = torsos.get(c.network.name).centres_frames
   c.network.init = 'orthogonal'
   c.optimizer.name = 'adam'
   c.learning_rate = 2.5e-4
@@ -224,7 +224,7 @@ def _ppo(c) -> None:
   # their batch must split into the 4 minibatches: the number of unrolls
   # nearest 16, in whole actor blocks, that 4 divides. Feed-forward ones
   # take single steps: the unroll, a multiple of 4, splits any batch.
-  recurrent = bool(c.network.lstm_size) or c.network.name in torsos.RECURRENT_NETWORKS
+  recurrent = bool(c.network.lstm_size) or torsos.get(c.network.name).recurrent
   blocks = [k for k in range(1, 17) if not recurrent or envs * k % 4 == 0]
   c.batch_size = envs * min(blocks, key=lambda k: (abs(envs * k - 16), k))
   c.unroll_length = max(4, 1024 // c.batch_size // 4 * 4)

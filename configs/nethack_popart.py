@@ -121,11 +121,11 @@ def get_config(arg=None):
   c.popart.enabled = variant['popart']
   c.network.name = variant['net']
   c.network.lstm_size = NETWORK_LSTM_SIZES[variant['net']]
-  if variant['inputs'] and variant['net'] in torsos.EXTRA_INPUT_NETWORKS:
+  if variant['inputs'] and torsos.get(variant['net']).extra_inputs:
     c.network.extra_inputs = tuple(variant['inputs'])
   elif variant['inputs'] and variant['inputs'] != DEFAULT_INPUTS:
     raise ValueError(f"net={variant['net']} reads no extra inputs; inputs= needs net= one of "
-                     f"{', '.join(torsos.EXTRA_INPUT_NETWORKS)}")
+                     f"{', '.join(torsos.names('extra_inputs'))}")
   c.tasks = tasks
   # Actor threads and NLE workers: sized to the machine (configs/actor_sizing.py;
   # 1 actor x 2 workers on 2 cores).

@@ -21,11 +21,6 @@ FROZEN = ('network', 'value.head', 'value.bins', 'tasks', 'atari', 'popart.enabl
 # not what (the same parameters, the same function): a run trained on a CPU
 # resumes on a GPU.
 FREE = ('network.kernels', 'network.dtype')
-# Fields added after runs were saved whose later non-default values change
-# what a resumed run does: the value a run saved before the field had. A
-# saved config without one of these compares as if it held that value, so
-# setting it on resume is a change the log names.
-BEFORE_FIELD_EXISTED = {'optimizer.anneal_to': 0.0}
 
 
 def flatten(tree: Any, prefix: str = '') -> Dict[str, Any]:
@@ -46,10 +41,8 @@ def is_frozen(field: str) -> bool:
 
 def _differences(saved: Dict[str, Any], new: Dict[str, Any]) -> List[Tuple[str, Any, Any]]:
   # A field the saved config lacks was added to the configs after the run
-  # started (run_loading gives it the value that keeps old runs' behaviour):
-  # not a change.
+  # started (run_loading gives it its default): not a change.
   missing = object()
-  saved = {**{f: v for f, v in BEFORE_FIELD_EXISTED.items() if f in new}, **saved}
   out = []
   for field in sorted(saved):
     old_value, new_value = saved[field], new.get(field, missing)
@@ -82,9 +75,8 @@ def compare(saved: Dict[str, Any], source: Dict[str, Any]) -> Tuple[List[Tuple],
   """The fields a resume changes, as (frozen, allowed) lists of (dotted field,
   saved value, new value), in field order.
 
-  `workdir` is not compared. A field the saved config lacks is no change
-  (except BEFORE_FIELD_EXISTED's); one the new config lacks is, new value
-  None.
+  `workdir` is not compared. A field the saved config lacks is no change;
+  one the new config lacks is, new value None.
 
   Args:
     saved: the saved config, as config.json holds it.

@@ -84,10 +84,3 @@ def with_workdir(spec: RunSpec, workdir: str) -> RunSpec:
   after validation."""
   return dataclasses.replace(spec, run=dataclasses.replace(spec.run, workdir=workdir),
                              source={**spec.source, 'workdir': workdir})
-
-
-def with_run(spec: RunSpec, **fields) -> RunSpec:
-  """A new spec with top-level `fields` changed in `run` and in its source
-  (a benchmark's or a population member's own budget, seed or folder)."""
-  return dataclasses.replace(spec, run=dataclasses.replace(spec.run, **fields),
-                             source={**spec.source, **fields})

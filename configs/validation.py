@@ -26,7 +26,7 @@ from envs.family import EnvKwargsError
 from infra import multihost
 from infra import settings
 from infra.multihost import DistributedConfig
-from networks.torsos import OBS_KEYS
+from networks import torsos
 from rl import algorithms, impala, ppo
 
 # The Nature CNN's convolutions (8/4, 4/2, 3/1, no padding) leave no output
@@ -232,7 +232,7 @@ def _check_observations(config, tasks, env_kwargs, network) -> Tuple[Tuple[str, 
     (the observation keys the network reads, the most frames an env step
     covers).
   """
-  obs_keys = OBS_KEYS[network.name] + tuple(network.extra_inputs)
+  obs_keys = torsos.get(network.name).obs_keys + tuple(network.extra_inputs)
   frames_per_step = 1
   for i, t in enumerate(tasks):
     spec = _observation_spec(t['env_id'], env_kwargs[i], f'tasks[{i}].env_kwargs')

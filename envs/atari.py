@@ -13,7 +13,7 @@ so logged returns are whole games.
 
 import dataclasses
 import math
-from typing import Dict, Iterable, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import envpool
 from envpool.registration import registry
@@ -167,8 +167,3 @@ def hns_summary(per_game: Dict[str, float]) -> Dict[str, float]:
   n = len(values)
   median = values[n // 2] if n % 2 else 0.5 * (values[n // 2 - 1] + values[n // 2])
   return {'median': median, 'mean': sum(values) / n}
-
-
-def games_without_reference(games: Iterable[str]) -> Tuple[str, ...]:
-  """The games of `games`, in order, that have no human reference score."""
-  return tuple(g for g in games if REFERENCE_SCORES.get(g) is None)

@@ -2,7 +2,7 @@
 
 One code path for acting and learning: inputs are time-major [T, B, ...]
 (the actor passes T = 1); the torso sees the flattened [T * B] batch of its
-OBS_KEYS. 'attention' replaces torso and core by networks/attention.py.
+observation keys (networks/torsos.py registers each torso). 'attention' replaces torso and core by networks/attention.py.
 """
 
 from typing import Any
@@ -20,7 +20,7 @@ from networks.core import ResettingLSTM
 from networks.heads import (POPART_COLLECTION, VALUE_LOGITS_COLLECTION, CategoricalValueHead,
                             PolicyHead, PopArtValueHead)
 from networks.network_config import DTYPES, NetworkConfig
-from networks.torsos import CONV_NETWORKS, OBS_KEYS, TORSOS
+from networks import torsos
 
 VALUE_HEAD = 'value_head'  # name of the PopArt head in params and in the popart collection
 # Flax collection of the torsos' per-unit activation maxima (dead ReLUs).
@@ -53,7 +53,7 @@ class AgentNetwork(nn.Module):
   heads and all outputs are float32.
 
   Attributes:
-    torso: network.name: a key of TORSOS, or 'attention' (which needs
+    torso: network.name: a registered torso, or 'attention' (which needs
       `lstm_size` > 0 for its policy LSTM).
     torso_kwargs: the torso's keyword arguments, as sorted (name, value) pairs.
     num_values: K, the value head's outputs (one per task with PopArt).
@@ -66,7 +66,7 @@ class AgentNetwork(nn.Module):
   # Feed one_hot(prev_action) and clipped prev_reward to the recurrent core;
   # obs must then carry CORE_EXTRA_INPUTS. Unused without a core.
   core_extra_inputs: bool = False
-  # Observation keys the torso reads beside its OBS_KEYS (NLE torsos:
+  # Observation keys the torso reads beside its own (NLE torsos:
   # networks.nethack.EXTRA_INPUTS); passed to it as `extra_inputs`.
   extra_inputs: tuple = ()
   # Centre each task's frames on its running mean frame (networks/centring.py):
@@ -112,18 +112,19 @@ class AgentNetwork(nn.Module):
                                         obs['frames'], first, extra, core_state,
                                         task_id=obs.get('task_id'))
     else:
-      keys = OBS_KEYS[self.torso] + tuple(self.extra_inputs)
+      torso = torsos.get(self.torso)
+      keys = torso.obs_keys + tuple(self.extra_inputs)
       kwargs = dict(self.torso_kwargs)
       if self.extra_inputs:
         kwargs['extra_inputs'] = tuple(self.extra_inputs)
       if self.centre_frames:
         keys += ('task_id',)
         kwargs['num_centres'] = self.num_tasks
-      if self.torso in CONV_NETWORKS:
+      if torso.convolutional:
         kwargs['kernels'] = self.kernels
       kwargs['dtype'] = self.dtype
       flat = {k: obs[k].reshape((t * b,) + obs[k].shape[2:]) for k in keys}
-      x = TORSOS[self.torso](**kwargs, name='torso')(flat)
+      x = torso.module(**kwargs, name='torso')(flat)
       x = x.reshape((t, b, -1))
       if self.lstm_size:
         x = jnp.concatenate([x, extra], axis=-1)

@@ -9,8 +9,7 @@ from networks import attention
 from networks.init import INITS
 from networks.kernels import KERNELS
 from networks.nethack import EXTRA_INPUTS
-from networks.torsos import (CENTRING_NETWORKS, CONV_NETWORKS, EXTRA_INPUT_NETWORKS,
-                             NETWORK_NAMES, RECURRENT_NETWORKS)
+from networks import torsos
 
 # network.dtype: the torso's compute dtype (all else stays float32). 'auto':
 # float32 on a CPU (where bfloat16 is slower), bfloat16 on GPUs and TPUs.
@@ -29,8 +28,9 @@ class NetworkConfig:
       'lecun', "'lecun' (Flax's defaults) or 'orthogonal' (hidden sqrt 2, policy 0.01, value 1; "
       'cleanrl, baselines)', one_of(INITS))
   name: str = setting(
-      'mlp', "the torso: 'mlp', 'shallow' (Nature CNN), 'resnet', 'attention', 'nle_simple', "
-      "'nle_baseline', 'nle_fast', 'nle_attention'", one_of(NETWORK_NAMES))
+      'mlp', "the torso (networks/torsos.py registers them): 'mlp', 'shallow' (Nature CNN), "
+      "'resnet', 'attention', 'nle_simple', 'nle_baseline', 'nle_fast', 'nle_attention'",
+      one_of(torsos.names))
   centre_frames: bool = setting(
       False, "'shallow', 'resnet', 'attention': each task's frames minus its running mean frame "
       '(networks/centring.py)', boolean)
@@ -57,21 +57,21 @@ class NetworkConfig:
         ('torso_kwargs', _torso_kwargs_problem(self)),
         ('kernels', _kernels_problem(self)),
         ('lstm_size', f'{self.name!r} is recurrent and needs an LSTM size > 0 (e.g. 256)'
-         if self.name in RECURRENT_NETWORKS and not self.lstm_size else None),
+         if torsos.get(self.name).recurrent and not self.lstm_size else None),
         ('extra_inputs', _extra_inputs_problem(self)),
     ])
 
   @property
   def recurrent(self) -> bool:
     """Whether it carries a state along the unroll: an LSTM core or a network
-    with its own (RECURRENT_NETWORKS)."""
-    return bool(self.lstm_size) or self.name in RECURRENT_NETWORKS
+    with its own (a recurrent torso)."""
+    return bool(self.lstm_size) or torsos.get(self.name).recurrent
 
 
 def _centring_problem(c: NetworkConfig) -> Optional[str]:
-  if c.centre_frames and c.name not in CENTRING_NETWORKS:
+  if c.centre_frames and not torsos.get(c.name).centres_frames:
     return (f'network {c.name!r} does not centre frames; it works with network.name in '
-            f'{", ".join(CENTRING_NETWORKS)} (or set network.centre_frames=False)')
+            f'{", ".join(torsos.names("centres_frames"))} (or set network.centre_frames=False)')
   return None
 
 
@@ -109,9 +109,9 @@ def _attention_sizes_problem(sizes: dict) -> Optional[str]:
 
 
 def _kernels_problem(c: NetworkConfig) -> Optional[str]:
-  if c.kernels != 'auto' and c.name not in CONV_NETWORKS:
+  if c.kernels != 'auto' and not torsos.get(c.name).convolutional:
     return (f'network {c.name!r} has no convolutions, so {c.kernels!r} would change nothing; '
-            f"leave it 'auto' (networks with convolutions: {', '.join(CONV_NETWORKS)})")
+            f"leave it 'auto' (networks with convolutions: {', '.join(torsos.names('convolutional'))})")
   return None
 
 
@@ -127,7 +127,7 @@ def _extra_inputs_problem(c: NetworkConfig) -> Optional[str]:
       return f'{name!r} is not allowed; choose one of {", ".join(EXTRA_INPUTS)}'
   if len(set(c.extra_inputs)) != len(c.extra_inputs):
     return f'names an input twice: {c.extra_inputs}'
-  if c.extra_inputs and c.name not in EXTRA_INPUT_NETWORKS:
+  if c.extra_inputs and not torsos.get(c.name).extra_inputs:
     return (f'{c.name!r} reads no extra inputs; they need network.name in '
-            f'{", ".join(EXTRA_INPUT_NETWORKS)}')
+            f'{", ".join(torsos.names("extra_inputs"))}')
   return None

@@ -3,11 +3,15 @@
 
 Every torso takes `dtype`, the dtype its layers compute in; its parameters
 and output stay float32, so core, heads and losses are float32 whatever it
-is. Torsos with convolutions take `kernels` (networks/kernels.py).
+is. Torsos with convolutions take `kernels` (networks/kernels.py). Each is
+registered once with what it reads and can do (`Torso`, `register`); the
+network, its settings' checks and the env's observation keys ask the
+registry.
 """
 
+import dataclasses
 import functools
-from typing import Any
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import flax.linen as nn
 import jax
@@ -204,35 +208,67 @@ class NLESimpleTorso(nn.Module):
     return nn.relu(nn.Dense(self.hidden_size, dtype=self.dtype, name='fc')(x)).astype(jnp.float32)
 
 
-TORSOS = {
-    'mlp': MLPTorso,
-    'shallow': NatureCNNTorso,
-    'resnet': ResNetTorso,
-    'nle_simple': NLESimpleTorso,
-    'nle_baseline': NLEBaselineTorso,    # networks/nethack.py
-    'nle_fast': NLEFastTorso,            # networks/nethack.py
-    'nle_attention': NLEAttentionTorso,  # networks/nethack.py
-}
+@dataclasses.dataclass(frozen=True)
+class Torso:
+  """A network.name and what it can do, registered once (`register`).
 
-# The observation keys each torso reads (NLE envs are asked for exactly these).
-OBS_KEYS = {
-    'mlp': ('state',),
-    'shallow': ('frames',),
-    'resnet': ('frames',),
-    'nle_simple': ('glyphs', 'blstats'),
-    'nle_baseline': ('glyphs', 'blstats'),
-    'nle_fast': ('glyphs', 'blstats'),
-    'nle_attention': ('glyphs', 'blstats'),
-    'attention': ('frames',),  # networks/attention.py: not a torso, see NETWORK_NAMES
-}
+  `module` is the flax module class, called with its settings (`dtype`;
+  `kernels` if `convolutional`; `num_centres` if `centres_frames` and
+  network.centre_frames; `extra_inputs` if `extra_inputs` and they are set;
+  network.torso_kwargs) and name='torso', mapping {key: [N, ...]} of
+  `obs_keys` to float32 [N, F]; None for a network that replaces torso and
+  core (networks/attention.py).
+  """
+  module: Optional[Callable]
+  obs_keys: Tuple[str, ...]            # the observation keys it reads (envs are asked for them)
+  recurrent: bool = False              # carries its own core state (needs lstm_size > 0)
+  centres_frames: bool = False         # takes num_centres (network.centre_frames; centring.py)
+  convolutional: bool = False          # takes kernels (network.kernels; kernels.py)
+  extra_inputs: bool = False           # takes extra_inputs (network.extra_inputs)
 
-# Every valid network.name: the torsos above and 'attention' (its own core).
-NETWORK_NAMES = tuple(sorted(OBS_KEYS))
-RECURRENT_NETWORKS = ('attention',)  # networks with a built-in core
-# Networks that can centre their frames (network.centre_frames; networks/centring.py).
-CENTRING_NETWORKS = ('attention', 'resnet', 'shallow')
-# Networks with convolutions: their layers run the implementation network.kernels chooses.
-CONV_NETWORKS = ('attention', 'nle_attention', 'nle_baseline', 'nle_fast', 'nle_simple',
-                 'resnet', 'shallow')
-# Networks that take network.extra_inputs (networks.nethack.EXTRA_INPUTS).
-EXTRA_INPUT_NETWORKS = ('nle_baseline', 'nle_fast')
+
+_REGISTRY: Dict[str, Torso] = {}
+
+
+def register(name: str, torso: Torso) -> None:
+  """Makes `name` a network.name.
+
+  Raises:
+    ValueError: `name` is registered already.
+  """
+  if name in _REGISTRY:
+    raise ValueError(f'torso {name!r} is registered already')
+  _REGISTRY[name] = torso
+
+
+def unregister(name: str) -> None:
+  """Removes a registered torso (tests)."""
+  del _REGISTRY[name]
+
+
+def get(name: str) -> Torso:
+  """The torso registered as `name`.
+
+  Raises:
+    ValueError: no torso has that name.
+  """
+  if name not in _REGISTRY:
+    raise ValueError(f'unknown network {name!r}; choose one of {", ".join(names())}')
+  return _REGISTRY[name]
+
+
+def names(where: Optional[str] = None) -> Tuple[str, ...]:
+  """Every network.name, sorted; with `where` (a Torso field), those for which it is true."""
+  return tuple(sorted(n for n, t in _REGISTRY.items() if where is None or getattr(t, where)))
+
+
+_FRAMES = dict(obs_keys=('frames',), centres_frames=True, convolutional=True)
+_NLE = dict(obs_keys=('glyphs', 'blstats'), convolutional=True)
+register('mlp', Torso(MLPTorso, ('state',)))
+register('shallow', Torso(NatureCNNTorso, **_FRAMES))
+register('resnet', Torso(ResNetTorso, **_FRAMES))
+register('attention', Torso(None, recurrent=True, **_FRAMES))   # networks/attention.py
+register('nle_simple', Torso(NLESimpleTorso, **_NLE))
+register('nle_baseline', Torso(NLEBaselineTorso, extra_inputs=True, **_NLE))   # networks/nethack.py
+register('nle_fast', Torso(NLEFastTorso, extra_inputs=True, **_NLE))
+register('nle_attention', Torso(NLEAttentionTorso, **_NLE))

@@ -31,10 +31,8 @@ NAME = 'impala'
 CONFIG_GROUP = 'vtrace'   # the run config's group of VTraceConfig's fields
 
 
-# What the advantages are normalised over: the minibatch; each task's steps
-# in it; or each task's steps with its moments over the whole batch.
-ADVANTAGE_GROUPS = ('minibatch', 'task', 'task_batch')
-PER_TASK_GROUPS = ('task', 'task_batch')
+# What the advantages are normalised over: the minibatch, or each task's steps in it.
+ADVANTAGE_GROUPS = ('minibatch', 'task')
 
 # The loss's terms, in the order of the by-term loss's rows (loss_fn(by_term=True)).
 TERMS = ('policy', 'baseline', 'entropy')
@@ -57,9 +55,8 @@ class VTraceConfig:
       False, "the policy gradient's advantages mean 0, std 1 per minibatch (after PopArt's "
       'per-task scaling)', boolean)
   normalize_advantages_per: str = setting(
-      'minibatch', "with normalize_advantages: over the whole 'minibatch'; each 'task''s "
-      "steps in it apart; or each task's steps with its mean and std over the whole batch "
-      "('task_batch': one more forward pass per update)", one_of(ADVANTAGE_GROUPS))
+      'minibatch', "with normalize_advantages: over the whole 'minibatch', or each 'task''s "
+      'steps in it apart', one_of(ADVANTAGE_GROUPS))
   balance_tasks: bool = setting(
       False, "minibatches deal each task's unrolls out evenly, not at random: a task's "
       'unrolls in the global minibatches differ in number by at most one per learner '
@@ -70,7 +67,7 @@ class VTraceConfig:
     """Per-task normalisation needs normalisation on; balancing needs
     minibatches to deal into."""
     per = self.normalize_advantages_per
-    if per in PER_TASK_GROUPS and self.normalize_advantages is False:
+    if per == 'task' and self.normalize_advantages is False:
       return ('normalize_advantages_per', f"'{per}' needs vtrace.normalize_advantages=True "
               '(advantages are not normalised now)')
     if self.balance_tasks and self.minibatches == 1:
@@ -117,11 +114,8 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
       rl/sgd.py; per-task gradient norms).
 
   Returns:
-    loss(params, stats, batch, entropy_cost=None, advantage_moments=None)
-    -> (loss, LossOutput). `entropy_cost` (traced, rl/optimizers.py) replaces
-    cfg.entropy_cost; `advantage_moments` (`advantage_moments_fn`) normalise
-    each task's advantages for 'task_batch', else each task's steps of
-    `batch` are normalised on their own.
+    loss(params, stats, batch, entropy_cost=None) -> (loss, LossOutput).
+    `entropy_cost` (traced, rl/optimizers.py) replaces cfg.entropy_cost.
   """
   v = settings(cfg)
   normalize_advantages = v.normalize_advantages
@@ -131,13 +125,11 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
   symlog = ac.symlog_values(cfg)
   centres = vc.support(value.bins, value.limit) if value.categorical else None
 
-  def loss(params, stats: popart.Stats, batch: Unroll, entropy_cost=None,
-           advantage_moments: Optional[ac.TaskMoments] = None):
-    by_task, out = terms(params, stats, batch, entropy_cost, advantage_moments)
+  def loss(params, stats: popart.Stats, batch: Unroll, entropy_cost=None):
+    by_task, out = terms(params, stats, batch, entropy_cost)
     return (by_task if by_term else jnp.sum(by_task)), out
 
-  def terms(params, stats: popart.Stats, batch: Unroll, entropy_cost=None,
-            advantage_moments=None):
+  def terms(params, stats: popart.Stats, batch: Unroll, entropy_cost=None):
     entropy_weight = cfg.entropy_cost if entropy_cost is None else entropy_cost
     t = vtrace.targets(apply_fn, cfg, params, stats, batch)
     e, rhos, vs, qs, mask = t.evaluation, t.rhos, t.vs, t.qs, t.mask
@@ -170,11 +162,7 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
       pg_advantage = popart.scale(new_stats, t.advantage, task_tm1)
     raw_advantage = pg_advantage
     raw_advantage_sq = jnp.sum(mask * pg_advantage ** 2)
-    if normalize_advantages and per == 'task_batch' and advantage_moments is not None:
-      # Reward units: a per-task normalisation does not see the task's sigma.
-      pg_advantage = ac.normalize_with(t.advantage, mask, task, advantage_moments)
-    elif normalize_advantages and per in PER_TASK_GROUPS:
-      # ('task_batch' without moments: this batch is the whole batch.)
+    if normalize_advantages and per == 'task':
       pg_advantage = ac.normalize_per_task(pg_advantage, mask, task, num_tasks, axis_name)
     elif normalize_advantages:
       # The policy term keeps its size against the entropy and value terms
@@ -242,8 +230,6 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
   epochs x minibatches optimiser steps per batch (1 x 1: the paper's one).
   Each minibatch holds whole unrolls and takes its V-trace targets and PopArt
   step with its own step's params, so V-trace corrects for the policy's move.
-  For 'task_batch' with several minibatches, each task's advantage moments
-  are taken once over the whole batch with the first params.
 
   Args:
     value_head: the top-level param name of the head PopArt rescales.
@@ -257,22 +243,14 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
   """
   v = settings(cfg)
   base_loss = loss_fn(apply_fn, cfg, axis_name, by_term=cfg.clip_per_term)
-  # Each minibatch comes with the whole batch's advantage moments (None
-  # unless 'task_batch' cuts the batch in several).
   sgd_step = sgd.make_sgd_step(
-      lambda p, s, mb, ec: base_loss(p, s, mb[0], ec, mb[1]), optimizer, value_head,
+      base_loss, optimizer, value_head,
       axis_name, max_grad_norm, moves_statistics=cfg.popart_enabled,
       clip_groups=(CLIP_GROUPS, CLIP_GROUP_NAMES) if cfg.clip_per_term else None)
-  batch_moments = (v.normalize_advantages and v.normalize_advantages_per == 'task_batch'
-                   and v.minibatches > 1)
-  moments_fn = vtrace.advantage_moments_fn(apply_fn, cfg, axis_name)
-
   def update(params, opt_state, stats, batch: Unroll, step):
-    moments = moments_fn(params, stats, batch) if batch_moments else None
-
     def scan_step(carry, minibatch):
       params, opt_state, stats = carry
-      params, opt_state, out = sgd_step(params, opt_state, stats, (minibatch, moments))
+      params, opt_state, out = sgd_step(params, opt_state, stats, minibatch)
       return (params, opt_state, out.new_stats), (out.metrics, out.extras['log_pi'])
 
     if v.epochs == 1 and v.minibatches == 1:

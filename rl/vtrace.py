@@ -83,19 +83,3 @@ def targets(apply_fn: Callable, cfg: LossConfig, params, stats: popart.Stats,
   else:
     advantage = jnp.minimum(rhos, 1.0) * (qs - e.values[:-1])
   return Targets(e, rhos, vs, qs, mask, jax.lax.stop_gradient(advantage), raw_vs)
-
-
-def advantage_moments_fn(apply_fn: Callable, cfg: LossConfig,
-                         axis_name: Optional[str] = None) -> Callable:
-  """Each task's advantage mean and std over a whole batch, for
-  `normalize_advantages_per='task_batch'`.
-
-  Returns:
-    moments(params, stats, batch) -> ac.TaskMoments [num_tasks] of
-    min(rho_s, 1) (q_s - V(x_s)) over the global batch (no gradient), before
-    PopArt's per-task scaling, which a per-task normalisation cancels.
-  """
-  def moments(params, stats: popart.Stats, batch: Unroll) -> ac.TaskMoments:
-    t = targets(apply_fn, cfg, params, stats, batch)
-    return ac.task_moments(t.advantage, t.mask, batch.task_id[:-1], cfg.num_tasks, axis_name)
-  return moments

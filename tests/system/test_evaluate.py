@@ -15,7 +15,7 @@ from PIL import Image
 
 from analysis import evaluation
 from analysis import run_loading
-from analysis.run_loading import checkpoint_steps, load_config, load_run
+from analysis.run_loading import checkpoint_steps, load_run
 from configs import atari_single, cartpole, nethack_popart, validation
 from envs import render
 from envs.base import StepResult
@@ -225,14 +225,6 @@ def test_runs_written_before_a_config_field_existed_still_load(tmp_path, cartpol
     json.dump(saved, f)
   run = load_run(str(old), step=8)
   assert run.spec.optimizer.eps_in_sqrt is True
-  # Before network.core_extra_inputs existed the core took none, although
-  # new configs default to True.
-  assert saved['network']['core_extra_inputs'] is True
-  assert load_config(str(old)).network.core_extra_inputs is True
-  del saved['network']['core_extra_inputs']
-  with open(old / 'config.json', 'w') as f:
-    json.dump(saved, f)
-  assert load_config(str(old)).network.core_extra_inputs is False
   assert run.spec.optimizer.rmsprop_eps == saved['optimizer']['rmsprop_eps']
 
 

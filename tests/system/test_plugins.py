@@ -1,12 +1,16 @@
 """Extension points, from a test file alone: an environment family
 registered with envs.registry.register trains, logs its action names,
-checks its kwargs at start-up and evaluates; a learner registered with
-rl.algorithms.register (its own loss, settings group and state) trains on
-it, checks its settings at start-up, and its state is saved and restored
-with the checkpoint; nothing else changed."""
+checks its kwargs at start-up and evaluates; a torso registered with
+networks.torsos.register is a network.name whose abilities the settings
+check, and learns; a learner registered with rl.algorithms.register (its
+own loss, settings group and state) trains on it, checks its settings at
+start-up, and its state is saved and restored with the checkpoint; nothing
+else changed."""
 
 import dataclasses
+from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -22,6 +26,7 @@ from envs import registry
 from envs.base import StepResult
 from envs.family import EnvFamily, EnvKwargsError
 from infra.settings import setting, within
+from networks import torsos
 from rl import actor_critic as ac
 from rl import algorithms
 from rl import sgd
@@ -152,6 +157,59 @@ def test_a_registered_family_trains_logs_its_action_names_and_evaluates(toy_fami
   run = load_run(str(tmp_path / 'run'))
   env, frame_fn, fps = evaluation.make_task_env(run, 0, 4, seed=0, video=False)
   assert isinstance(env, ToyCueEnv) and frame_fn is None and fps == 4.0
+
+
+class ToyLinearTorso(nn.Module):
+  """The smallest torso: obs['state'] [N, D] through one tanh Dense layer."""
+  size: int = 16
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, obs):
+    x = nn.Dense(self.size, dtype=self.dtype, name='toy_dense')(obs['state'].astype(self.dtype))
+    return jnp.tanh(x).astype(jnp.float32)
+
+
+@pytest.fixture
+def toy_torso():
+  torsos.register('toy_linear', torsos.Torso(ToyLinearTorso, ('state',)))
+  yield
+  torsos.unregister('toy_linear')
+
+
+def _toy_torso_config():
+  config = _toy_config(None)   # the full CartPole recipe on the toy cue
+  config.network.name = 'toy_linear'
+  config.network.torso_kwargs = {'size': 8}
+  return config
+
+
+def test_without_registration_the_torso_is_unknown(toy_family):
+  with pytest.raises(ConfigError, match=r"network.name: 'toy_linear' is not allowed; choose "
+                                        r'one of attention, mlp'):
+    validate(_toy_torso_config())
+
+
+def test_a_registered_torso_is_a_choice_its_abilities_are_checked_and_it_learns(
+    toy_family, toy_torso, tmp_path):
+  config = _toy_torso_config()
+  assert validate(config).observation_keys == ('state',)
+  config.network.centre_frames = True   # the toy does not centre frames
+  with pytest.raises(ConfigError, match=r"network.centre_frames: network 'toy_linear' does not "
+                                        r'centre frames; it works with network.name in attention'):
+    validate(config)
+  config.network.centre_frames = False
+  config.network.kernels = 'xla'        # nor has it convolutions
+  with pytest.raises(ConfigError, match=r"network.kernels: network 'toy_linear' has no "
+                                        'convolutions'):
+    validate(config)
+  config.network.kernels = 'auto'
+  config.total_env_steps = 40_000
+  records = train_and_read(config, tmp_path)
+  returns = [r['episode_return/Toy'] for r in records if r.get('episodes/Toy', 0) >= 10]
+  assert returns and max(returns) >= 3.5, returns   # random play 2 of 4, the cue 4
+  run = load_run(str(tmp_path / 'run'))
+  assert run.variables['params']['torso']['toy_dense']['kernel'].shape == (4, 8)
 
 
 # A learner of its own: one-step actor-critic (the advantage r + gamma V(x')

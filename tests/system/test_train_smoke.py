@@ -115,10 +115,10 @@ def test_wandb_offline_writes_inside_the_workdir(tmp_path):
   assert all(p.endswith(run_id) for p in glob.glob(str(tmp_path / 'run' / 'wandb' / 'offline-run-*')))
 
 
-@pytest.mark.parametrize('per, minibatches', [('task', 1), ('task_batch', 2)])
+@pytest.mark.parametrize('per, minibatches', [('task', 1), ('task', 2)])
 def test_multi_task_diagnostics_and_separating_options_train(tmp_path, per, minibatches):
-  """Two tasks with the debiased start, per-task advantages (each minibatch's
-  own, or the whole batch's moments over two minibatches) and the clip per
+  """Two tasks with the debiased start, per-task advantages (one minibatch or
+  two) and the clip per
   term: every log step has each task's value loss, targets and advantages,
   and the task gradient report reaches the log."""
   config = cartpole_popart.get_config('smoke')

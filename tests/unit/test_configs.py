@@ -261,11 +261,9 @@ def test_reward_scales_override_is_a_tuple():
     ('optimizer.warmup_updates', -1, 'optimizer.warmup_updates.*integer >= 0'),
     ('optimizer.anneal_to', 1.5, r'optimizer.anneal_to.*\[0, 1\]'),
     ('vtrace.normalize_advantages_per', 'batch',
-     'vtrace.normalize_advantages_per.*minibatch, task, task_batch'),
+     'vtrace.normalize_advantages_per.*minibatch, task'),
     ('vtrace.normalize_advantages_per', 'task', 'vtrace.normalize_advantages_per.*needs '
      'vtrace.normalize_advantages=True'),
-    ('vtrace.normalize_advantages_per', 'task_batch', "vtrace.normalize_advantages_per.*'task_batch' "
-     'needs vtrace.normalize_advantages=True'),
     ('vtrace.balance_tasks', True, 'vtrace.balance_tasks.*needs vtrace.minibatches > 1'),
     ('log.task_gradients_seconds', -1.0, 'log.task_gradients_seconds'),
     ('pause_at_env_steps', 10**12, 'pause_at_env_steps.*past total_env_steps'),

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rl import actor_critic, impala, popart, vtrace
+from rl import actor_critic, impala, popart
 from rl.task_metrics import mean_metrics
 from rl.types import Unroll
 
@@ -207,43 +207,6 @@ def test_task_moments_by_hand():
   np.testing.assert_allclose(m.std, [np.sqrt(8.0 / 3.0), 10.0, 0.0], rtol=1e-6)
   out = actor_critic.normalize_with(x, mask, tasks, m)
   np.testing.assert_allclose(out, actor_critic.normalize_per_task(x, mask, tasks, 3), rtol=1e-6)
-
-
-def test_advantage_moments_are_taken_before_popart_scales_the_advantages():
-  """The batch of the first test (PopArt on, sigma 1 and 2): the moments of
-  min(rho, 1) (q - V) in reward units, whatever each task's sigma."""
-  logits = jnp.zeros((3, 2, 2))
-  n = jnp.asarray([[[0.0, 0.0], [0.0, 1.0]],
-                   [[1.0, 0.0], [0.0, 2.0]],
-                   [[2.0, 0.0], [0.0, 3.0]]])
-  stats = {'mu': jnp.asarray([0.0, 10.0]), 'nu': jnp.asarray([1.0, 104.0])}
-  cfg = _config()._replace(num_tasks=2, settings=impala.VTraceConfig(
-      normalize_advantages=True, normalize_advantages_per='task_batch'))
-  m = vtrace.advantage_moments_fn(_fixed_apply(logits, n), cfg)(
-      {'scale': jnp.ones(())}, stats, _batch())
-  # q = r + 0.5 v_{s+1}: task 0 [2.5, 3], task 1 [24, 28]; V: task 0 [0, 1],
-  # task 1 10 + 2 n = [12, 14]. Advantages: task 0 [2.5, 2] (mean 2.25, std
-  # 0.25), task 1 [12, 14] (mean 13, std 1).
-  np.testing.assert_allclose(m.mean, [2.25, 13.0], rtol=1e-6)
-  np.testing.assert_allclose(m.std, [0.25, 1.0], rtol=1e-5)
-
-
-def test_task_batch_advantages_use_the_whole_batchs_moments():
-  """Raw advantages [[2.5, 20.5], [2, 20]] (task 0 left, task 1 right). With
-  the whole batch's moments given (task 0 mean 2, std 0.5; task 1 mean 20,
-  std 2) each step is (a - mean) / std; without them the loss normalises each
-  task's steps of its own batch, as 'task' does."""
-  logits = jnp.zeros((3, 2, 2))
-  n = jnp.asarray([[[0.0]] * 2, [[1.0]] * 2, [[2.0]] * 2])
-  params, stats = {'scale': jnp.ones(())}, popart.init_stats(1)
-  cfg = _two_task_config(normalize_advantages=True, normalize_advantages_per='task_batch')
-  loss = impala.loss_fn(_fixed_apply(logits, n), cfg)
-  moments = actor_critic.TaskMoments(mean=jnp.asarray([2.0, 20.0]), std=jnp.asarray([0.5, 2.0]))
-  _, out = loss(params, stats, _batch(), advantage_moments=moments)
-  np.testing.assert_allclose(out.extras['pg_advantage'], [[1.0, 0.25], [0.0, 0.0]],
-                             rtol=1e-5, atol=1e-6)
-  _, alone = loss(params, stats, _batch())
-  np.testing.assert_allclose(alone.extras['pg_advantage'], [[1.0, 1.0], [-1.0, -1.0]], rtol=1e-5)
 
 
 def test_by_term_loss_splits_the_loss_by_term_and_task():

@@ -113,7 +113,7 @@ def _obs(n, message=b'', under=NO_GLYPH, seed=0):
 
 @pytest.fixture(scope='module')
 def torso_and_params():
-  torso = torsos.TORSOS['nle_fast'](extra_inputs=('message', 'under_hero'), hidden_size=32)
+  torso = torsos.get('nle_fast').module(extra_inputs=('message', 'under_hero'), hidden_size=32)
   params = torso.init(jax.random.key(0), _obs(2))['params']
   return torso, params
 
@@ -124,7 +124,7 @@ def test_extra_inputs_add_their_encoders(torso_and_params):
   assert shapes['message_embed']['embedding'] == (256, 16)
   assert shapes['message_conv0']['kernel'] == (5, 16, 32)
   assert shapes['message_conv1']['kernel'] == (5, 32, 64)
-  plain = torsos.TORSOS['nle_fast'](hidden_size=32).init(jax.random.key(0), _obs(2))['params']
+  plain = torsos.get('nle_fast').module(hidden_size=32).init(jax.random.key(0), _obs(2))['params']
   # fc0 reads 64 message features and the 32-wide embedded glyph under the hero more.
   assert shapes['fc0']['kernel'][0] == plain['fc0']['kernel'].shape[0] + 64 + 32
   assert 'message_embed' not in plain
@@ -158,7 +158,7 @@ def test_the_glyph_under_the_hero_reaches_the_fc(torso_and_params):
 
 @pytest.mark.parametrize('name', ['nle_fast', 'nle_baseline'])
 def test_fast_path_equals_reference_with_extra_inputs(name):
-  fast, ref = (torsos.TORSOS[name](reference=r, hidden_size=32,
+  fast, ref = (torsos.get(name).module(reference=r, hidden_size=32,
                                    extra_inputs=('message', 'under_hero')) for r in (False, True))
   obs = _obs(3, b'There is a staircase down here.', under=DOWNSTAIRS, seed=1)
   params = fast.init(jax.random.key(1), obs)['params']

@@ -128,8 +128,8 @@ def test_nle_attention_weights_follow_the_blstats_query():
 
 def test_registered_with_their_observation_keys():
   for name in ('nle_fast', 'nle_baseline', 'nle_attention'):
-    assert name in torsos.NETWORK_NAMES
-    assert torsos.OBS_KEYS[name] == ('glyphs', 'blstats')
+    assert name in torsos.names()
+    assert torsos.get(name).obs_keys == ('glyphs', 'blstats')
 
 
 @pytest.mark.parametrize('t', [1, 3])
@@ -195,7 +195,7 @@ def test_parameter_counts(network):
 @pytest.mark.parametrize('name', ['nle_fast', 'nle_baseline', 'nle_attention'])
 def test_fast_torso_equals_reference_values_and_gradients(name):
   # A small FC keeps the compilations short; the glyph path is full size.
-  fast, ref = (torsos.TORSOS[name](reference=r, hidden_size=32) for r in (False, True))
+  fast, ref = (torsos.get(name).module(reference=r, hidden_size=32) for r in (False, True))
   obs = _obs(np.random.default_rng(1), 4, [(0, 0), (78, 20), (40, 10), (77, 1)])
   params = _random_variables(fast.init, obs)['params']
   assert (jax.tree.map(jnp.shape, {'params': params})

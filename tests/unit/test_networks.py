@@ -83,9 +83,18 @@ def test_lstm_state_resets_where_first_is_set():
   assert not np.allclose(logits[2:, 1], fresh[:, 1])
 
 
-def test_network_names_cover_torsos_and_attention():
-  assert set(torsos.NETWORK_NAMES) == set(torsos.TORSOS) | {'attention'}
-  assert set(torsos.OBS_KEYS) == set(torsos.NETWORK_NAMES)
+def test_the_torso_registry_says_what_each_network_can_do():
+  assert torsos.names() == ('attention', 'mlp', 'nle_attention', 'nle_baseline', 'nle_fast',
+                            'nle_simple', 'resnet', 'shallow')
+  assert torsos.names('recurrent') == ('attention',)
+  assert torsos.names('centres_frames') == ('attention', 'resnet', 'shallow')
+  assert torsos.names('extra_inputs') == ('nle_baseline', 'nle_fast')
+  assert 'mlp' not in torsos.names('convolutional')
+  assert all(torsos.get(n).module is not None for n in torsos.names() if n != 'attention')
+  with pytest.raises(ValueError, match="unknown network 'nope'; choose one of attention, mlp"):
+    torsos.get('nope')
+  with pytest.raises(ValueError, match="torso 'mlp' is registered already"):
+    torsos.register('mlp', torsos.get('mlp'))
 
 
 # ---- ResNet torso.

@@ -71,15 +71,6 @@ def test_schedule_note_gives_the_rate_under_both_totals_with_anneal_to():
       '(the saved total had 0.08)')
 
 
-def test_a_run_saved_before_anneal_to_existed_annealed_to_0():
-  saved = json.loads(cartpole.get_config().to_json_best_effort())
-  del saved['optimizer']['anneal_to']
-  config = cartpole.get_config()
-  assert resume.compare(saved, resume.as_source(config)) == ([], [])
-  config.optimizer.anneal_to = 0.5
-  assert resume.compare(saved, resume.as_source(config)) == ([], [('optimizer.anneal_to', 0.0, 0.5)])
-
-
 def test_a_second_lock_names_the_holder_and_a_dead_holders_lock_is_taken_over(tmp_path):
   first = RunLock(str(tmp_path)).acquire()
   held = json.loads((tmp_path / run_folder.LOCK_FILE).read_text())

@@ -10,12 +10,10 @@ import ml_collections
 import numpy as np
 import optax
 import pytest
-from jax.sharding import PartitionSpec as P
 
 from agents import learner
 from networks import agent as agent_net
-from rl import (actor_critic, impala, minibatches, optimizers, popart, sgd, task_gradients,
-                vtrace)
+from rl import actor_critic, impala, minibatches, optimizers, popart, sgd, task_gradients
 from tests.support.synthetic_unroll import random_unroll
 
 T, B, A, TASKS = 5, 8, 3, 2
@@ -154,68 +152,6 @@ def test_multi_task_options_on_four_devices_match_one_device():
                              rtol=1e-5)
 
 
-def test_task_batch_normalises_every_minibatch_with_the_whole_batchs_moments():
-  """With one minibatch 'task_batch' is 'task'. With two, the update equals
-  two optimiser steps whose per-task normalisation uses the moments of the
-  whole batch at the update's first params, and differs from 'task', which
-  normalises each minibatch's steps of a task on their own."""
-  network, variables, batch = _setup()
-  apply = agent_net.apply_fn(network)
-  params, stats = variables['params'], variables['popart'][agent_net.VALUE_HEAD]
-  optimizer, _ = optimizers.make_optimizer(1e-3, 100, 0.5, 0.99, 1e-5, 0.0, name='adam')
-
-  def cfg(per, minibatches):
-    return _cfg(reduction='mean', settings=impala.VTraceConfig(
-        minibatches=minibatches, normalize_advantages=True, normalize_advantages_per=per))
-
-  def update(per, minibatches):
-    fn = impala.make_update(apply, cfg(per, minibatches), optimizer, agent_net.VALUE_HEAD, None,
-                            seed=3)
-    return fn(params, optimizer.init(params), stats, batch, 0)[0]
-
-  def close(a, b):
-    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7), a, b)
-
-  close(update('task_batch', 1), update('task', 1))
-
-  c = cfg('task_batch', 2)
-  moments = vtrace.advantage_moments_fn(apply, c)(params, stats, batch)
-  assert moments.mean.shape == (TASKS,) and np.all(np.asarray(moments.std) > 0)
-  loss = impala.loss_fn(apply, c)
-  step = sgd.make_sgd_step(lambda p, s, mb, ec: loss(p, s, mb, ec, moments), optimizer,
-                           agent_net.VALUE_HEAD, None, moves_statistics=True)
-  parts = minibatches.split_unrolls(batch, 2, minibatches.shuffle_keys(3, 0, 1)[0])
-  p, o, s = params, optimizer.init(params), stats
-  for k in range(2):
-    p, o, out = step(p, o, s, jax.tree.map(lambda x, k=k: x[k], parts))
-    s = out.new_stats
-  by_batch = update('task_batch', 2)
-  close(by_batch, p)
-  by_minibatch = update('task', 2)
-  gap = max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
-            for x, y in zip(jax.tree.leaves(by_batch), jax.tree.leaves(by_minibatch)))
-  assert gap > 1e-5
-
-
-def test_task_batch_moments_are_global_over_four_devices():
-  """The whole batch's moments with the batch sharded over 4 learner devices
-  (each holds 2 of its 8 unrolls) are those of the whole batch on one."""
-  assert len(jax.devices()) >= 4, 'conftest should fake 4 CPU devices'
-  network, variables, batch = _setup()
-  apply = agent_net.apply_fn(network)
-  params, stats = variables['params'], variables['popart'][agent_net.VALUE_HEAD]
-  cfg = _cfg(settings=impala.VTraceConfig(normalize_advantages=True,
-                                          normalize_advantages_per='task_batch'))
-  whole = vtrace.advantage_moments_fn(apply, cfg)(params, stats, batch)
-  mesh = learner.make_mesh(jax.devices()[:4])
-  sharded = jax.jit(jax.shard_map(
-      lambda b: vtrace.advantage_moments_fn(apply, cfg, learner.AXIS)(params, stats, b),
-      mesh=mesh, in_specs=(learner._BATCH_SPECS,), out_specs=P(), check_vma=False))
-  four = sharded(learner.shard_batch(batch, mesh))
-  np.testing.assert_allclose(four.mean, whole.mean, rtol=1e-5, atol=1e-7)
-  np.testing.assert_allclose(four.std, whole.std, rtol=1e-5, atol=1e-7)
-
-
 def test_balanced_minibatches_deal_each_tasks_unrolls_out_evenly():
   """12 unrolls: task 0 has 5, task 1 has 4, task 2 has 3; 3 minibatches of 4.
   Balanced, each minibatch holds 1-2 of task 0 (5 = 2 + 2 + 1), 1-2 of task 1
@@ -250,13 +186,13 @@ def test_balanced_minibatches_rotate_by_device_so_the_global_ones_balance_too():
     assert sorted(sum(np.sum(tasks[r[m]] == 0) for r in same) for m in range(2)) == [4, 8]
 
 
-def test_balanced_task_batch_update_runs_on_four_devices():
-  """task_batch and balance_tasks with 2 minibatches through the sharded
+def test_balanced_per_task_update_runs_on_four_devices():
+  """Per-task advantages and balance_tasks with 2 minibatches (the Atari recipe) through the sharded
   learner on 4 fake devices: finite, and the params move."""
   assert len(jax.devices()) >= 4, 'conftest should fake 4 CPU devices'
   cfg = _cfg(reduction='mean', clip_per_term=True, settings=impala.VTraceConfig(
       minibatches=2, balance_tasks=True, normalize_advantages=True,
-      normalize_advantages_per='task_batch'))
+      normalize_advantages_per='task'))
   network, variables, _ = _setup()
   four, metrics = _run(jax.devices()[:4], cfg, clip_in_chain=False)
   assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(four.params))
