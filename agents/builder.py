@@ -13,7 +13,7 @@ import optax
 from agents import learner as learner_lib
 from agents.rollout import example_observation
 from networks import agent as agent_net
-from rl import impala, optimizers, popart
+from rl import optimizers, popart
 from rl import value_classification as vc
 
 
@@ -74,7 +74,7 @@ def build_agent(spec, num_actions: int, observation_spec: Dict[str, tuple],
     update = learner_lib.build_update(
         agent_net.apply_fn(network, with_health=True), optimizer, schedule,
         loss_cfg, agent_net.VALUE_HEAD, mesh, spec.optimizer.max_grad_norm, seed=run.seed)
-    if plan.num_tasks > 1 and loss_cfg.name == impala.NAME and spec.log.task_gradients_seconds:
+    if plan.num_tasks > 1 and spec.learner.by_term and spec.log.task_gradients_seconds:
       task_gradients = learner_lib.build_task_gradients(
           agent_net.apply_fn(network), loss_cfg, agent_net.VALUE_HEAD)
   return Agent(network, variables, optimizer, schedule, mesh, state, update, task_gradients)

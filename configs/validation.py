@@ -27,7 +27,7 @@ from infra import multihost
 from infra import settings
 from infra.multihost import DistributedConfig
 from networks import torsos
-from rl import algorithms, impala, ppo
+from rl import algorithms
 
 # The Nature CNN's convolutions (8/4, 4/2, 3/1, no padding) leave no output
 # below 36 pixels: 36 -> 8 -> 3 -> 1.
@@ -208,21 +208,27 @@ def _check_minibatch_split(config, per_device_batch: int) -> None:
 
 def _check_across(config, groups) -> None:
   """What one component needs of another's settings."""
-  network = groups['network']
-  if groups['optimizer'].clip_by == 'term' and config.loss.name != impala.NAME:
-    raise ConfigError('optimizer.clip_by', f"'term' is implemented for loss.name={impala.NAME!r} "
-                      f'(V-trace), not {config.loss.name!r}; use clip_by=global')
-  if groups['value'].categorical and config.loss.name != impala.NAME:
+  network, name = groups['network'], config.loss.name
+  learner = algorithms.get(name)
+
+  def able(ability):
+    return ', '.join(repr(n) for n in algorithms.names() if getattr(algorithms.get(n), ability))
+
+  if groups['optimizer'].clip_by == 'term' and not learner.by_term:
+    raise ConfigError('optimizer.clip_by', f"'term' is implemented for loss.name={able('by_term')}"
+                      f', not {name!r}; use clip_by=global')
+  if groups['value'].categorical and not learner.categorical_value:
     raise ConfigError('value.head', f"{groups['value'].head!r} is implemented for "
-                      f'loss.name={impala.NAME!r} (V-trace), not {config.loss.name!r}; use '
+                      f"loss.name={able('categorical_value')}, not {name!r}; use "
                       "value.head='scalar'")
   if groups['value'].categorical and config.reward_mode == 'h':
     raise ConfigError('value.head', f"{groups['value'].head!r} learns values on its own support "
                       "(PopArt's units, or symlog without PopArt); reward_mode='h' would "
                       "transform them twice: use reward_mode='none' or 'clip'")
-  if config.loss.name == ppo.NAME and config.ppo.split == 'steps' and network.recurrent:
-    raise ConfigError('ppo.split', "'steps' shuffles single steps, which a recurrent network "
-                      "cannot take (its state runs along the unroll); use 'unrolls'")
+  problem = learner.network_check and learner.network_check(_learner_settings(config),
+                                                           network.recurrent)
+  if problem:
+    raise ConfigError(f'{learner.config_group}.{problem[0]}', problem[1])
 
 
 def _check_observations(config, tasks, env_kwargs, network) -> Tuple[Tuple[str, ...], int]:

@@ -58,6 +58,11 @@ class Learner(NamedTuple):
       `LossConfig.settings`.
     init_state: params -> the state kept between updates and checkpointed;
       None: it keeps none.
+    by_term: its loss splits by term and task (rl/impala.loss_fn(by_term=True)),
+      which optimizer.clip_by='term' and the task gradient report need.
+    categorical_value: it trains a categorical value head (value.head).
+    network_check: (settings, the network is recurrent) -> None, or (field,
+      why) when its settings cannot train that network.
   """
   name: str
   config_group: str
@@ -66,6 +71,9 @@ class Learner(NamedTuple):
   batch_split: Callable[[Any, int, int], Optional[Tuple[str, str]]]
   settings_type: type
   init_state: Optional[Callable[[Any], Any]] = None
+  by_term: bool = False
+  categorical_value: bool = False
+  network_check: Optional[Callable[[Any, bool], Optional[Tuple[str, str]]]] = None
 
   def read_settings(self, group, check: bool = True):
     """Its settings of its config group; `check=False` skips the fields' checks.

@@ -277,4 +277,5 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
 
 LEARNER = ac.Learner(
     name=NAME, config_group=CONFIG_GROUP, settings_type=VTraceConfig, make_update=make_update,
-    optimizer_steps=lambda v: v.epochs * v.minibatches, batch_split=batch_split)
+    optimizer_steps=lambda v: v.epochs * v.minibatches, batch_split=batch_split, by_term=True,
+    categorical_value=True)

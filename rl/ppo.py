@@ -336,4 +336,8 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
 
 LEARNER = ac.Learner(
     name=NAME, config_group=CONFIG_GROUP, settings_type=PPOConfig, make_update=make_update,
-    optimizer_steps=lambda p: p.epochs * p.minibatches, batch_split=batch_split)
+    optimizer_steps=lambda p: p.epochs * p.minibatches, batch_split=batch_split,
+    network_check=lambda p, recurrent: (
+        ('split', "'steps' shuffles single steps, which a recurrent network cannot take (its "
+         "state runs along the unroll); use 'unrolls'") if p.split == 'steps' and recurrent
+        else None))
