@@ -1,10 +1,9 @@
-"""The Sebulba training loop (Hessel et al. 2021, arXiv 2104.06272): actor
-threads feed a sharded, jitted learner.
+"""The Sebulba training loop (Hessel et al. 2021, arXiv 2104.06272): actor threads feed a sharded,
+jitted learner.
 
-`Trainer.run()` loops the public steps `start`, `next_batch`, `step` and
-`publish` (which tools also drive by hand) until total_env_steps, saving
-checkpoints and handing each log step's metrics to a callback. Side effects
-live here; the math is in `rl/` and `agents/learner.py`.
+`Trainer.run()` loops the public steps `start`, `next_batch`, `step` and `publish` (which tools also
+drive by hand) until total_env_steps, saving checkpoints and handing each log step's metrics to a
+callback. Side effects live here; the math is in `rl/` and `agents/learner.py`.
 """
 
 import queue
@@ -39,14 +38,13 @@ class ActorFailed(RuntimeError):
 class Trainer:
   """Envs, agent, actors (not started) and checkpoints of one process of a run.
 
-  Restores the workdir's latest checkpoint: a resumed run keeps the config's
-  learner hyperparameters (differences in `changed_hyperparameters`) and gets
-  fresh env and actor seeds. Every process makes one, and they must see the
-  same latest checkpoint.
+  Restores the workdir's latest checkpoint: a resumed run keeps the config's learner hyperparameters
+  (differences in `changed_hyperparameters`) and gets fresh env and actor seeds. Every process makes
+  one, and they must see the same latest checkpoint.
 
   Args:
-    stop_requested: set (by a signal handler) to end the loop after the
-      update in progress; a new Event when None.
+    stop_requested: set (by a signal handler) to end the loop after the update in progress; a new
+      Event when None.
 
   Raises:
     RuntimeError: processes see different latest checkpoints.
@@ -108,8 +106,6 @@ class Trainer:
     self.state = self.state._replace(
         opt_state=self.state.opt_state._replace(hyperparams=dict(wanted)))
 
-  # The steps of training, public for tools that drive them by hand.
-
   def start(self) -> None:
     """Publishes the current params and starts the actors (once)."""
     if self._started:
@@ -130,29 +126,17 @@ class Trainer:
     self.state, self.env_steps, self.version = state, env_steps, int(state.step)
 
   def next_batch(self) -> Tuple[Unroll, List[int]]:
-    """The next learner batch from plan.blocks_per_batch actor blocks.
-
-    Blocks are put in actor order, as the order decides which unrolls share a
-    minibatch and arrival order is a race.
-
-    Returns:
-      (an Unroll of host arrays, each block's policy lag in learner updates).
-
-    Raises:
-      ActorFailed: an actor failed or stopped.
-    """
+    """The next learner batch from plan.blocks_per_batch actor blocks, in actor order (the order
+    decides which unrolls share a minibatch; arrival order is a race): (an Unroll of host arrays,
+    each block's policy lag in learner updates). ActorFailed when an actor failed or stopped."""
     blocks = [self._next_block() for _ in range(self.plan.blocks_per_batch)]
     blocks.sort(key=lambda b: (b.actor_id, b.params_version))   # stable: arrival order within
     return concat_blocks(blocks), [self.version - b.params_version for b in blocks]
 
   def step(self, unroll: Unroll) -> Dict:
-    """One learner update on this process's batch: checked for non-finite values,
-    then committed, published and counted; returns its metrics (device arrays).
-
-    Raises:
-      NonFiniteError: a FINITE_CHECKS value is not finite; the state before
-        the update is saved first.
-    """
+    """One learner update on this process's batch: checked for non-finite values, then committed,
+    published and counted; returns its metrics (device arrays). NonFiniteError when a FINITE_CHECKS
+    value is not finite, after saving the state from before the update."""
     with self.timer.time('learner_h2d'):
       batch = learner_lib.shard_batch(unroll, self.mesh)
     with self.timer.time('learner_step'):
@@ -170,16 +154,14 @@ class Trainer:
   def run(self, on_log: Callable[[Dict], None], until: Optional[int] = None):
     """Trains until total_env_steps (or `until`); returns the final learner state.
 
-    Checkpoints every run.checkpoint_every_steps (then checks the replicas
-    agree), and at step 0 with keep_intermediate. A stop ends the loop after the
-    update in progress, at the same update on every process, and sets
-    `interrupted`.
+    Checkpoints every run.checkpoint_every_steps (then checks the replicas agree), and at step 0
+    with keep_intermediate. A stop ends the loop after the update in progress, at the same update on
+    every process, and sets `interrupted`.
 
     Args:
       on_log: gets each log step's metrics, on process 0 only.
-      until: env steps at which this call ends instead, leaving the actors
-        running so a later call goes on (population members train interval by
-        interval); the run's end, a stop or an error closes it.
+      until: env steps at which this call ends instead, leaving the actors running for a later call
+        (PBT members train interval by interval); the run's end, a stop or an error closes it.
 
     Raises:
       NonFiniteError: a loss, gradient or PopArt statistic stopped being finite.
@@ -242,12 +224,9 @@ class Trainer:
     return self.state
 
   def task_gradient_report(self, unroll: Unroll, per_task: int = 2) -> Dict:
-    """Each task's policy and value gradient norms at this process's params.
-
-    Drawn from `unroll` (a column's task is its first step's): `per_task`
-    unrolls of each task, seeded by the learner step, so every task is present.
-    Returns {'task/grad_*': [K]}.
-    """
+    """Each task's policy and value gradient norms at this process's params, {'task/grad_*': [K]},
+    on `per_task` unrolls of each task drawn from `unroll` (a column's task is its first step's),
+    seeded by the learner step."""
     tasks = np.asarray(unroll.task_id)[0]
     rng = np.random.default_rng(int(self.state.step))
     columns = np.concatenate([
@@ -295,8 +274,7 @@ class Trainer:
         raise ActorFailed(f'{actor.name} stopped unexpectedly')
 
   def _next_block(self) -> UnrollBlock:
-    # Checked at every block, not only when the queue is empty: with several
-    # actors the others would keep the queue full and hide a dead one.
+    # Checked per block, not only on an empty queue: live actors keep it full and hide a dead one.
     self._check_actors()
     with self.timer.time('learner_queue_get'):
       while True:

@@ -1,10 +1,9 @@
 """Evaluating a loaded policy: exactly N whole episodes per task, and their statistics.
 
-Atari plays whole games under IMPALA's evaluation protocol (no end-of-life
-episodes; Espeholt et al. 2018, arXiv 1802.01561; Machado et al. 2018, arXiv
-1709.06009). Returns are the env's raw rewards (the game score); the policy's
-prev_reward input is scaled as in training. Side effects are the envs only;
-launch/evaluate.py writes the results.
+Atari plays whole games under IMPALA's evaluation protocol (no end-of-life episodes; Espeholt et al.
+2018, arXiv 1802.01561; Machado et al. 2018, arXiv 1709.06009). Returns are the env's raw rewards
+(the game score); the policy's prev_reward input is scaled as in training. Side effects are the envs
+only; launch/evaluate.py writes the results.
 """
 
 import dataclasses
@@ -26,23 +25,16 @@ STATS = ('mean', 'sem', 'median', 'std', 'min', 'max')
 
 
 def episode_quotas(num_episodes: int, num_envs: int) -> np.ndarray:
-  """How many episodes each env plays, exactly `num_episodes` in all: int64
-  [num_envs], num_episodes // num_envs each, one more for the first
-  num_episodes % num_envs.
-
-  Each env counts its own first k episodes: counting whichever end first over
-  all envs would favour short episodes.
-  """
+  """How many episodes each env plays, exactly `num_episodes` in all: int64 [num_envs],
+  num_episodes // num_envs each, one more for the first num_episodes % num_envs. Each env counts
+  its own first k episodes: counting whichever end first would favour short episodes."""
   return np.array([num_episodes // num_envs + (i < num_episodes % num_envs)
                    for i in range(num_envs)], np.int64)
 
 
 def summarise(values: Sequence[float]) -> Dict[str, Optional[float]]:
-  """STATS of the values as floats, all None for no values.
-
-  sem is the mean's standard error, std(ddof=1) / sqrt(n), None for one value;
-  std is the population std (ddof 0).
-  """
+  """STATS of the values as floats, all None for no values. sem is the mean's standard error,
+  std(ddof=1) / sqrt(n), None for one value; std is the population std (ddof 0)."""
   v = np.asarray(values, np.float64)
   if not v.size:
     return {k: None for k in STATS}
@@ -52,14 +44,9 @@ def summarise(values: Sequence[float]) -> Dict[str, Optional[float]]:
 
 
 def make_policy(network, greedy: bool, uniform: bool = False) -> Callable:
-  """The evaluation policy: the actors' own jitted step (actor.make_act_fn),
-  argmax of the logits when `greedy`, uniformly random actions (no network
-  call) when `uniform`.
-
-  Returns:
-    policy(variables, obs, first, core_state, rng) -> (action int32 [B],
-    core_state, rng).
-  """
+  """policy(variables, obs, first, core_state, rng) -> (action int32 [B], core_state, rng) for
+  evaluation: the actors' own jitted step (actor.make_act_fn), argmax of the logits when `greedy`,
+  uniformly random actions (no network call) when `uniform`."""
   act = make_act_fn(network)  # the actors' own jitted step: the same network call
 
   def policy(variables, obs, first, core_state, rng):
@@ -89,25 +76,22 @@ def play_episodes(env, policy: Callable, variables, initial_state, num_episodes:
                   rng: jax.Array, obs_keys: Sequence[str], prev_reward_scale: float = 1.0,
                   frame_fn: Optional[Callable] = None, max_video_frames: int = 0,
                   max_steps: Optional[int] = None, observe: Optional[Callable] = None):
-  """Plays until every env has ended its quota of episodes (episode_quotas).
-
-  The step bookkeeping is the actors' own (agents/rollout.py), prev_reward
-  times `prev_reward_scale` as training fed it.
+  """Plays until every env has ended its quota of episodes (episode_quotas), with the actors' step
+  bookkeeping (agents/rollout.py): prev_reward times `prev_reward_scale`, as training fed it.
 
   Args:
     env: a batched env (rewards unscaled).
     policy: `make_policy`'s policy.
     initial_state: the core state for the env's B envs.
-    frame_fn: draws env 0 from a StepResult; its first episode is recorded, at
-      most `max_video_frames` frames; None: no video.
+    frame_fn: draws env 0 from a StepResult; its first episode is recorded, at most
+      `max_video_frames` frames; None: no video.
     max_steps: stop after this many batched steps; None: no cap.
-    observe: `observe(step, obs, first, core_state, result)` sees each step's
-      policy inputs before the policy acts; None: nothing.
+    observe: `observe(step, obs, first, core_state, result)` sees each step's policy inputs before
+      the policy acts; None: nothing.
 
   Returns:
-    (episodes, complete, steps, frames): the agents.rollout.Episodes in the
-    order they ended; False when max_steps came first; the batched steps taken;
-    env 0's first episode's frames.
+    (episodes, complete, steps, frames): the agents.rollout.Episodes in the order they ended; False
+    when max_steps came first; the batched steps taken; env 0's first episode's frames.
   """
   n = env.num_envs
   quota = episode_quotas(num_episodes, n)
@@ -140,20 +124,15 @@ def play_episodes(env, policy: Callable, variables, initial_state, num_episodes:
 
 
 def env_seed(seed: int, task_id: int) -> int:
-  """The first env seed of a task's evaluation: apart from training's, the
-  same for every policy evaluated with the same --seed (launch/evaluate_peer.py
-  plays these games too)."""
+  """The first env seed of a task's evaluation: apart from training's, the same for every policy
+  evaluated with the same --seed (launch/evaluate_peer.py plays these games too)."""
   return seed * 7_919 + 1_000 * task_id
 
 
 def make_task_env(run: LoadedRun, task_id: int, num_envs: int, seed: int, video: bool):
-  """An evaluation env for one task, rewards unscaled, with the task's
-  evaluation kwargs (task_env_kwargs with training=False).
-
-  Returns:
-    (env, frame_fn or None, video fps): `frame_fn(result)` draws env 0, an RGB
-    screen or a TtyFrame (NLE).
-  """
+  """An evaluation env for one task, rewards unscaled, with the task's evaluation kwargs
+  (task_env_kwargs with training=False): (env, frame_fn or None, video fps); `frame_fn(result)`
+  draws env 0, an RGB screen or a TtyFrame (NLE)."""
   task = run.spec.run.tasks[task_id]
   kwargs = registry.task_env_kwargs(task, run.plan.num_tasks, run.spec.atari, training=False)
   workers = run.plan.actors.nle_workers or 1
@@ -170,14 +149,12 @@ def reward_scale(run: LoadedRun, task_id: int) -> float:
 
 def play_one_episode(run: LoadedRun, task_id: int, observe: Callable, max_steps: int,
                      seed: int = 0, greedy: bool = False) -> Optional[Episode]:
-  """Plays one episode of a task in one env, showing every step to `observe`.
+  """Plays one episode of a task in one env; returns its agents.rollout.Episode, or None when
+  max_steps came first.
 
   Args:
-    observe: `observe(step, obs, first, core_state, frame)` with each step's
-      policy inputs and video frame (make_task_env), before the policy acts.
-
-  Returns:
-    The agents.rollout.Episode, or None when max_steps came first.
+    observe: `observe(step, obs, first, core_state, frame)` with each step's policy inputs and video
+      frame (make_task_env), before the policy acts.
   """
   env, frame_fn, _ = make_task_env(run, task_id, 1, seed=seed, video=True)
   try:
@@ -196,15 +173,10 @@ def evaluate_task(run: LoadedRun, task_id: int, num_episodes: int, greedy: bool 
                   uniform: bool = False, seed: int = 0, video: bool = False, max_video_frames: int = 2000,
                   max_steps: Optional[int] = None,
                   num_envs: int = DEFAULT_NUM_ENVS) -> TaskEvaluation:
-  """Plays `num_episodes` whole episodes of a task with the run's policy, on
-  at most `num_envs` envs seeded env_seed(seed, task_id).
-
-  `max_steps` (a safety net for smoke tests) stops after that many batched
-  steps, keeping only the episodes that ended. video_fps is 0 without video.
-
-  Raises:
-    ValueError: when num_episodes < 1.
-  """
+  """Plays `num_episodes` whole episodes of a task with the run's policy, on at most `num_envs` envs
+  seeded env_seed(seed, task_id). `max_steps` (a safety net for smoke tests) stops after that many
+  batched steps, keeping only the episodes that ended. video_fps is 0 without video. ValueError when
+  num_episodes < 1."""
   if num_episodes < 1:
     raise ValueError(f'num_episodes must be >= 1, got {num_episodes}')
   n = min(num_episodes, num_envs)
@@ -228,16 +200,11 @@ def evaluate(run: LoadedRun, num_episodes: int, **kwargs) -> List[TaskEvaluation
 
 def summary(run: LoadedRun, results: Sequence[TaskEvaluation],
             settings: Dict[str, Any]) -> Dict[str, Any]:
-  """The JSON-ready record of an evaluation.
-
-  Returns:
-    {'workdir', 'env_steps', 'env_frames', 'settings', 'tasks'}, plus 'hns'
-    (atari.hns_summary) when an Atari game has episodes. Each task holds
-    'episodes', 'complete', 'env_steps' (batched), 'return', 'length' and
-    'points' (summarise), 'reward_per_point', the raw 'returns' and 'lengths',
-    'stats' (summarise of each episode statistic) where there are any, and
-    'hns' of the mean return for Atari games.
-  """
+  """The JSON-ready record of an evaluation: {'workdir', 'env_steps', 'env_frames', 'settings',
+  'tasks'}, plus 'hns' (atari.hns_summary) when an Atari game has episodes. Each task holds
+  'episodes', 'complete', 'env_steps' (batched), 'return', 'length' and 'points' (summarise),
+  'reward_per_point', the raw 'returns' and 'lengths', 'stats' (summarise of each episode statistic)
+  where there are any, and 'hns' of the mean return for Atari games."""
   tasks, hns = {}, {}
   for task_id, r in enumerate(results):
     returns = [e.episode_return for e in r.episodes]

@@ -1,13 +1,10 @@
-"""Population-based training's settings (the `pbt` group) and its pure parts:
-members' starts, perturbed values kept in range, and the score members are
-ranked by. launch/pbt.py runs the population on Ray Tune.
+"""Population-based training's settings (the `pbt` group) and pure parts: members' starts, perturbed
+values kept in range, the score members are ranked by. launch/pbt.py runs it on Ray Tune.
 
-The 'auto' score: per task, the mean return of its last `last_episodes`
-episodes in the interval just trained; with one task that mean
-('return'); with several Atari tasks, the mean human-normalised score
-('human-normalised'); otherwise the mean of each task's return divided by
-its reward scale ('per-task normalised': a scaled-up task must not decide
-the ranking alone).
+The 'auto' score: per task, the mean return of its last `last_episodes` episodes in the interval
+just trained; with one task that mean ('return'); with several Atari tasks, the mean
+human-normalised score ('human-normalised'); otherwise the mean of each task's return divided by its
+reward scale ('per-task normalised': a scaled-up task must not decide the ranking alone).
 """
 
 import dataclasses
@@ -67,10 +64,9 @@ def _number(v) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class PBTConfig:
-  """Population-based training (the config's `pbt` group; launch/pbt.py,
-  Jaderberg et al. 2017): members train side by side; every interval the
-  worst quantile copies a better member's checkpoint and perturbs its
-  hyperparameters. Unused by launch/train.py."""
+  """Population-based training (the config's `pbt` group; launch/pbt.py, Jaderberg et al. 2017):
+  members train side by side; every interval the worst quantile copies a better member's checkpoint
+  and perturbs its hyperparameters. Unused by launch/train.py."""
   population: int = setting(4, 'members (launch/pbt.py --population overrides)',
                             _population_problem)
   adapt: Tuple[str, ...] = setting(
@@ -164,15 +160,13 @@ def score_kind(plan) -> str:
 
 
 def check(config, plan, population: Optional[int] = None) -> Settings:
-  """The config's PBT settings, checked against the run's RunPlan.
-
-  Args:
-    population: the number of members; None: pbt.population.
+  """The config's PBT settings for `population` members (None: pbt.population), checked against the
+  run's RunPlan.
 
   Raises:
-    ConfigError: naming the field: a value its check refuses, a population
-      below 2, an interval not below total_env_steps or shorter than one
-      update, a metric the run does not log, or a quantile of no member.
+    ConfigError: naming the field: a value its check refuses, a population below 2, an interval not
+      below total_env_steps or shorter than one update, a metric the run does not log, or a quantile
+      of no member.
   """
   p = settings_lib.read(PBTConfig, config.pbt, 'pbt')
   population = p.population if population is None else population
@@ -206,15 +200,10 @@ def check(config, plan, population: Optional[int] = None) -> Settings:
 
 
 def starts(settings: Settings, seed: int) -> List[Dict[str, float]]:
-  """Each member's starting hyperparameters, the same for the same seed.
-
-  'spread': for every hyperparameter the n members get n values
-  log-evenly spaced over its range, shuffled per hyperparameter so that
-  members differ in all of them at once. 'random': log-uniform draws.
-
-  Returns:
-    One dict per member: adapted hyperparameter -> its starting value.
-  """
+  """Each member's starting hyperparameters (adapted hyperparameter -> value), the same for the same
+  seed. 'spread': for every hyperparameter the n members get n values log-evenly spaced over its
+  range, shuffled per hyperparameter so that members differ in all of them at once. 'random':
+  log-uniform draws."""
   rng = np.random.default_rng(seed)
   n = settings.population
   columns = {}
@@ -237,11 +226,8 @@ def clip(values: Dict[str, float], settings: Settings) -> Dict[str, float]:
 
 
 def apply(config, values: Dict[str, float], settings: Settings) -> None:
-  """Sets the adapted hyperparameters' config fields, in place.
-
-  Raises:
-    KeyError: for a hyperparameter in `values` that is not adapted.
-  """
+  """Sets the adapted hyperparameters' config fields, in place; KeyError for a hyperparameter in
+  `values` that is not adapted."""
   for name, value in values.items():
     section, _, field = settings.fields[name].rpartition('.')
     (config[section] if section else config)[field] = float(value)
@@ -249,19 +235,14 @@ def apply(config, values: Dict[str, float], settings: Settings) -> None:
 
 def score(windows: Sequence[Dict], plan, settings: Settings,
           reward_scales: Sequence[float]) -> Optional[float]:
-  """A member's score from the log rows of the interval it just trained.
-
-  'auto': as the module docstring says. Another metric: its newest finite
-  logged value.
+  """A member's score (higher is better) from the log rows of the interval it just trained: 'auto'
+  as the module docstring says; another metric's newest finite logged value. None when a task
+  finished no episode in the interval ('auto') or the metric has no finite value in it.
 
   Args:
     windows: the interval's log rows (metrics.jsonl), oldest first.
-    reward_scales: the config's, dividing the tasks' means for 'per-task
-      normalised' (missing or 0: 1).
-
-  Returns:
-    The score, higher is better; None when a task finished no episode in
-    the interval ('auto') or the metric has no finite value in it.
+    reward_scales: the config's, dividing the tasks' means for 'per-task normalised' (missing or 0:
+      1).
   """
   if settings.metric != 'auto':
     for row in reversed(windows):
@@ -285,13 +266,9 @@ def score(windows: Sequence[Dict], plan, settings: Settings,
 
 
 def last_episodes_mean(windows: Sequence[Dict], task: str, n: int) -> Optional[float]:
-  """The mean return of a task's last `n` episodes in log rows (oldest
-  first), or None when none has one.
-
-  Each row holds a window's mean (`episode_return/<task>`) and count
-  (`episodes/<task>`); the oldest row used counts only the episodes still
-  needed, as if all its returns were its mean.
-  """
+  """The mean return of a task's last `n` episodes in log rows (oldest first), or None when none has
+  one. Each row holds a window's mean (`episode_return/<task>`) and count (`episodes/<task>`); the
+  oldest row used counts only the episodes still needed, as if all its returns were its mean."""
   total, count = 0.0, 0
   for row in reversed(windows):
     k = int(row.get(f'episodes/{task}', 0))

@@ -1,27 +1,23 @@
 """NetHack (NLE, Kuttler et al. 2020) behind `BatchedEnv`, stepped in worker processes.
 
-NLE holds the GIL while it steps, so each worker *process* owns a
-contiguous slice of the envs; observations, rewards, flags and actions
-live in one shared-memory block, and only tiny commands cross the pipes.
-A worker starts an ended game's next one right after answering, while the
-policy works. Workers are spawned (the parent runs JAX threads), so a
-script that builds this env needs the `if __name__ == '__main__':` guard.
-The worker's side is envs/nle_worker.py.
+NLE holds the GIL while it steps, so each worker *process* owns a contiguous slice of the envs;
+observations, rewards, flags and actions live in one shared-memory block, and only tiny commands
+cross the pipes. A worker starts an ended game's next one right after answering, while the policy
+works. Workers are spawned (the parent runs JAX threads), so a script that builds this env needs the
+`if __name__ == '__main__':` guard. The worker's side is envs/nle_worker.py.
 
-Crashes: a worker that dies, raises or does not answer within
-`step_timeout_s` is replaced (`restarts` + 1). That step reports its envs
-`truncated=True` with reward 0, the new episode's first observation, and
-the lost episode's task id and statistics; the next is the usual reset
-step, so envs/base.py's auto-reset convention holds throughout.
+Crashes: a worker that dies, raises or does not answer within `step_timeout_s` is replaced
+(`restarts` + 1). That step reports its envs `truncated=True` with reward 0, the new episode's first
+observation, and the lost episode's task id and statistics; the next is the usual reset step, so
+envs/base.py's auto-reset convention holds throughout.
 
-Task ids: fixed per env, unless `role_task_ids` is given ('@'): then each
-episode takes the id of the role dealt, read from the hero's glyph. A
-step's task id is its observation's episode's: the game-end step keeps
-the old id, the reset step carries the new one. Episode statistics
-(score, deepest level, turns) are the last live values from blstats.
+Task ids: fixed per env, unless `role_task_ids` is given ('@'): then each episode takes the id of
+the role dealt, read from the hero's glyph. A step's task id is its observation's episode's: the
+game-end step keeps the old id, the reset step carries the new one. Episode statistics (score,
+deepest level, turns) are the last live values from blstats.
 
-Files: each worker's NLE scratch folders go in its own temp dir, removed
-by the parent even after a crash; ttyrecs only under `savedir`.
+Files: each worker's NLE scratch folders go in its own temp dir, removed by the parent even after a
+crash; ttyrecs only under `savedir`.
 """
 
 import contextlib
@@ -79,8 +75,7 @@ def _stop(worker: _Worker) -> None:
     worker.process.kill()
   worker.process.join(timeout=5.0)
   worker.conn.close()
-  # NLE cleans its scratch folders up on close(), but a killed or crashed worker
-  # never gets there.
+  # NLE cleans its scratch folders up on close(), but a killed or crashed worker never gets there.
   shutil.rmtree(worker.tmpdir, ignore_errors=True)
 
 
@@ -104,9 +99,8 @@ _MAIN_LOCK = threading.Lock()  # workers are restarted from actor threads
 
 @contextlib.contextmanager
 def _spawn_without_main():
-  """Starts spawned workers without re-importing the launching script: spawn
-  runs the parent's __main__ in every child (for launch/train.py, JAX and
-  the whole agent), which the workers do not need."""
+  """Starts spawned workers without re-importing the launching script, whose __main__ (for
+  launch/train.py, JAX and the whole agent) spawn would otherwise run in every child."""
   main = sys.modules.get('__main__')
   with _MAIN_LOCK:
     saved = {k: main.__dict__[k] for k in ('__file__', '__spec__') if main and k in main.__dict__}
@@ -123,29 +117,24 @@ def _spawn_without_main():
 
 
 class NLEBatchedEnv:
-  """`num_envs` NLE envs stepped in `num_workers` processes, EnvPool-style.
-
-  A BatchedEnv (envs/base.py) behaving as the module docstring says; the
-  workers are spawned and ready when the constructor returns.
-  `episode_stats` holds 'score', 'depth' and 'turns'.
+  """`num_envs` NLE envs stepped in `num_workers` processes, EnvPool-style: a BatchedEnv
+  (envs/base.py) behaving as the module docstring says, its workers spawned and ready when the
+  constructor returns. `episode_stats` holds 'score', 'depth' and 'turns'.
 
   Args:
-    task_ids, env_kwargs, reward_scales: one per env (reward_scales None:
-      all 1).
+    task_ids, env_kwargs, reward_scales: one per env (reward_scales None: all 1).
     observation_keys: NLE observation keys and DERIVED_OBS to give.
     num_workers: worker processes (at most num_envs are used).
-    seed: the base seed; each game's seeds derive from it, the env index
-      and its worker's generation (a replacement gets new seeds).
-    savedir: where ttyrecs go (a new folder per batched env, 'env<i>' per
-      env); None: no ttyrecs.
-    step_timeout_s: seconds a worker may take to answer (starting waits at
-      least 60 s).
-    role_task_ids: per env, None or one task id per role of nethack.ROLES:
-      the env's episodes take the id of the role dealt ('@').
+    seed: the base seed; each game's seeds derive from it, the env index and its worker's generation
+      (a replacement gets new seeds).
+    savedir: where ttyrecs go (a new folder per batched env, 'env<i>' per env); None: no ttyrecs.
+    step_timeout_s: seconds a worker may take to answer (starting waits at least 60 s).
+    role_task_ids: per env, None or one task id per role of nethack.ROLES: the env's episodes take
+      the id of the role dealt ('@').
 
   Raises:
-    ValueError: for a bad id, observation key or per-env list, num_envs or
-      num_workers < 1, or envs that disagree on the number of actions.
+    ValueError: for a bad id, observation key or per-env list, num_envs or num_workers < 1, or envs
+      that disagree on the number of actions.
     RuntimeError: when workers fail to start.
   """
 
@@ -241,9 +230,8 @@ class NLEBatchedEnv:
     return self._result()
 
   def env_attr(self, name: str) -> list:
-    """Debugging aid: `getattr(env.unwrapped, name)` of every env, None for a
-    worker that failed to answer. Not for use mid-training: a worker replaced
-    here starts episodes no step reports as truncated."""
+    """`getattr(env.unwrapped, name)` of every env, None for a worker that failed to answer. Not for
+    use mid-training: a worker replaced here starts episodes no step reports as truncated."""
     replies = self._command('getattr', name)
     return [x for w, worker in enumerate(self._workers)
             for x in replies.get(w, [None] * (worker.hi - worker.lo))]

@@ -1,6 +1,5 @@
-"""The worker-process side of envs/nle_env.py (whose docstring holds the
-conventions): NLE envs stepped in a child process, observations written
-into the shared-memory block the parent maps, and the pipe protocol."""
+"""The worker-process side of envs/nle_env.py (whose docstring holds the conventions): NLE envs
+stepped in a child process, writing into the parent's shared-memory block, and the pipe protocol."""
 
 import os
 import pickle
@@ -24,9 +23,8 @@ _SCORE, _DEPTH, _TIME = (nle.nethack.NLE_BL_SCORE, nle.nethack.NLE_BL_DEPTH,  # 
                           nle.nethack.NLE_BL_TIME)
 _X, _Y = nle.nethack.NLE_BL_X, nle.nethack.NLE_BL_Y
 
-# Observations the worker derives, beside NLE's own (name -> (shape, dtype)).
-# under_hero: the glyph the hero stands on (its own glyph hides it) as the
-# previous map showed it; NO_GLYPH at a game's start and after a change of level.
+# Observations the worker derives, beside NLE's own (name -> (shape, dtype)). under_hero: the glyph
+# the hero stands on (its own glyph hides it) as the previous map showed it (UnderHero).
 DERIVED_OBS = {'under_hero': ((), np.int16)}
 
 
@@ -55,9 +53,8 @@ class UnderHero:
     return self.value
 
   def step(self, glyphs: np.ndarray, blstats: np.ndarray) -> int:
-    """The glyph under the hero after a step: the previous map's glyph at a new
-    position, unchanged while the hero stays or once the game is over
-    (depth 0), NO_GLYPH after a change of level."""
+    """The glyph under the hero after a step: the previous map's glyph at a new position, unchanged
+    while the hero stays or once the game is over (depth 0), NO_GLYPH after a change of level."""
     x, y, depth = int(blstats[_X]), int(blstats[_Y]), int(blstats[_DEPTH])
     if not depth:  # the game is over: NLE blanks the observation
       return self.value
@@ -79,9 +76,8 @@ STEP, OK, _MSG = b'S', b'K', b'M'
 
 
 def send_msg(fd: int, msg) -> None:
-  """Writes one message to a pipe: STEP or OK as they are, anything else
-  pickled and framed as _MSG, a little-endian uint32 length, the pickle.
-  OSError when the pipe is broken."""
+  """Writes one message to a pipe: STEP or OK as they are, anything else pickled and framed as _MSG,
+  a little-endian uint32 length, the pickle. OSError when the pipe is broken."""
   if isinstance(msg, bytes):
     os.write(fd, msg)
     return
@@ -111,15 +107,13 @@ def recv_msg(fd: int):
 
 
 def shared_layout(num_envs: int, observation_keys: Sequence[str]):
-  """Where each array of the shared-memory block lies.
-
-  The arrays, each with a leading axis of `num_envs`, 64-byte aligned:
-  'obs/<key>' per observation key, 'reward', 'terminated', 'truncated',
-  'action', 'task_id' and 'stats/<name>' per EPISODE_STATS.
+  """Where each array of the shared-memory block lies: 'obs/<key>' per observation key, 'reward',
+  'terminated', 'truncated', 'action', 'task_id' and 'stats/<name>' per EPISODE_STATS, each with a
+  leading axis of `num_envs`, 64-byte aligned.
 
   Returns:
-    (layout, size): a list of (name, byte offset, shape, dtype string), and
-    the block's total bytes (at least 1).
+    (layout, size): a list of (name, byte offset, shape, dtype string), and the block's total bytes
+    (at least 1).
   """
   fields = [('obs/' + k,) + observation_desc(k) for k in observation_keys]
   fields += [('reward', (), np.float32), ('terminated', (), np.bool_),
@@ -134,8 +128,7 @@ def shared_layout(num_envs: int, observation_keys: Sequence[str]):
 
 
 def shared_views(raw, layout, lo: int = 0, hi: Optional[int] = None) -> Dict[str, np.ndarray]:
-  """Array name -> a numpy view (no copy) of its rows for envs [lo, hi) of
-  the shared block."""
+  """Array name -> a numpy view (no copy) of its rows for envs [lo, hi) of the shared block."""
   buf = np.frombuffer(raw, dtype=np.uint8)
   return {name: buf[off:off + int(np.prod(shape)) * np.dtype(dt).itemsize].view(dt)
           .reshape(shape)[lo:hi] for name, off, shape, dt in layout}
@@ -170,11 +163,8 @@ def _monster_roles() -> Dict[int, int]:
 
 
 def _hero_role(glyphs: np.ndarray, blstats: np.ndarray, monster_roles: Dict[int, int]) -> int:
-  """Index in `nethack.ROLES` of the hero's role at an episode's start.
-
-  The hero is drawn as its role's monster until it polymorphs. The welcome
-  message is no substitute: some games start with another message.
-  """
+  """Index in `nethack.ROLES` of the hero's role at an episode's start, from the hero's glyph (its
+  role's monster until it polymorphs; some games start without the welcome message)."""
   glyph = int(glyphs[blstats[nle.nethack.NLE_BL_Y], blstats[nle.nethack.NLE_BL_X]])
   role = None
   if nle.nethack.glyph_is_monster(glyph):
@@ -189,16 +179,14 @@ def worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys,
                  savedirs, task_ids, role_task_ids, tmpdir):
   """The worker process's target: steps envs lo..hi-1 on the parent's commands.
 
-  Sends ('ready', number of actions), then answers each command with OK
-  (('ok', reply) for getattr) once its results are in shared memory:
-  STEP, ('reset', truncate: the next step repeats the first observation),
-  ('getattr', name), ('close', None). An exception is sent as ('error',
-  traceback) and ends the worker; a closed pipe ends it silently. SIGINT
-  is ignored.
+  Sends ('ready', number of actions), then answers each command with OK (('ok', reply) for getattr)
+  once its results are in shared memory: STEP, ('reset', truncate: the next step repeats the first
+  observation), ('getattr', name), ('close', None). An exception is sent as ('error', traceback) and
+  ends the worker; a closed pipe ends it silently. SIGINT is ignored.
 
   Args:
-    env_kwargs: each env's gymnasium kwargs ('max_episode_steps' replaces
-      NLE's own cap; 'savedir' is ignored).
+    env_kwargs: each env's gymnasium kwargs ('max_episode_steps' replaces NLE's own cap; 'savedir'
+      is ignored).
     seeds: each env's (core, disp) NetHack seeds.
     savedirs: each env's ttyrec folder, or None.
     role_task_ids: each env's task id per role of nethack.ROLES, or None.
@@ -217,9 +205,8 @@ def worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys,
     reward, term, trunc, action, task_out = (
         views[k] for k in ('reward', 'terminated', 'truncated', 'action', 'task_id'))
     stats_out = [views['stats/' + k] for k in EPISODE_STATS]
-    # Role detection and episode statistics read glyphs and blstats whatever the
-    # network asked for (NLE computes them anyway); only `observation_keys`
-    # reach shared memory.
+    # Role detection and episode statistics read glyphs and blstats whatever the network asked for
+    # (NLE computes them anyway); only `observation_keys` reach shared memory.
     keys = tuple(dict.fromkeys(tuple(k for k in observation_keys if k not in DERIVED_OBS)
                                + ('glyphs', 'blstats')))
     for kwargs, (core, disp), savedir in zip(env_kwargs, seeds, savedirs):

@@ -1,8 +1,8 @@
 """The agent network: torso -> optional LSTM core -> policy and value heads.
 
-One code path for acting and learning: inputs are time-major [T, B, ...]
-(the actor passes T = 1); the torso sees the flattened [T * B] batch of its
-observation keys (networks/torsos.py registers each torso). 'attention' replaces torso and core by networks/attention.py.
+One code path for acting and learning: inputs are time-major [T, B, ...] (the actor passes T = 1);
+the torso sees the flattened [T * B] batch of its observation keys (networks/torsos.py registers
+each torso). 'attention' replaces torso and core by networks/attention.py.
 """
 
 from typing import Any
@@ -26,18 +26,13 @@ VALUE_HEAD = 'value_head'  # name of the PopArt head in params and in the popart
 # Flax collection of the torsos' per-unit activation maxima (dead ReLUs).
 HEALTH_COLLECTION = 'health'
 
-# The core's extra inputs (IMPALA, Espeholt et al. 2018): one_hot(prev_action)
-# and clip(prev_reward, -1, 1), observations the actor adds, {key: (shape,
-# dtype)}; both 0 at an episode start.
+# The core's extra inputs (IMPALA, Espeholt et al. 2018), {key: (shape, dtype)}: observations the
+# actor adds, one_hot(prev_action) and clip(prev_reward, -1, 1); both 0 at an episode start.
 CORE_EXTRA_INPUTS = {'prev_action': ((), np.int32), 'prev_reward': ((), np.float32)}
 
 def compute_dtype(name: str, platform: str):
-  """The torso's dtype for network.dtype; 'auto' is float32 on 'cpu', bfloat16
-  elsewhere.
-
-  Raises:
-    ValueError: `name` is not one of DTYPES.
-  """
+  """The torso's dtype for network.dtype; 'auto' is float32 on 'cpu', bfloat16 elsewhere.
+  ValueError when `name` is not one of DTYPES."""
   if name not in DTYPES:
     raise ValueError(f'unknown network dtype {name!r}; choose one of {", ".join(DTYPES)}')
   if name == 'auto':
@@ -48,13 +43,12 @@ def compute_dtype(name: str, platform: str):
 class AgentNetwork(nn.Module):
   """Torso, optional recurrent core, policy head and PopArt value head.
 
-  The ResettingLSTM (`lstm_size` > 0) takes the torso's output and the core
-  extra inputs and resets where `first` is True. Parameters, the core, the
-  heads and all outputs are float32.
+  The ResettingLSTM (`lstm_size` > 0) takes the torso's output and the core extra inputs and resets
+  where `first` is True. Parameters, the core, the heads and all outputs are float32.
 
   Attributes:
-    torso: network.name: a registered torso, or 'attention' (which needs
-      `lstm_size` > 0 for its policy LSTM).
+    torso: network.name: a registered torso, or 'attention' (which needs `lstm_size` > 0 for its
+      policy LSTM).
     torso_kwargs: the torso's keyword arguments, as sorted (name, value) pairs.
     num_values: K, the value head's outputs (one per task with PopArt).
   """
@@ -63,18 +57,15 @@ class AgentNetwork(nn.Module):
   num_actions: int
   num_values: int
   lstm_size: int = 0  # 0: feed-forward
-  # Feed one_hot(prev_action) and clipped prev_reward to the recurrent core;
-  # obs must then carry CORE_EXTRA_INPUTS. Unused without a core.
+  # Feed CORE_EXTRA_INPUTS (which obs must then carry) to the recurrent core; unused without one.
   core_extra_inputs: bool = False
-  # Observation keys the torso reads beside its own (NLE torsos:
-  # networks.nethack.EXTRA_INPUTS); passed to it as `extra_inputs`.
+  # Observation keys the torso reads beside its own (NLE torsos: networks.nethack.EXTRA_INPUTS).
   extra_inputs: tuple = ()
   # Centre each task's frames on its running mean frame (networks/centring.py):
   # the torso then also reads obs['task_id'] and keeps num_tasks mean frames.
   centre_frames: bool = False
   num_tasks: int = 1
-  # Which implementation the conv layers run (networks/kernels.py): 'auto'
-  # chooses by the platform the program is lowered for.
+  # The conv layers' implementation (networks/kernels.py); 'auto' chooses by the target platform.
   kernels: str = 'auto'
   # The torso's computation dtype (compute_dtype); its output is float32.
   dtype: Any = jnp.float32
@@ -88,18 +79,16 @@ class AgentNetwork(nn.Module):
     """Runs the network on T steps of B envs.
 
     Args:
-      obs: key -> [T, B, ...]: the torso's keys, CORE_EXTRA_INPUTS with
-        `core_extra_inputs`, 'task_id' with `centre_frames`.
+      obs: key -> [T, B, ...]: the torso's keys, CORE_EXTRA_INPUTS with `core_extra_inputs`,
+        'task_id' with `centre_frames`.
       first: bool [T, B]; the core's state is zeroed there.
       core_state: the state before the first step; () for a feed-forward network.
 
     Returns:
-      (logits [T, B, A], normalised values [T, B, K], core state after the
-      last step).
+      (logits [T, B, A], normalised values [T, B, K], core state after the last step).
 
     Raises:
-      ValueError: core extra inputs missing from obs, or 'attention' with
-        lstm_size 0.
+      ValueError: core extra inputs missing from obs, or 'attention' with lstm_size 0.
     """
     t, b = first.shape
     extra = self._core_extra_inputs(obs, t, b)
@@ -200,17 +189,12 @@ def make_network(network_config, num_actions: int, num_values: int,
 
 def init_variables(network: AgentNetwork, rng, obs_example, batch: int = 1,
                    init: str = 'lecun'):
-  """The network's initial variables, from one example observation.
+  """The network's initial variables from one example observation, float32:
+  {'params': ..., 'popart': {VALUE_HEAD: {'mu': [K], 'nu': [K]}}}.
 
-  Initialised on the example broadcast to [1, batch, ...], every step first;
-  the weights are then re-initialised with `init` ('lecun' or 'orthogonal',
-  networks/init.py). The health collection is dropped.
-
-  Args:
-    obs_example: key -> one observation without batch axes.
-
-  Returns:
-    {'params': ..., 'popart': {VALUE_HEAD: {'mu': [K], 'nu': [K]}}}, float32.
+  Initialised on `obs_example` (key -> one observation without batch axes) broadcast to
+  [1, batch, ...], every step first; the weights are then re-initialised with `init` ('lecun' or
+  'orthogonal', networks/init.py). The health collection is dropped.
 
   Raises:
     ValueError: an unknown `init`.
@@ -232,15 +216,10 @@ def init_variables(network: AgentNetwork, rng, obs_example, batch: int = 1,
 
 
 def apply_fn(network: AgentNetwork, with_health: bool = False):
-  """The network's apply in the learner's form.
-
-  Returns:
-    apply(params, popart_stats, obs, first, core_state) -> (logits
-    [T, B, A], normalised values [T, B, K], core state), plus with
-    `with_health` a fourth output {layer: per-unit max over the batch of its
-    ReLU output} (rl/health.py), and for a categorical head its logits
-    [T, B, K, bins] as a fifth (the fourth None without health).
-  """
+  """The network's apply(params, popart_stats, obs, first, core_state) -> (logits [T, B, A],
+  normalised values [T, B, K], core state) in the learner's form, plus with `with_health` a fourth
+  output {layer: per-unit max over the batch of its ReLU output} (rl/health.py), and for a
+  categorical head its logits [T, B, K, bins] as a fifth (the fourth None without health)."""
   categorical = bool(network.value_bins)
   collections = [HEALTH_COLLECTION] * with_health + [VALUE_LOGITS_COLLECTION] * categorical
 

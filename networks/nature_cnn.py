@@ -1,22 +1,18 @@
-"""`nature_convs`: the Nature CNN's three convolutions (Mnih et al. 2015; uint8
-[N, 4, 84, 84] -> /255 -> 32 8x8/4 -> relu -> 64 4x4/2 -> relu -> 64 3x3/1
--> relu) as one custom-VJP op that is fast to differentiate on XLA:CPU,
-where per-layer convs spend their time moving data (docs/speed.md).
+"""`nature_convs`: the Nature CNN's three convolutions (Mnih et al. 2015; uint8 [N, 4, 84, 84] ->
+/255 -> 32 8x8/4 -> relu -> 64 4x4/2 -> relu -> 64 3x3/1 -> relu) as one custom-VJP op that is fast
+to differentiate on XLA:CPU, where per-layer convs spend their time moving data (docs/speed.md).
 
-* Chunks of _CHUNK frames (lax.scan) keep every intermediate in cache; the
-  uint8 space-to-depth by 4 moves one uint32 per 4 pixels and converts to
-  float in cache, with 1/255 folded into conv1's weights.
-* conv1 and conv2 are kn2row (one matmul against all taps, then a shifted
-  sum: no patch matrix); conv1's output is laid out as conv2's
-  space-to-depth input. conv3 (stride 1) is im2col.
-* The forward saves conv1's and conv2's outputs; the backward re-reads them
-  and never recomputes a conv. conv1's input gradient is never formed.
-* The health maxima are taken per chunk; frame centring subtracts each
-  stack's task mean frame where conv1's input is converted.
+* Chunks of _CHUNK frames (lax.scan) keep every intermediate in cache; the uint8 space-to-depth by 4
+  moves one uint32 per 4 pixels and converts to float in cache, 1/255 folded into conv1's weights.
+* conv1 and conv2 are kn2row (one matmul against all taps, then a shifted sum: no patch matrix);
+  conv1's output is laid out as conv2's space-to-depth input. conv3 (stride 1) is im2col.
+* The forward saves conv1's and conv2's outputs; the backward re-reads them and never recomputes a
+  conv. conv1's input gradient is never formed.
+* The health maxima are taken per chunk; frame centring subtracts each stack's task mean frame where
+  conv1's input is converted.
 
-Parameters and math are the plain layers', up to float summation order.
-Only uint8 [N, 4, 84, 84] frames take this path (`supported`); `xla_convs`
-is the same function as XLA convolutions, for accelerators.
+Parameters are the plain layers'. Only uint8 [N, 4, 84, 84] frames take this path (`supported`);
+`xla_convs` is the same function as XLA convolutions, for accelerators.
 """
 
 import functools
@@ -29,8 +25,7 @@ from jax import lax
 # matmuls. A remainder runs as one more chunk outside the scan.
 _CHUNK = 16
 
-# Output sizes: conv1 20x20x32 (as 10x10 blocks of 2x2x32), conv2 9x9x64,
-# conv3 7x7x64.
+# Output sizes: conv1 20x20x32 (as 10x10 blocks of 2x2x32), conv2 9x9x64, conv3 7x7x64.
 _H1, _H2, _H3 = 20, 9, 7
 
 _relu = jax.nn.relu
@@ -208,9 +203,8 @@ def nature_convs(frames, k1, b1, k2, b2, k3, b3, task_id=None, centres=None):
 
 
 def xla_convs(frames, k1, b1, k2, b2, k3, b3, task_id=None, centres=None, dtype=jnp.float32):
-  """`nature_convs`' function as three XLA convolutions computed in `dtype`,
-  for frames uint8 [N, C, H, W]: what accelerators run. The maxima are
-  float32 and stopped from gradients."""
+  """`nature_convs`' function as three XLA convolutions computed in `dtype`, for frames uint8
+  [N, C, H, W]: what accelerators run. The maxima are float32 and stopped from gradients."""
   if centres is None:
     x = frames.astype(jnp.float32) / 255.0
   else:

@@ -1,8 +1,7 @@
-"""NetHack (NLE) torsos: NLE's baseline network (Kuttler et al. 2020, arXiv
-2006.13760), a variant with a shallower map CNN, and an attention variant.
-
-All read obs['glyphs'] int [N, 21, 79] and obs['blstats'] int [N, 27] and end
-at FC 512; the LSTM 512 is AgentNetwork's core (network.lstm_size=512).
+"""NetHack (NLE) torsos: NLE's baseline network (Kuttler et al. 2020, arXiv 2006.13760), a variant
+with a shallower map CNN, and an attention variant. All read obs['glyphs'] int [N, 21, 79] and
+obs['blstats'] int [N, 27] and end at FC 512; the LSTM 512 is AgentNetwork's core
+(network.lstm_size=512).
 """
 
 import functools
@@ -30,9 +29,8 @@ def normalise_blstats(blstats):
 
 def blstats_mlp(blstats, size: int = 32, names=('blstats_fc0', 'blstats_fc1'),
                 dtype=jnp.float32):
-  """normalise_blstats, then one ReLU Dense of `size` per name: [N, 27] ->
-  [N, size] in `dtype`. Call inside a compact __call__ (the layers are that
-  module's)."""
+  """normalise_blstats, then one ReLU Dense of `size` per name: [N, 27] -> [N, size] in `dtype`.
+  Call inside a compact __call__ (the layers are that module's)."""
   x = normalise_blstats(blstats).astype(dtype)
   for name in names:
     x = nn.relu(nn.Dense(size, dtype=dtype, name=name)(x))
@@ -40,12 +38,9 @@ def blstats_mlp(blstats, size: int = 32, names=('blstats_fc0', 'blstats_fc1'),
 
 
 def crop_glyphs(glyphs, x, y, size: int = 9):
-  """A size x size window [N, size, size] of glyphs [N, H, W] centred on each
-  agent's (x, y), clipped to the map.
-
-  Beyond the map it reads NO_GLYPH (its own embedding row; glyph 0 is a giant
-  ant). Cropped from the int glyphs, before the embedding, so no gradient.
-  """
+  """A size x size window [N, size, size] of glyphs [N, H, W] centred on each agent's (x, y),
+  clipped to the map; beyond the map it reads NO_GLYPH (its own embedding row; glyph 0 is a giant
+  ant). Cropped from the int glyphs, before the embedding, so no gradient."""
   r = size // 2
   h, w = glyphs.shape[-2:]
   padded = jnp.pad(glyphs, ((0, 0), (r, r), (r, r)), constant_values=NO_GLYPH)
@@ -62,13 +57,10 @@ EXTRA_INPUTS = ('message', 'under_hero')
 
 def message_mlp(message, length: int = 80, char_size: int = 16, channels=(32, 64),
                 kernel: int = 5, dtype=jnp.float32):
-  """NLE's message line (uint8 [N, 256]) encoded by a character CNN -> [N,
-  channels[-1]] in `dtype`.
-
-  The first `length` characters (one terminal line) are embedded, go through
-  1-D SAME ReLU convs of width `kernel` and are max-pooled over the line, so
-  a word counts wherever it stands. Call inside a compact __call__.
-  """
+  """NLE's message line (uint8 [N, 256]) encoded by a character CNN -> [N, channels[-1]] in `dtype`:
+  the first `length` characters (one terminal line) are embedded, go through 1-D SAME ReLU convs of
+  width `kernel` and are max-pooled over the line, so a word counts wherever it stands. Call inside
+  a compact __call__."""
   chars = message[:, :length].astype(jnp.int32)
   # Looked up in float32, then cast: see conv_stack.xla_glyph_conv_stack.
   x = nn.Embed(256, char_size, name='message_embed')(chars).astype(dtype)
@@ -78,13 +70,9 @@ def message_mlp(message, length: int = 80, char_size: int = 16, channels=(32, 64
 
 
 def extra_features(obs, extra_inputs, glyph_embedding, dtype=jnp.float32):
-  """Features of `extra_inputs` to concatenate before a torso's FC, in
-  EXTRA_INPUTS order: message [N, 64], under_hero [N, E] (embedded as the
-  map's glyphs, by `glyph_embedding`). Call inside a compact __call__.
-
-  Raises:
-    ValueError: an entry of `extra_inputs` is not in EXTRA_INPUTS.
-  """
+  """Features of `extra_inputs` to concatenate before a torso's FC, in EXTRA_INPUTS order: message
+  [N, 64], under_hero [N, E] (embedded as the map's glyphs, by `glyph_embedding`). Call inside a
+  compact __call__. ValueError for an entry of `extra_inputs` not in EXTRA_INPUTS."""
   unknown = [k for k in extra_inputs if k not in EXTRA_INPUTS]
   if unknown:
     raise ValueError(f'unknown extra inputs {unknown}; known: {EXTRA_INPUTS}')
@@ -119,12 +107,11 @@ class ConvParams(nn.Module):
 class NLEBaselineTorso(nn.Module):
   """NLE's bundled agent network up to its FC 512 (Kuttler et al. 2020).
 
-  A glyph embedding shared by the 21x79 map and a crop around the agent, each
-  through 3x3 ELU convs; blstats through an MLP; concatenated -> FC -> FC
-  (ReLU). blstats take normalise_blstats' signed log, not NLE's per-field
-  divisors: one rule for any NLE version. By default the embedding and each
-  conv stack run as one glyph_conv_stack op; reference=True computes the
-  same function with nn.Embed and nn.Conv (same parameter tree).
+  A glyph embedding shared by the 21x79 map and a crop around the agent, each through 3x3 ELU convs;
+  blstats through an MLP; concatenated -> FC -> FC (ReLU). blstats take normalise_blstats' signed
+  log, not NLE's per-field divisors: one rule for any NLE version. By default the embedding and each
+  conv stack run as one glyph_conv_stack op; reference=True computes the same function with nn.Embed
+  and nn.Conv (same parameter tree).
   """
   embedding_size: int = 32
   channels: tuple = (16, 16, 16, 16, 8)
@@ -139,12 +126,8 @@ class NLEBaselineTorso(nn.Module):
 
   @nn.compact
   def __call__(self, obs):
-    """float32 [N, hidden_size] of obs 'glyphs' int [N, 21, 79], 'blstats' int
-    [N, 27] and the `extra_inputs`.
-
-    Raises:
-      ValueError: an unknown entry of `extra_inputs`.
-    """
+    """float32 [N, hidden_size] of obs 'glyphs' int [N, 21, 79], 'blstats' int [N, 27] and the
+    `extra_inputs`; ValueError for an unknown entry of `extra_inputs`."""
     glyphs = obs['glyphs'].astype(jnp.int32)
     blstats = obs['blstats']
     crop = crop_glyphs(glyphs, blstats[:, 0], blstats[:, 1], self.crop_size)
@@ -172,34 +155,26 @@ class NLEBaselineTorso(nn.Module):
 
 
 class NLEFastTorso(NLEBaselineTorso):
-  """NLE's baseline network with a two-layer CNN on the full map (net=nle_fast).
-
-  The map's convs are 32 -> 16 -> 8 instead of five layers: the full-map
-  stack dominates the learner step on a CPU, the crop already gives the deep
-  local view, and for the layout a 5x5 receptive field before the FC is
-  enough. All else is NLEBaselineTorso's.
-  """
+  """NLE's baseline network with a two-layer CNN on the full map (net=nle_fast): the map's convs are
+  32 -> 16 -> 8 instead of five layers (the full-map stack dominates a CPU learner step; the crop
+  gives the deep local view). All else is NLEBaselineTorso's."""
   map_channels: tuple = (16, 8)
 
 
 class NLEAttentionTorso(nn.Module):
   """The course report's variant of the NLE baseline: attention replaces the crop.
 
-  Glyph CNN: embedding -> conv 3x3 (ELU) -> per stage max-pool 3x3/2 and
-  residual blocks (IMPALA's), later stages starting with a conv: 21x79 ->
-  11x40 -> 6x20 -> 3x10, channels (16, 32, 64). A learned position encoding
-  is added to the grid; a query from the blstats MLP attends over the 30
-  positions (scaled dot product). Output: FC 512 -> FC 512 (ReLU) over
-  [readout, blstats embedding, flattened grid]. The weights [N, 3, 10] are
-  sown into 'intermediates'. reference=True: plain nn.Embed and nn.Conv.
-
-  Attributes:
-    key_size: D, the attention's query and key size.
+  Glyph CNN: embedding -> conv 3x3 (ELU) -> per stage max-pool 3x3/2 and residual blocks (IMPALA's),
+  later stages starting with a conv: 21x79 -> 11x40 -> 6x20 -> 3x10, channels (16, 32, 64). A
+  learned position encoding is added to the grid; a query from the blstats MLP attends over the 30
+  positions (scaled dot product). Output: FC 512 -> FC 512 (ReLU) over the readout, the blstats
+  embedding and the flattened grid. The weights [N, 3, 10] are sown into 'intermediates'.
+  reference=True: plain nn.Embed and nn.Conv.
   """
   embedding_size: int = 32
   channels: tuple = (16, 32, 64)
   num_blocks: int = 1         # residual blocks per stage
-  key_size: int = 64
+  key_size: int = 64          # D, the attention's query and key size
   blstats_size: int = 32
   hidden_size: int = 512
   reference: bool = False
