@@ -30,17 +30,23 @@ def _config(tmp_path):
   return c
 
 
+def _fake_checkpoint(step_dir, metadata):
+  """A checkpoint folder with orbax's metadata file and its manifest (intact)."""
+  from agents import checkpoint
+  (step_dir / 'default').mkdir(parents=True)
+  (step_dir / 'default' / '_METADATA').write_text(metadata)
+  checkpoint.write_manifest(str(step_dir))
+
+
 def test_installed_checkpoint_replaces_newer_ones(tmp_path):
   """A copied checkpoint becomes the newest of the member's folder: its
   own newer ones (and a different one at the same step) move aside."""
   from rundir import population as pbt
   member = tmp_path / 'member'
   for step in (100, 200, 300):
-    (member / 'checkpoints' / str(step) / 'default').mkdir(parents=True)
-    (member / 'checkpoints' / str(step) / 'default' / '_METADATA').write_text('{}')
+    _fake_checkpoint(member / 'checkpoints' / str(step), '{}')
   donor = tmp_path / 'donor_state'
-  (donor / 'default').mkdir(parents=True)
-  (donor / 'default' / '_METADATA').write_text('{"donor": 1}')
+  _fake_checkpoint(donor, '{"donor": 1}')
   pbt.install_checkpoint(str(donor), str(member), 200, own=False)
   assert sorted(os.listdir(member / 'checkpoints')) == ['100', '200']
   assert (member / 'checkpoints' / '200' / 'default' / '_METADATA').read_text() == '{"donor": 1}'
@@ -49,8 +55,7 @@ def test_installed_checkpoint_replaces_newer_ones(tmp_path):
   assert len(os.listdir(member / pbt.REPLACED)) == 2
   # A restore of its own older checkpoint (Ray Tune's last, on a resume)
   # keeps the member's newer one: it goes on from its newest.
-  (member / 'checkpoints' / '300' / 'default').mkdir(parents=True)
-  (member / 'checkpoints' / '300' / 'default' / '_METADATA').write_text('{"own": 300}')
+  _fake_checkpoint(member / 'checkpoints' / '300', '{"own": 300}')
   pbt.install_checkpoint(str(donor), str(member), 100, own=True)
   assert sorted(os.listdir(member / 'checkpoints')) == ['100', '200', '300']
   assert len(os.listdir(member / pbt.REPLACED)) == 2
