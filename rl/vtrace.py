@@ -3,7 +3,7 @@ may cross episodes, and the value targets, policy-gradient targets,
 advantages and per-task advantage moments the learners take from them.
 Time-major: [T + 1, B] steps, T transitions."""
 
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp

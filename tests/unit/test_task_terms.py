@@ -9,7 +9,6 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-import pytest
 
 from agents import learner
 from networks import agent as agent_net
