@@ -6,6 +6,7 @@
 #   bash docs/data/reward_scales/screen.sh sweep        # per-sample beta, 500k per game, seed 0
 #   bash docs/data/reward_scales/screen.sh screen       # every arm, seeds 0 and 1
 #   bash docs/data/reward_scales/screen.sh one NAME     # one run of the tables below
+#   bash docs/data/reward_scales/screen.sh one six26_clipped_tuned_s1   # a six-game arm, seed 1
 #
 # RUNS (default /work/runs) holds the run folders; BETA is the per-sample beta
 # the sweep chose. A run folder that exists is resumed by the same command
@@ -24,6 +25,10 @@ declare -A ARM=(
   [popart_hl_gauss]="--config=configs/atari_popart.py:$GAMES,steps=1000000 --config.value.head=hl_gauss"
   [symlog_hl_gauss]="--config=configs/atari_multitask.py:$GAMES,steps=1000000,rewards=none --config.value.head=hl_gauss --config.value.bins=255 --config.value.limit=20"
   [clipped_tuned]="--config=configs/atari_multitask.py:$GAMES,steps=1000000"
+  # The six seed games (atari_common.SEED_GAMES) at 1M per game; today's default ran
+  # there as popart_atari/six_a2t_mb3b_lr5e4_warmup_end05 and _s1 (the same config).
+  [six26_popart_per_sample]="--config=configs/atari_popart.py:steps=1000000 --config.popart.step_per=sample --config.popart.beta=$BETA"
+  [six26_clipped_tuned]="--config=configs/atari_multitask.py:steps=1000000"
 )
 # The sweep: per-sample statistics at three betas, paused at 500k agent steps per game
 # (the budget, and so the learning-rate schedule, of the full runs). The chosen beta's
@@ -36,12 +41,13 @@ declare -A SWEEP=(
 
 run() {   # run NAME FLAGS...: train, evaluate, archive
   local name=$1; shift
-  local dir=$RUNS/pc26_$name
-  $PY launch/train.py "$@" --config.workdir="$dir" >> "$RUNS/pc26_$name.log" 2>&1
+  [[ $name == six26_* ]] || name=pc26_$name
+  local dir=$RUNS/$name
+  $PY launch/train.py "$@" --config.workdir="$dir" >> "$RUNS/$name.log" 2>&1
   if [[ "$*" != *pause_at_env_steps* ]]; then
-    $PY launch/evaluate.py --workdir="$dir" --episodes=30 >> "$RUNS/pc26_$name.log" 2>&1
+    $PY launch/evaluate.py --workdir="$dir" --episodes=30 >> "$RUNS/$name.log" 2>&1
   fi
-  $PY launch/archive_run.py "$dir" "docs/data/reward_scales/pc26_$name" --overwrite >> "$RUNS/pc26_$name.log" 2>&1
+  $PY launch/archive_run.py "$dir" "docs/data/reward_scales/$name" --overwrite >> "$RUNS/$name.log" 2>&1
 }
 
 pairs() {   # pairs NAME=FLAGS ...: two at a time
