@@ -209,9 +209,8 @@ def make_envs(spec, first_actor: int = 0, env_steps: int = 0, count=None) -> lis
   groups = plan.actor_env_groups if count is None else plan.actor_env_groups[:count]
   return [registry.make_actor_envs(
       g, seed=builder.env_seed(spec.run.seed, first_actor + i, env_steps),
-      envpool_threads=plan.actors.envpool_threads, nle_workers=plan.actors.nle_workers,
-      observation_keys=plan.observation_keys,
-      nle_savedir=(f'{spec.run.workdir}/nle' if spec.actors.nle_ttyrecs else None))
+      resources=plan.actors.resources, settings=spec.envs,
+      observation_keys=plan.observation_keys, workdir=spec.run.workdir)
       for i, g in enumerate(groups)]
 
 

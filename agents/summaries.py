@@ -126,7 +126,7 @@ class Summariser:
       for stat in (eps[0][2] or {}):  # e.g. NetHack's in-game score, depth, turns
         out[f'{stat}/{name}'] = float(np.nanmean([e[2][stat] for e in eps]))
       self._latest_returns[name] = out[f'episode_return/{name}']
-      hns = atari.human_normalised(plan.task_games[task_id], out[f'episode_return/{name}'])
+      hns = plan.normalised_score(task_id, out[f'episode_return/{name}'])
       if hns is not None:  # Atari games with reference scores
         out[f'hns/{name}'] = self._latest_hns[name] = hns
     if self._latest_returns:  # each task's latest window with episodes; a sweep's target

@@ -134,10 +134,10 @@ def make_task_env(run: LoadedRun, task_id: int, num_envs: int, seed: int, video:
   (task_env_kwargs with training=False): (env, frame_fn or None, video fps); `frame_fn(result)`
   draws env 0, an RGB screen or a TtyFrame (NLE)."""
   task = run.spec.run.tasks[task_id]
-  kwargs = registry.task_env_kwargs(task, run.plan.num_tasks, run.spec.atari, training=False)
-  workers = run.plan.actors.nle_workers or 1
-  return registry.evaluation_env(task['env_id'], task_id, kwargs, num_envs, seed, video,
-                                 tuple(run.plan.observation_keys), workers)
+  kwargs = registry.task_env_kwargs(task, run.plan.num_tasks, run.spec.envs, training=False)
+  context = registry.batch_context(registry.family_of(task['env_id']), run.plan.actors.resources,
+                                   run.spec.envs, run.plan.observation_keys)
+  return registry.evaluation_env(task['env_id'], task_id, kwargs, num_envs, seed, video, context)
 
 
 def reward_scale(run: LoadedRun, task_id: int) -> float:
@@ -217,9 +217,9 @@ def summary(run: LoadedRun, results: Sequence[TaskEvaluation],
     stat_names = sorted({k for e in r.episodes for k in (e.stats or {})})
     if stat_names:  # NetHack: in-game score, deepest level, turns
       entry['stats'] = {k: summarise([e.stats[k] for e in r.episodes]) for k in stat_names}
-    game = run.plan.task_games[task_id]
-    if game and returns:
-      entry['hns'] = hns[r.name] = atari.human_normalised(game, entry['return']['mean'])
+    score = run.plan.normalised_score(task_id, entry['return']['mean']) if returns else None
+    if score is not None:
+      entry['hns'] = hns[r.name] = score
     tasks[r.name] = entry
   out = {'workdir': run.workdir, 'env_steps': run.env_steps,
          'env_frames': run.env_steps * run.plan.frames_per_step,

@@ -1,33 +1,24 @@
-"""How many actor threads, EnvPool threads and NLE workers a run gets.
+"""How many actor threads a run gets, and what each env family gets inside them.
 
 The `actors` fields at 0 are chosen from the cores the process may use
 and the envs it steps (docs/speed.md, "How actors are sized"); a field a
 config sets is kept:
-- EnvPool tasks: one actor thread per 4 cores, 2 to 8 (two or more
-  overlap policy steps with env steps); threads per pool
-  `max(2, max(cores, 4) // (actors * pools))`, at most a pool's envs.
-- NLE tasks: one actor thread per 8 cores, 1 to 4; workers per actor
-  `max(2, cores // actors)`, at most its envs.
-- Synthetic envs (Catch): 1 actor thread.
-- Fewer actor threads where `lag_bound` would pass MAX_POLICY_LAG.
+- actor threads: the most any of the run's env families asks for the
+  cores (EnvFamily.actor_threads: EnvPool one per 4 cores, 2 to 8; NLE
+  one per 8, 1 to 4; envs stepped in the actor thread 1), fewer where
+  `lag_bound` would pass MAX_POLICY_LAG;
+- inside each actor, each family sizes its own threads or worker
+  processes (EnvFamily.size: `envpool.threads`, `nle.workers`).
 """
 
 import dataclasses
 import math
 import os
-from typing import Sequence, Tuple
+from typing import Dict, Mapping, Sequence, Tuple
 
+from envs.family import EnvFamily, Settings
 from infra.settings import at_least, boolean, positive, setting
 
-# The rule's constants (see the module docstring).
-CORES_PER_ENVPOOL_ACTOR = 4
-MIN_ENVPOOL_ACTORS = 2
-MAX_ENVPOOL_ACTORS = 8
-MIN_ENVPOOL_THREAD_BUDGET = 4
-MIN_ENVPOOL_THREADS_PER_POOL = 2
-CORES_PER_NLE_ACTOR = 8
-MAX_NLE_ACTORS = 4
-MIN_NLE_WORKERS = 2
 MAX_POLICY_LAG = 8   # learner updates; the Atari runs measure 1-2
 
 
@@ -39,46 +30,34 @@ class ActorsConfig:
                             at_least(0))
   envs_per_actor: int = setting(16, 'envs per actor thread, split evenly over the tasks',
                                 positive)
-  envpool_threads: int = setting(
-      0, 'EnvPool threads per pool (a pool per task per actor); 0 = sized to the machine',
-      at_least(0))
-  nle_workers: int = setting(0, 'NLE worker processes per actor; 0 = sized to the machine',
-                             at_least(0))
-  cores: int = setting(0, 'the cores the 0s above are sized for; 0 = those this process may use',
-                       at_least(0))
+  cores: int = setting(0, 'the cores the 0s here and in the env families\' groups are sized '
+                       'for; 0 = those this process may use', at_least(0))
   queue_size: int = setting(4, 'unroll blocks the actors may have waiting for the learner',
                             positive)
   wait_for_learner: bool = setting(
       False, 'after queueing, wait for queue room before acting on: params at most ~1 update '
       'old (PPO)', boolean)
-  nle_ttyrecs: bool = setting(False, 'write NLE ttyrecs into <workdir>/nle', boolean)
 
 
 @dataclasses.dataclass(frozen=True)
 class ActorSizing:
   """The actor counts a run uses, and which of them the rule chose."""
   num_actors: int          # actor threads in this process
-  envpool_threads: int     # per EnvPool pool (one pool per EnvPool task per actor); 0 = none stepped
-  nle_workers: int         # NLE worker processes per actor; 0 = none stepped
   cores: int               # the cores the rule sized for
-  chosen: Tuple[str, ...]  # fields the rule chose (the others came from the config)
-  envpool_pools: int       # EnvPool pools per actor (its EnvPool tasks)
+  chosen: Tuple[str, ...]  # dotted settings the rule chose (the others came from the config)
   lag_bound: int           # lag_bound(num_actors, queue_size, blocks_per_batch)
+  # env family name -> its counts per actor (EnvFamily.size), e.g. {'threads': 2, 'pools': 6}
+  resources: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
+  clauses: Tuple[str, ...] = ()   # each family's EnvFamily.describe
 
   def describe(self, envs_per_actor: int, num_tasks: int) -> str:
     """One start-up line: the actor counts, the policy lag bound, and which
     counts the rule chose for how many cores."""
-    envpool_pools, lag = self.envpool_pools, self.lag_bound
+    lag = self.lag_bound
     per_task = envs_per_actor // max(num_tasks, 1)
     parts = [f'{self.num_actors} actor thread{"s" * (self.num_actors != 1)} x '
              f'{envs_per_actor} envs' + (f' ({per_task} per task)' if num_tasks > 1 else '')]
-    if envpool_pools:
-      total = self.envpool_threads * envpool_pools * self.num_actors
-      parts.append(f'{self.envpool_threads} EnvPool thread{"s" * (self.envpool_threads != 1)} '
-                   f'per pool ({envpool_pools} pool{"s" * (envpool_pools != 1)} per actor, '
-                   f'{total} threads in all)')
-    if self.nle_workers:
-      parts.append(f'{self.nle_workers} NLE worker processes per actor')
+    parts += [c for c in self.clauses if c]
     parts.append(f'policy lag at most about {lag} update{"s" * (lag != 1)}')
     origin = (f'auto for {self.cores} cores: {", ".join(self.chosen)}' if self.chosen
               else 'all set by the config')
@@ -93,68 +72,49 @@ def available_cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def size(cores: int, envs_per_actor: int, envpool_pools: int, nle_tasks: bool,
-         num_actors: int = 0, envpool_threads: int = 0, nle_workers: int = 0,
-         queue_size: int = 1, blocks_per_batch: int = 1) -> ActorSizing:
+def size(cores: int, envs_per_actor: int, families: Sequence[Tuple[EnvFamily, int]],
+         settings: Settings, num_actors: int = 0, queue_size: int = 1,
+         blocks_per_batch: int = 1) -> ActorSizing:
   """The actor sizing for `cores` by the rule of the module docstring.
-
-  Each of num_actors, envpool_threads and nle_workers given as 0 is chosen;
-  any other value is kept. A chosen num_actors is lowered until `lag_bound`
-  is at most MAX_POLICY_LAG (not below 1).
 
   Args:
     envs_per_actor: envs per actor thread (all tasks together).
-    envpool_pools: EnvPool pools per actor (its EnvPool tasks); 0 = none.
+    families: (env family, its number of the run's tasks), each family once.
+    settings: the families' settings groups, read (RunSpec.envs).
+    num_actors: kept unless 0 (then chosen, and lowered until `lag_bound` is
+      at most MAX_POLICY_LAG, not below 1).
     blocks_per_batch: actor blocks per learner batch (of this process).
 
   Raises:
-    ValueError: when cores or envs_per_actor is below 1, or envpool_pools
-      below 0.
+    ValueError: when cores or envs_per_actor is below 1.
   """
-  if cores < 1 or envs_per_actor < 1 or envpool_pools < 0:
-    raise ValueError(f'cores ({cores}) and envs_per_actor ({envs_per_actor}) must be >= 1, '
-                     f'envpool_pools ({envpool_pools}) >= 0')
+  if cores < 1 or envs_per_actor < 1:
+    raise ValueError(f'cores ({cores}) and envs_per_actor ({envs_per_actor}) must be >= 1')
   chosen = []
   if not num_actors:
-    chosen.append('num_actors')
-    if envpool_pools:
-      num_actors = min(MAX_ENVPOOL_ACTORS,
-                       max(MIN_ENVPOOL_ACTORS, cores // CORES_PER_ENVPOOL_ACTOR))
-    elif nle_tasks:
-      num_actors = min(MAX_NLE_ACTORS, max(1, cores // CORES_PER_NLE_ACTOR))
-    else:
-      num_actors = 1
+    chosen.append('actors.num_actors')
+    num_actors = max([f.actor_threads(cores) for f, _ in families] or [1])
     while num_actors > 1 and lag_bound(num_actors, queue_size, blocks_per_batch) > MAX_POLICY_LAG:
       num_actors -= 1
-  if envpool_pools and not envpool_threads:
-    chosen.append('envpool_threads')
-    budget = max(cores, MIN_ENVPOOL_THREAD_BUDGET)
-    envs_per_pool = max(1, envs_per_actor // envpool_pools)
-    envpool_threads = min(envs_per_pool, max(MIN_ENVPOOL_THREADS_PER_POOL,
-                                             budget // (num_actors * envpool_pools)))
-  if nle_tasks and not nle_workers:
-    chosen.append('nle_workers')
-    nle_workers = min(envs_per_actor, max(MIN_NLE_WORKERS, cores // num_actors))
-  return ActorSizing(num_actors=num_actors,
-                     envpool_threads=envpool_threads if envpool_pools else 0,
-                     nle_workers=nle_workers if nle_tasks else 0,
-                     cores=cores, chosen=tuple(chosen), envpool_pools=envpool_pools,
-                     lag_bound=lag_bound(num_actors, queue_size, blocks_per_batch))
+  resources: Dict[str, Dict[str, int]] = {}
+  clauses = []
+  for family, tasks in families:
+    counts, picked = family.size(cores, num_actors, envs_per_actor, tasks, settings)
+    chosen += picked
+    if counts:
+      resources[family.name] = dict(counts)
+    clauses.append(family.describe(counts, num_actors, tasks) if counts else '')
+  return ActorSizing(num_actors=num_actors, cores=cores, chosen=tuple(chosen),
+                     lag_bound=lag_bound(num_actors, queue_size, blocks_per_batch),
+                     resources=resources, clauses=tuple(clauses))
 
 
-def resolve(config, families: Sequence[str], blocks_per_batch: int) -> ActorSizing:
-  """`size` with the config's `actors` group.
-
-  Args:
-    families: each task's actor kind (registry.actor_kind), in task order.
-    blocks_per_batch: actor blocks per learner batch (of this process).
-  """
-  a = config.actors
-  cores = a.cores or available_cores()   # old run folders read 0 (analysis/run_loading)
-  return size(cores, a.envs_per_actor, envpool_pools=sum(f == 'envpool' for f in families),
-              nle_tasks='nle' in families, num_actors=a.num_actors,
-              envpool_threads=a.envpool_threads, nle_workers=a.nle_workers,
-              queue_size=a.queue_size, blocks_per_batch=blocks_per_batch)
+def resolve(actors: ActorsConfig, families: Sequence[Tuple[EnvFamily, int]], settings: Settings,
+            blocks_per_batch: int) -> ActorSizing:
+  """`size` with the `actors` group's settings (cores 0: available_cores)."""
+  return size(actors.cores or available_cores(), actors.envs_per_actor, families, settings,
+              num_actors=actors.num_actors, queue_size=actors.queue_size,
+              blocks_per_batch=blocks_per_batch)
 
 
 def lag_bound(num_actors: int, queue_size: int, blocks_per_batch: int) -> int:

@@ -1,22 +1,16 @@
-"""What the Atari experiments share: IMPALA's protocol switches, the game
-list, and the network variants. The EnvPool options are built from the
-`atari` group in envs/atari.py at start, so `--config.atari.*` reaches
-every task."""
+"""What the Atari experiments share: the game list, the network variants and
+the multi-task tuning. IMPALA's protocol switches are the `atari` group
+(envs/atari.AtariConfig, in every config), built into each task's EnvPool
+options at start, so `--config.atari.*` reaches every task."""
 
 import ml_collections
 
 from configs import common
 from envs import atari
-from infra import settings
 from networks import attention
 
 SEED_GAMES = ('AirRaid', 'Carnival', 'DemonAttack', 'NameThisGame', 'Pong', 'SpaceInvaders')
 NETWORKS = ('shallow', 'resnet', 'attention')
-
-
-def atari_group() -> ml_collections.ConfigDict:
-  """A new `atari` group of envs/atari.AtariConfig's defaults."""
-  return settings.config_dict(atari.AtariConfig)
 
 
 def atari_config(name: str, games, variant: dict, *, popart: bool,
@@ -46,7 +40,6 @@ def atari_config(name: str, games, variant: dict, *, popart: bool,
   c.config_name = name
   c.reward_mode = reward_mode
   c.popart.enabled = popart
-  c.atari = atari_group()
   c.network.name = variant['net']
   # IMPALA: the LSTM core is optional for the CNNs; the attention agent is recurrent.
   c.network.lstm_size = 256 if (variant['lstm'] or variant['net'] == 'attention') else 0

@@ -11,6 +11,7 @@ import ml_collections
 from configs.actor_sizing import ActorsConfig
 from configs.log_settings import LogConfig, WandbConfig
 from configs.pbt import PBTConfig
+from envs import registry
 from infra import settings
 from infra.multihost import DistributedConfig
 from infra.settings import (at_least, boolean, finite_numbers, integer, one_of, positive, setting,
@@ -91,13 +92,15 @@ class RunConfig:
 
 def groups() -> Tuple[Tuple[str, type], ...]:
   """(group name, settings class) pairs base_config holds, in order: 'loss',
-  each registered learner's group (rl/algorithms.py), then the shared ones."""
+  each registered learner's group (rl/algorithms.py), the shared ones, then
+  each registered env family's (envs/registry.settings_groups)."""
   learners = tuple((learner.config_group, learner.settings_type)
                    for learner in map(algorithms.get, algorithms.names()))
   return (('loss', algorithms.LossChoice), *learners, ('optimizer', OptimizerConfig),
-          ('popart', PopArtConfig), ('value', ValueConfig), ('network', NetworkConfig), ('actors', ActorsConfig),
-          ('log', LogConfig), ('wandb', WandbConfig), ('pbt', PBTConfig),
-          ('distributed', DistributedConfig))
+          ('popart', PopArtConfig), ('value', ValueConfig), ('network', NetworkConfig),
+          ('actors', ActorsConfig), ('log', LogConfig), ('wandb', WandbConfig),
+          ('pbt', PBTConfig), ('distributed', DistributedConfig),
+          *registry.settings_groups().items())
 
 
 def default_workdir(config_name: str) -> str:
@@ -107,8 +110,8 @@ def default_workdir(config_name: str) -> str:
 
 
 def base_config() -> ml_collections.ConfigDict:
-  """A new ConfigDict of every field at its default (no `atari` group): what
-  experiment files start from."""
+  """A new ConfigDict of every field (of every group in `groups`) at its
+  default: what experiment files start from."""
   c = settings.config_dict(RunConfig)
   for name, cls in groups():
     c[name] = settings.config_dict(cls)
@@ -308,7 +311,7 @@ def apply_smoke(c: ml_collections.ConfigDict) -> None:
   c.num_learner_devices = 1
   c.actors.num_actors = 1
   c.actors.envs_per_actor = envs
-  c.actors.nle_workers = 1
+  c.nle.workers = 1
   c.actors.queue_size = 2
   c.log.every_seconds = 0.0
   c.wandb.mode = 'disabled'

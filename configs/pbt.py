@@ -13,7 +13,6 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from envs import atari
 from infra import settings as settings_lib
 from infra.settings import SettingsError as ConfigError
 from infra.settings import mapping, setting, text
@@ -140,21 +139,26 @@ def loggable_metrics(plan) -> List[str]:
   'mean_episode_return', per task 'episode_return/<task>' (and 'hns/<task>'
   for an Atari game with references), then 'hns/median' and 'hns/mean'."""
   keys = ['mean_episode_return']
-  for task, game in zip(plan.task_names, plan.task_games):
+  for i, task in enumerate(plan.task_names):
     keys.append(f'episode_return/{task}')
-    if atari.human_normalised(game, 0.0) is not None:
+    if plan.normalised_score(i, 0.0) is not None:
       keys.append(f'hns/{task}')
-  if len(plan.task_names) > 1 and all(atari.human_normalised(g, 0.0) is not None
-                                      for g in plan.task_games):
+  if len(plan.task_names) > 1 and _all_normalised(plan):
     keys += ['hns/median', 'hns/mean']
   return keys
+
+
+def _all_normalised(plan) -> bool:
+  """Whether every task's family has a shared score scale (Atari's
+  human-normalised score for every game)."""
+  return all(plan.normalised_score(i, 0.0) is not None for i in range(plan.num_tasks))
 
 
 def score_kind(plan) -> str:
   """The kind of the run's 'auto' score (the module docstring)."""
   if len(plan.task_names) == 1:
     return 'return'
-  if all(atari.human_normalised(g, 0.0) is not None for g in plan.task_games):
+  if _all_normalised(plan):
     return 'human-normalised'
   return 'per-task normalised'
 
@@ -257,7 +261,7 @@ def score(windows: Sequence[Dict], plan, settings: Settings,
       return None  # a task without an episode in the interval: no comparable score
     scale = reward_scales[i] if i < len(reward_scales) and reward_scales[i] else 1.0
     if settings.score_kind == 'human-normalised':
-      per_task.append(atari.human_normalised(plan.task_games[i], mean))
+      per_task.append(plan.normalised_score(i, mean))
     elif settings.score_kind == 'per-task normalised':
       per_task.append(mean / scale)
     else:

@@ -7,8 +7,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import jax
 
 from configs import actor_sizing
-from envs import atari
 from envs import registry
+from envs.family import EnvFamily, Settings
 from infra import multihost
 
 
@@ -25,8 +25,8 @@ class RunPlan:
   total_learner_steps: int
   observation_keys: Tuple[str, ...]
   frames_per_step: int                 # 4 for Atari (action repeat), else 1
-  task_games: Tuple[Optional[str], ...]  # Atari game of each task (None: not Atari)
-  actors: actor_sizing.ActorSizing     # actor threads, EnvPool threads, NLE workers, lag bound
+  task_env_ids: Tuple[str, ...]        # each task's env id
+  actors: actor_sizing.ActorSizing     # actor threads, each family's counts, lag bound
 
   @property
   def num_tasks(self) -> int:
@@ -38,10 +38,10 @@ class RunPlan:
     """Actor threads in this process."""
     return self.actors.num_actors
 
-  @property
-  def envpool_pools(self) -> int:
-    """EnvPool pools per actor (its EnvPool tasks)."""
-    return self.actors.envpool_pools
+  def normalised_score(self, task_id: int, episode_return: float) -> Optional[float]:
+    """A task's return on its env family's shared scale (Atari's
+    human-normalised score), or None where the family has none."""
+    return registry.normalised_score(self.task_env_ids[task_id], episode_return)
 
   @property
   def policy_lag_bound(self) -> int:
@@ -55,9 +55,10 @@ class RunPlan:
 
 
 def make_plan(config, tasks: List[dict], env_kwargs: List[dict], scales: Sequence[float],
-              role_ids: Optional[Dict], random_tasks: Tuple[int, ...],
-              observation_keys: Tuple[str, ...], frames_per_step: int,
-              learner_devices_per_process: int, families: Sequence[str]) -> RunPlan:
+              roles: Dict[int, Tuple[int, ...]], observation_keys: Tuple[str, ...],
+              frames_per_step: int, learner_devices_per_process: int,
+              families: Sequence[Tuple[EnvFamily, int]], actors: actor_sizing.ActorsConfig,
+              settings: Settings) -> RunPlan:
   """The run plan of a config that passed validation.
 
   Every actor gets one env group per task, each the task's share of
@@ -65,24 +66,25 @@ def make_plan(config, tasks: List[dict], env_kwargs: List[dict], scales: Sequenc
   processes unrolls, in blocks of one actor's envs.
 
   Args:
-    env_kwargs: each task's env kwargs (validation.task_env_kwargs).
-    role_ids: each role's task id (envs/nethack.ROLES order) for the tasks
-      at `random_tasks`, which play random characters; None for none.
+    env_kwargs: each task's env kwargs (registry.task_env_kwargs).
+    roles: task index -> the task id of each role its envs deal
+      (EnvFamily.role_task_ids), for the tasks that deal roles.
     frames_per_step: the most frames an env step covers (4 for Atari).
-    families: each task's actor kind (registry.actor_kind).
+    families: (env family, its number of tasks), each of the run's once.
+    settings: the families' settings groups, read.
   """
   devices = jax.local_devices()
   processes = jax.process_count()
   num_tasks = len(tasks)
-  envs = config.actors.envs_per_actor
+  envs = actors.envs_per_actor
   local_batch = config.batch_size // processes
   per_task = envs // num_tasks
   blocks_per_batch = local_batch // envs
-  sizing = actor_sizing.resolve(config, families, blocks_per_batch)
+  sizing = actor_sizing.resolve(actors, families, settings, blocks_per_batch)
   groups = tuple(
       tuple(registry.EnvGroup(task_id=i, env_id=t['env_id'],
                               env_kwargs=env_kwargs[i],
-                              role_task_ids=role_ids if i in random_tasks else None,
+                              role_task_ids=roles.get(i),
                               reward_scale=float(scales[i]), num_envs=per_task)
             for i, t in enumerate(tasks))
       for _ in range(sizing.num_actors))
@@ -98,5 +100,5 @@ def make_plan(config, tasks: List[dict], env_kwargs: List[dict], scales: Sequenc
       total_learner_steps=max(1, -(-config.total_env_steps // steps_per_update)),
       observation_keys=observation_keys,
       frames_per_step=frames_per_step,
-      task_games=tuple(atari.game_of(t['env_id']) for t in tasks),
+      task_env_ids=tuple(t['env_id'] for t in tasks),
       actors=sizing)

@@ -7,7 +7,7 @@ tests/unit/test_settings.py fails when the page and the code differ.
 from typing import List
 
 from configs import common
-from envs.atari import AtariConfig
+from envs import registry
 from infra import settings
 
 HEADER = '''# Settings reference
@@ -31,8 +31,10 @@ def page() -> str:
   class's file, name, docstring and fields' table."""
   parts: List[str] = [HEADER]
   sections = [('', common.RunConfig, 'Top level')]
-  sections += [(name, cls, f'`{name}`') for name, cls in common.groups()]
-  sections.append(('atari', AtariConfig, '`atari` (the Atari configs add it)'))
+  families = registry.settings_groups()
+  sections += [(name, cls, f'`{name}`' + (f' (env family {registry.family_owning(name)})'
+                                          if name in families else ''))
+               for name, cls in common.groups()]
   for prefix, cls, title in sections:
     doc = ' '.join((cls.__doc__ or '').split())
     parts.append(f'\n## {title}\n\n{_where(cls)}. {doc}\n\n')

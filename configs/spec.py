@@ -11,7 +11,7 @@ from configs.actor_sizing import ActorsConfig
 from configs.common import RunConfig
 from configs.log_settings import LogConfig, WandbConfig
 from configs.plan import RunPlan
-from envs.atari import AtariConfig
+from envs import registry
 from infra.multihost import DistributedConfig
 from networks.network_config import NetworkConfig
 from rl import algorithms
@@ -25,7 +25,8 @@ from rl.value_classification import ValueConfig
 class RunSpec:
   """Everything a run is, typed and checked: one field per config group
   (`run`: the top-level fields; `loss`: what the loss reads, the learner's
-  settings in it), the derived `plan`, and `source`: the config as
+  settings in it; `envs`: the env families' groups by name, e.g. 'atari'),
+  the derived `plan`, and `source`: the config as
   config.json holds it (JSON types), for the run folder, the resume check and
   wandb."""
   run: RunConfig
@@ -38,7 +39,7 @@ class RunSpec:
   log: LogConfig
   wandb: WandbConfig
   distributed: DistributedConfig
-  atari: AtariConfig
+  envs: Mapping[str, Any]
   plan: RunPlan
   source: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
@@ -74,9 +75,11 @@ def make_spec(groups: Dict[str, Any], learner_settings: Any, plan: RunPlan,
   return RunSpec(
       run=run, loss=loss_config(run, popart, optimizer, learner_settings, groups['loss'].name,
                                 groups['value']),
-      optimizer=optimizer, popart=popart, value=groups['value'], network=groups['network'], actors=groups['actors'],
+      optimizer=optimizer, popart=popart, value=groups['value'], network=groups['network'],
+      actors=groups['actors'],
       log=groups['log'], wandb=groups['wandb'], distributed=groups['distributed'],
-      atari=groups['atari'], plan=plan, source=source)
+      envs={name: groups[name] for name in registry.settings_groups()}, plan=plan,
+      source=source)
 
 
 def with_workdir(spec: RunSpec, workdir: str) -> RunSpec:

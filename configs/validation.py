@@ -19,8 +19,6 @@ from configs import resume
 from configs import spec as spec_lib
 from configs.plan import RunPlan
 from configs.spec import RunSpec
-from envs import atari
-from envs import nethack
 from envs import registry
 from envs.family import EnvKwargsError
 from infra import multihost
@@ -85,52 +83,23 @@ def _check_tasks(config) -> List[dict]:
   return tasks
 
 
-def task_env_kwargs(config, task: dict, num_tasks: int, training: bool = True) -> dict:
-  """A task's env kwargs (envs/registry.task_env_kwargs), checked.
-
-  Args:
-    config: the run config.
-    task: one of its tasks ('name', 'env_id', 'env_kwargs').
-    num_tasks: the run's number of tasks (Atari's action set).
-    training: False for evaluation.
-
-  Raises:
-    ConfigError: for a bad `atari` field, or atari.action_set 'minimal' with
-      several tasks.
-  """
-  group = None
-  if atari.game_of(task['env_id']) is not None:
-    group = _atari_settings(config)
-    if num_tasks > 1 and group.action_set == 'minimal':
-      raise ConfigError('atari.action_set', "'minimal' cannot hold several games (their action "
-                        "sets differ); use 'auto' or 'full'")
-  return registry.task_env_kwargs(task, num_tasks, group, training)
-
-
-def _random_character_tasks(tasks, env_kwargs):
-  """(role -> task id table or None, indices of the '@' tasks), after checking
-  each fixed NetHack character is possible."""
-  random_tasks = {}
+def _env_tasks(tasks, settings) -> Tuple[List[dict], Dict[int, Tuple[int, ...]],
+                                         Tuple[Tuple[object, int], ...]]:
+  """Each task's env kwargs, the roles the families deal, and (family, its
+  task count) for each family of the run, after each family checked its tasks."""
+  num_tasks = len(tasks)
+  env_kwargs = [registry.task_env_kwargs(t, num_tasks, settings) for t in tasks]
+  by_family: Dict[str, list] = {}
   for i, t in enumerate(tasks):
-    if not registry.family_of(t['env_id']).deals_roles or 'character' not in env_kwargs[i]:
-      continue
-    try:
-      if nethack.parse_character(env_kwargs[i]['character']) is None:
-        random_tasks[t['name']] = i
-    except ValueError as e:
-      raise ConfigError(f'tasks[{i}].env_kwargs.character', str(e))
-  if not random_tasks:
-    return None, ()
-  try:
-    return nethack.role_task_ids(random_tasks), tuple(random_tasks.values())
-  except ValueError as e:
-    raise ConfigError('tasks', str(e))
-
-
-def _atari_settings(config) -> atari.AtariConfig:
-  """The config's `atari` group, checked, or the protocol defaults where it has none."""
-  group = config.get('atari')
-  return settings.read(atari.AtariConfig, group if group is not None else {}, 'atari')
+    by_family.setdefault(registry.env_family(t['env_id']), []).append(i)
+  families, roles = [], {}
+  for family in registry.registered():
+    own = by_family.get(family.name)
+    if own:
+      family.check_tasks([(i, tasks[i]) for i in own], num_tasks, settings)
+      roles.update(family.role_task_ids([(i, tasks[i], env_kwargs[i]) for i in own]))
+      families.append((family, len(own)))
+  return env_kwargs, roles, tuple(families)
 
 
 def check_distributed(config) -> DistributedConfig:
@@ -162,8 +131,9 @@ def read_groups(config) -> Dict[str, object]:
   """Every group of the config read into its component's settings.
 
   Returns:
-    '' -> the top-level fields (common.RunConfig), each group of
-    common.groups() -> its settings, and 'atari' -> envs/atari.AtariConfig.
+    '' -> the top-level fields (common.RunConfig), and each group of
+    common.groups() -> its settings (an env family's group at its defaults
+    where the config lacks it).
     The learners' groups are checked but not returned (the learner's
     settings travel in its LossConfig).
 
@@ -173,7 +143,8 @@ def read_groups(config) -> Dict[str, object]:
   """
   known = dict(common.groups())
   learner_groups = _learner_groups()
-  allowed_groups = set(known) | set(learner_groups) | {'atari'}
+  env_groups = registry.settings_groups()
+  allowed_groups = set(known) | set(learner_groups)
   if 'loss' not in config:
     raise ConfigError('loss', 'missing; configs start from configs.common.base_config()')
   out = {'loss': settings.read(algorithms.LossChoice, config.loss, 'loss')}
@@ -183,11 +154,10 @@ def read_groups(config) -> Dict[str, object]:
   for name, cls in known.items():
     if name in learner_groups or name in out:
       continue
-    if name not in config:
+    if name not in config and name not in env_groups:
       raise ConfigError(name, 'missing; configs start from configs.common.base_config()')
-    out[name] = settings.read(cls, config[name], name)
+    out[name] = settings.read(cls, config[name] if name in config else {}, name)  # family: defaults
   _check_learners(config)
-  out['atari'] = _atari_settings(config)
   return out
 
 
@@ -283,10 +253,9 @@ def validate_spec(config) -> RunSpec:
     raise ConfigError('reward_scales', f'has {len(scales)} values for {num_tasks} tasks; '
                       'give one per task or () for all 1.0')
   scales = scales or (1.0,) * num_tasks
-  env_kwargs = [task_env_kwargs(config, t, num_tasks) for t in tasks]
-  role_ids, random_tasks = _random_character_tasks(tasks, env_kwargs)
+  env_settings = {name: groups[name] for name in registry.settings_groups()}
+  env_kwargs, roles, families = _env_tasks(tasks, env_settings)
   obs_keys, frames_per_step = _check_observations(config, tasks, env_kwargs, groups['network'])
-  families = tuple(registry.actor_kind(t['env_id']) for t in tasks)
 
   devices = jax.local_devices()
   n_learn = config.num_learner_devices or len(devices)  # per process (all have as many)
@@ -313,8 +282,8 @@ def validate_spec(config) -> RunSpec:
     raise ConfigError('batch_size', f'{config.batch_size} unrolls{share} is not a whole number '
                       f'of actor blocks of {envs} envs (actors.envs_per_actor)')
 
-  plan = plan_lib.make_plan(config, tasks, env_kwargs, scales, role_ids, random_tasks,
-                            tuple(obs_keys), frames_per_step, n_learn, families)
+  plan = plan_lib.make_plan(config, tasks, env_kwargs, scales, roles, tuple(obs_keys),
+                            frames_per_step, n_learn, families, groups['actors'], env_settings)
   return spec_lib.make_spec(groups, _learner_settings(config), plan, resume.as_source(config))
 
 

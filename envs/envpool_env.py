@@ -5,12 +5,21 @@ actor thread drives it directly. Observations are {'state': ...} for
 vectors, {'frames': uint8 [4, 84, 84]} for Atari.
 """
 
+import dataclasses
 from typing import Any, Dict
 
 import envpool
 import numpy as np
 
 from envs.base import StepResult
+from infra.settings import at_least, setting
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvPoolConfig:
+  """EnvPool's batching (the config's `envpool` group); envs/families.py sizes it."""
+  threads: int = setting(0, 'EnvPool threads per pool (a pool per task per actor); 0 = sized '
+                         'to the machine (envs/families.py)', at_least(0))
 
 
 def observation_key(shape) -> str:

@@ -10,14 +10,32 @@ import numpy as np
 
 from envs import atari
 from envs import catch
+from envs import nethack
 from envs import render
-from envs.envpool_env import EnvPoolEnv, observation_key
+from envs.envpool_env import EnvPoolConfig, EnvPoolEnv, observation_key
 from envs.family import EnvFamily, EnvKwargsError
-from envs.nle_env import NLE_ENV_IDS, NLEBatchedEnv, is_nle_env
+from envs.nle_env import NLE_ENV_IDS, NLEBatchedEnv, NLEConfig, is_nle_env
 from envs.nle_worker import DERIVED_OBS, observation_desc
+from infra.settings import SettingsError
 
 NLE_VIDEO_FPS = 8.0        # NetHack has no clock; slow enough to read the screen
 CLASSIC_VIDEO_FPS = 50.0   # CartPole's 0.02 s time step
+
+# How each family sizes its envs' stepping in the cores a run gives it
+# (docs/speed.md, "How actors are sized"):
+# EnvPool: one actor thread per 4 cores, 2 to 8 (two or more overlap policy
+# steps with env steps); threads per pool max(2, max(cores, 4) // (actors *
+# pools)), at most a pool's envs.
+CORES_PER_ENVPOOL_ACTOR = 4
+MIN_ENVPOOL_ACTORS = 2
+MAX_ENVPOOL_ACTORS = 8
+MIN_ENVPOOL_THREAD_BUDGET = 4
+MIN_ENVPOOL_THREADS_PER_POOL = 2
+# NLE: one actor thread per 8 cores, 1 to 4; workers per actor max(2, cores //
+# actors), at most its envs.
+CORES_PER_NLE_ACTOR = 8
+MAX_NLE_ACTORS = 4
+MIN_NLE_WORKERS = 2
 
 # EnvPool config fields that are the batch's, not a task's env_kwargs.
 _ENVPOOL_BATCH_FIELDS = ('num_envs', 'batch_size', 'num_threads', 'seed', 'max_num_players',
@@ -39,6 +57,9 @@ NLE_OBSERVATION_KEYS = ('glyphs', 'chars', 'colors', 'specials', 'blstats', 'mes
 def _draw_env_0(env):
   return lambda result: env.render([0])[0]
 
+
+def _plural(n: int, word: str) -> str:
+  return f'{n} {word}{"s" * (n != 1)}'
 
 
 @functools.lru_cache(maxsize=256)
@@ -62,7 +83,7 @@ class EnvPoolFamily(EnvFamily):
   control (a state vector); one pool per task per actor."""
 
   name = 'envpool'
-  actor_kind = 'envpool'
+  settings_groups = {'atari': atari.AtariConfig, 'envpool': EnvPoolConfig}
 
   def __init__(self):
     self.ids = tuple(envpool.list_all_envs())
@@ -91,16 +112,57 @@ class EnvPoolFamily(EnvFamily):
     return (int(spec.action_space.n),
             {observation_key(space.shape): (tuple(space.shape), np.dtype(space.dtype))})
 
+  def task_env_kwargs(self, task, num_tasks, settings, training):
+    """An Atari game's: IMPALA's protocol (atari.protocol_kwargs of the `atari`
+    group) under the task's own kwargs; classic control's: its own."""
+    own = dict(task.get('env_kwargs', {}))
+    if atari.game_of(task['env_id']) is None:
+      return own
+    return {**atari.protocol_kwargs(settings['atari'], num_tasks, training=training), **own}
+
+  def check_tasks(self, tasks, num_tasks, settings):
+    """Several Atari games need one action set: atari.action_set 'minimal' is refused."""
+    games = [t for _, t in tasks if atari.game_of(t['env_id']) is not None]
+    if games and num_tasks > 1 and settings['atari'].action_set == 'minimal':
+      raise SettingsError('atari.action_set', "'minimal' cannot hold several games (their "
+                          "action sets differ); use 'auto' or 'full'")
+
+  def normalised_score(self, env_id, episode_return):
+    """Atari's human-normalised score (atari.human_normalised); None for
+    classic control and games without references."""
+    return atari.human_normalised(atari.game_of(env_id), episode_return)
+
+  def actor_threads(self, cores):
+    """One per CORES_PER_ENVPOOL_ACTOR cores, MIN_ENVPOOL_ACTORS to MAX_ENVPOOL_ACTORS."""
+    return min(MAX_ENVPOOL_ACTORS, max(MIN_ENVPOOL_ACTORS, cores // CORES_PER_ENVPOOL_ACTOR))
+
+  def size(self, cores, num_actors, envs_per_actor, num_tasks, settings):
+    """{'threads': per pool, 'pools': per actor (one per task)}: `envpool.threads`
+    or, at 0, the rule of the module's constants."""
+    threads, chosen = settings['envpool'].threads, ()
+    if not threads:
+      budget = max(cores, MIN_ENVPOOL_THREAD_BUDGET)
+      threads = min(max(1, envs_per_actor // num_tasks),
+                    max(MIN_ENVPOOL_THREADS_PER_POOL, budget // (num_actors * num_tasks)))
+      chosen = ('envpool.threads',)
+    return {'threads': threads, 'pools': num_tasks}, chosen
+
+  def describe(self, resources, num_actors, num_tasks):
+    """'<n> EnvPool threads per pool (<p> pools per actor, <t> threads in all)'."""
+    threads, pools = resources['threads'], resources['pools']
+    return (f'{_plural(threads, "EnvPool thread")} per pool ({_plural(pools, "pool")} per '
+            f'actor, {threads * pools * num_actors} threads in all)')
+
   def frames_per_step(self, env_id, env_kwargs):
     """Atari's `frame_skip` (default 4); 1 for classic control."""
     if atari.game_of(env_id) is None:
       return 1
     return int(env_kwargs.get('frame_skip', atari.FRAME_SKIP))
 
-  def make_batches(self, groups, seed, settings):
+  def make_batches(self, groups, seed, context):
     """One EnvPoolEnv per group, seeded seed + 1000 * index, with at most its
     envs' count of threads."""
-    threads = settings['envpool_threads']
+    threads = context.resources.get('threads', 0)
     return [EnvPoolEnv(g.env_id, g.num_envs, g.task_id, dict(g.env_kwargs), g.reward_scale,
                        seed=seed + 1000 * i,
                        num_threads=min(threads, g.num_envs) if threads else 0)
@@ -111,8 +173,7 @@ class EnvPoolFamily(EnvFamily):
     # EnvPool does not expose the minimal sets' meanings; classic control has none.
     return ATARI_FULL_ACTIONS if env_kwargs.get('full_action_space') else None
 
-  def evaluation_env(self, env_id, task_id, env_kwargs, num_envs, seed, video,
-                     observation_keys, workers):
+  def evaluation_env(self, env_id, task_id, env_kwargs, num_envs, seed, video, context):
     """An EnvPoolEnv rendering when `video`, at Atari's 60 frames a second over
     its action repeat (classic control: CLASSIC_VIDEO_FPS)."""
     env = EnvPoolEnv(env_id, num_envs, task_id, env_kwargs, seed=seed, render=video)
@@ -126,9 +187,8 @@ class NLEFamily(EnvFamily):
   tasks of one env id share one set of workers."""
 
   name = 'nle'
-  actor_kind = 'nle'
+  settings_groups = {'nle': NLEConfig}
   batches_together = True
-  deals_roles = True
 
   def matches(self, env_id):
     """Whether `env_id` is one of NLE_ENV_IDS."""
@@ -153,9 +213,58 @@ class NLEFamily(EnvFamily):
     env.close()
     return num_actions, spec
 
-  def make_batches(self, groups, seed, settings):
+  def task_env_kwargs(self, task, num_tasks, settings, training):
+    """Its own kwargs; in evaluation a task named for a role that plays random
+    characters plays that role, so each such task gets exactly its episodes."""
+    own = dict(task.get('env_kwargs', {}))
+    if not training and own.get('character') == nethack.RANDOM and task['name'] in nethack.ROLES:
+      own['character'] = task['name']
+    return own
+
+  def role_task_ids(self, tasks):
+    """The tasks playing random characters ('@'), named one per role, each
+    deal every role's task id (nethack.role_task_ids); a single '@' task
+    under another name deals none. Fixed characters must be possible."""
+    random_tasks = {}
+    for i, t, kwargs in tasks:
+      if 'character' not in kwargs:
+        continue
+      try:
+        if nethack.parse_character(kwargs['character']) is None:
+          random_tasks[t['name']] = i
+      except ValueError as e:
+        raise SettingsError(f'tasks[{i}].env_kwargs.character', str(e))
+    if not random_tasks:
+      return {}
+    try:
+      ids = nethack.role_task_ids(random_tasks)
+    except ValueError as e:
+      raise SettingsError('tasks', str(e))
+    return {} if ids is None else {i: ids for i in random_tasks.values()}
+
+  def actor_threads(self, cores):
+    """One per CORES_PER_NLE_ACTOR cores, 1 to MAX_NLE_ACTORS."""
+    return min(MAX_NLE_ACTORS, max(1, cores // CORES_PER_NLE_ACTOR))
+
+  def size(self, cores, num_actors, envs_per_actor, num_tasks, settings):
+    """{'workers': per actor}: `nle.workers` or, at 0, max(MIN_NLE_WORKERS,
+    cores // actors), at most the actor's envs."""
+    workers = settings['nle'].workers
+    if workers:
+      return {'workers': workers}, ()
+    return ({'workers': min(envs_per_actor, max(MIN_NLE_WORKERS, cores // num_actors))},
+            ('nle.workers',))
+
+  def describe(self, resources, num_actors, num_tasks):
+    """'<n> NLE worker processes per actor'."""
+    return f'{resources["workers"]} NLE worker processes per actor'
+
+  def make_batches(self, groups, seed, context):
     """One NLEBatchedEnv per env id for all the groups given, sharing
-    min(nle_workers, their envs) workers (at least 1)."""
+    min(workers, their envs) workers (at least 1); ttyrecs under
+    <workdir>/nle with `nle.ttyrecs`."""
+    savedir = (f'{context.workdir}/nle' if context.settings['nle'].ttyrecs and context.workdir
+               else None)
     by_id: Dict[str, List] = {}
     for _, g in groups:
       by_id.setdefault(g.env_id, []).append(g)
@@ -166,11 +275,11 @@ class NLEFamily(EnvFamily):
           env_id, num_envs,
           task_ids=[g.task_id for g in gs for _ in range(g.num_envs)],
           env_kwargs=[dict(g.env_kwargs) for g in gs for _ in range(g.num_envs)],
-          observation_keys=tuple(settings['observation_keys']),
+          observation_keys=context.observation_keys,
           reward_scales=[g.reward_scale for g in gs for _ in range(g.num_envs)],
           role_task_ids=[g.role_task_ids for g in gs for _ in range(g.num_envs)],
-          num_workers=max(1, min(settings['nle_workers'], num_envs)),
-          seed=seed + 7919 * (j + 1), savedir=settings['nle_savedir']))
+          num_workers=max(1, min(context.resources.get('workers', 1), num_envs)),
+          seed=seed + 7919 * (j + 1), savedir=savedir))
     return parts
 
   def action_names(self, env_id, env_kwargs):
@@ -182,11 +291,12 @@ class NLEFamily(EnvFamily):
         nle.nethack.ACTIONS if 'Challenge' in env_id else nle.env.tasks.TASK_ACTIONS)
     return [_nle_action_name(a) for a in actions]
 
-  def evaluation_env(self, env_id, task_id, env_kwargs, num_envs, seed, video,
-                     observation_keys, workers):
-    """An NLEBatchedEnv; with `video` it also gives the tty observations and
-    frame_fn returns env 0's terminal as a render.TtyFrame."""
-    keys = tuple(observation_keys)
+  def evaluation_env(self, env_id, task_id, env_kwargs, num_envs, seed, video, context):
+    """An NLEBatchedEnv with the run's workers per actor; with `video` it also
+    gives the tty observations and frame_fn returns env 0's terminal as a
+    render.TtyFrame."""
+    keys = context.observation_keys
+    workers = context.resources.get('workers', 1)
     if video:  # the terminal screen, for the video only
       keys += tuple(k for k in ('tty_chars', 'tty_colors') if k not in keys)
     env = NLEBatchedEnv(env_id, num_envs, task_ids=[task_id] * num_envs,
@@ -221,7 +331,6 @@ class ModuleFamily(EnvFamily):
   """
 
   name = 'synthetic'
-  actor_kind = 'synthetic'
 
   def __init__(self, modules: Dict[str, Tuple[Any, Any]]):
     self.modules = dict(modules)   # env id -> (module, env class)
@@ -248,7 +357,7 @@ class ModuleFamily(EnvFamily):
     return self.modules[env_id][1](env_id, num_envs, task_id, env_kwargs, reward_scale,
                                    seed=seed)
 
-  def make_batches(self, groups, seed, settings):
+  def make_batches(self, groups, seed, context):
     """One env per group, seeded seed + 1000 * index."""
     return [self.make(g.env_id, g.num_envs, g.task_id, dict(g.env_kwargs), g.reward_scale,
                       seed=seed + 1000 * i) for i, g in groups]
@@ -257,8 +366,7 @@ class ModuleFamily(EnvFamily):
     """EnvFamily.action_names: the module's ACTION_NAMES."""
     return self.modules[env_id][0].ACTION_NAMES
 
-  def evaluation_env(self, env_id, task_id, env_kwargs, num_envs, seed, video,
-                     observation_keys, workers):
+  def evaluation_env(self, env_id, task_id, env_kwargs, num_envs, seed, video, context):
     """The module's env, drawn with its `render`, at VIDEO_FPS."""
     env = self.make(env_id, num_envs, task_id, env_kwargs, seed=seed)
     return env, _draw_env_0(env) if video else None, self.modules[env_id][0].VIDEO_FPS

@@ -42,6 +42,7 @@ import numpy as np
 
 from envs import nethack
 from envs.base import StepResult
+from infra.settings import at_least, boolean, setting
 from envs.nle_worker import (DERIVED_OBS, EPISODE_STATS, OK, STEP, observation_desc, recv_msg,
                              send_msg, shared_layout, shared_views, worker_main)
 
@@ -53,6 +54,14 @@ NLE_ENV_IDS = tuple(
 
 _START_TRIES = 3        # replacements in a row before we call the failure systematic
 _MIN_START_TIMEOUT_S = 60.0  # spawning and building envs may be slow on a busy host
+
+
+@dataclasses.dataclass(frozen=True)
+class NLEConfig:
+  """NetHack's worker processes (the config's `nle` group); envs/families.py sizes them."""
+  workers: int = setting(0, 'NLE worker processes per actor; 0 = sized to the machine '
+                         '(envs/families.py)', at_least(0))
+  ttyrecs: bool = setting(False, 'write NLE ttyrecs into <workdir>/nle', boolean)
 
 
 def is_nle_env(env_id: str) -> bool:

@@ -3,13 +3,11 @@ id, and what the rest of the code asks of envs through them.
 `register(family)` adds one; the built-in ones are envs/families.py's."""
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from envs import atari
 from envs import families
-from envs import nethack
 from envs.concat import ConcatEnv
-from envs.family import ACTOR_KINDS, EnvFamily
+from envs.family import BatchContext, EnvFamily, Resources, Settings
 
 _FAMILIES: List[EnvFamily] = list(families.builtin())
 
@@ -18,16 +16,17 @@ def register(family: EnvFamily) -> None:
   """Adds an env family, looked up after those registered before it.
 
   Raises:
-    ValueError: when it is not an EnvFamily, its actor_kind is not one of
-      ACTOR_KINDS, or its name is taken.
+    ValueError: when it is not an EnvFamily, or its name or one of its
+      settings groups' names is taken.
   """
   if not isinstance(family, EnvFamily):
     raise ValueError(f'{family!r} is not an envs.family.EnvFamily')
-  if family.actor_kind not in ACTOR_KINDS:
-    raise ValueError(f'{type(family).__name__}.actor_kind {family.actor_kind!r}: choose one '
-                     f'of {", ".join(ACTOR_KINDS)}')
   if any(f.name == family.name for f in _FAMILIES):
     raise ValueError(f'an env family named {family.name!r} is already registered')
+  taken = sorted(set(family.settings_groups) & set(settings_groups()))
+  if taken:
+    raise ValueError(f'the settings group {taken[0]!r} of env family {family.name!r} is '
+                     'already registered')
   _FAMILIES.append(family)
 
 
@@ -53,10 +52,33 @@ def env_family(env_id: str) -> str:
   return family_of(env_id).name
 
 
-def actor_kind(env_id: str) -> str:
-  """The actor kind (family.ACTOR_KINDS) of an env id's family; KeyError for
-  ids no family knows."""
-  return family_of(env_id).actor_kind
+def registered() -> Tuple[EnvFamily, ...]:
+  """The registered families, in lookup order."""
+  return tuple(_FAMILIES)
+
+
+def settings_groups() -> Dict[str, type]:
+  """Every registered family's config groups: name -> settings dataclass."""
+  return {name: cls for f in _FAMILIES for name, cls in f.settings_groups.items()}
+
+
+def default_settings() -> Dict[str, Any]:
+  """Every registered family's settings groups at their defaults (for envs
+  made outside a run)."""
+  return {name: cls() for name, cls in settings_groups().items()}
+
+
+def family_owning(group: str) -> str:
+  """The name of the family whose settings group is `group`; KeyError for none."""
+  for f in _FAMILIES:
+    if group in f.settings_groups:
+      return f.name
+  raise KeyError(group)
+
+
+def normalised_score(env_id: str, episode_return: float) -> Optional[float]:
+  """The return on its family's shared scale (EnvFamily.normalised_score), or None."""
+  return family_of(env_id).normalised_score(env_id, episode_return)
 
 
 def known_env_ids_hint() -> str:
@@ -91,14 +113,23 @@ class EnvGroup:
   env_kwargs: Dict[str, Any]
   reward_scale: float
   num_envs: int
-  # NLE envs dealt random characters ('@'): the task id of each role in
-  # envs.nethack.ROLES order; each episode takes its dealt role's id.
+  # For families that deal each episode a role (EnvFamily.role_task_ids):
+  # the task id of each role; each episode takes its dealt role's id.
   role_task_ids: Optional[Tuple[int, ...]] = None
 
 
-def make_actor_envs(groups: Sequence[EnvGroup], seed: int, envpool_threads: int,
-                    nle_workers: int, observation_keys: Sequence[str],
-                    nle_savedir=None) -> ConcatEnv:
+def batch_context(family: EnvFamily, resources: Mapping[str, Resources], settings: Settings,
+                  observation_keys: Sequence[str], workdir: Optional[str] = None
+                  ) -> BatchContext:
+  """A family's BatchContext from the run's resources (family name -> its
+  counts per actor) and settings groups."""
+  return BatchContext(resources=dict(resources.get(family.name, {})), settings=settings,
+                      observation_keys=tuple(observation_keys), workdir=workdir)
+
+
+def make_actor_envs(groups: Sequence[EnvGroup], seed: int, resources: Mapping[str, Resources],
+                    settings: Settings, observation_keys: Sequence[str],
+                    workdir: Optional[str] = None) -> ConcatEnv:
   """One batched env for an actor, a ConcatEnv of its families' batches.
 
   The env axis holds first the batches made one group at a time (in group
@@ -106,29 +137,26 @@ def make_actor_envs(groups: Sequence[EnvGroup], seed: int, envpool_threads: int,
   tasks sharing workers per env id): not necessarily the groups' order.
 
   Args:
-    envpool_threads: EnvPool threads per pool (0: EnvPool's default).
-    nle_workers: NLE worker processes per env id.
-    nle_savedir: where NLE writes ttyrecs; None: none.
+    resources: family name -> its counts per actor (EnvFamily.size).
+    settings: the families' settings groups, read (RunSpec.envs).
+    workdir: the run folder, for families that write there; None: none.
 
   Raises:
-    ValueError: for role_task_ids on a family that does not deal roles, or
-      batches that differ in observation spec or action count.
+    ValueError: for batches that differ in observation spec or action count.
     KeyError: for ids no family knows.
   """
-  settings = {'envpool_threads': envpool_threads, 'nle_workers': nle_workers,
-              'observation_keys': tuple(observation_keys), 'nle_savedir': nle_savedir}
   parts: List = []
   together: Dict[str, Tuple[EnvFamily, List]] = {}
   for i, g in enumerate(groups):
     family = family_of(g.env_id)
-    if g.role_task_ids is not None and not family.deals_roles:
-      raise ValueError(f'role_task_ids is for NLE envs, not {g.env_id}')
     if family.batches_together:
       together.setdefault(family.name, (family, []))[1].append((i, g))
     else:
-      parts.extend(family.make_batches([(i, g)], seed, settings))
+      parts.extend(family.make_batches(
+          [(i, g)], seed, batch_context(family, resources, settings, observation_keys, workdir)))
   for family, items in together.values():
-    parts.extend(family.make_batches(items, seed, settings))
+    parts.extend(family.make_batches(
+        items, seed, batch_context(family, resources, settings, observation_keys, workdir)))
   return ConcatEnv(parts)
 
 
@@ -143,29 +171,21 @@ def action_names(env_id: str, env_kwargs: Dict[str, Any], num_actions: int) -> t
 
 
 def evaluation_env(env_id: str, task_id: int, env_kwargs: Dict[str, Any], num_envs: int,
-                   seed: int, video: bool, observation_keys: Sequence[str], workers: int):
+                   seed: int, video: bool, context: BatchContext):
   """The matching family's EnvFamily.evaluation_env."""
   return family_of(env_id).evaluation_env(env_id, task_id, env_kwargs, num_envs, seed, video,
-                                          observation_keys, workers)
+                                          context)
 
 
-def task_env_kwargs(task: Dict[str, Any], num_tasks: int, atari_group=None,
+def task_env_kwargs(task: Dict[str, Any], num_tasks: int, settings: Settings,
                     training: bool = True) -> Dict[str, Any]:
-  """A task's env kwargs, the one recipe for training and evaluation.
-
-  Atari games get IMPALA's protocol (atari.protocol_kwargs of
-  `atari_group`, needed for them) under the task's own kwargs. In
-  evaluation a NetHack task named for a role and playing random characters
-  plays that role, so each such task gets exactly its episodes.
+  """A task's env kwargs, the one recipe for training and evaluation: its
+  family's EnvFamily.task_env_kwargs.
 
   Args:
     task: a task of the config: 'env_id', 'name' and optional 'env_kwargs'.
-    num_tasks: the run's number of tasks (Atari's action set).
+    num_tasks: the run's number of tasks.
+    settings: the families' settings groups, read (RunSpec.envs).
     training: False for evaluation.
   """
-  own = dict(task.get('env_kwargs', {}))
-  if atari.game_of(task['env_id']) is not None:
-    return {**atari.protocol_kwargs(atari_group, num_tasks, training=training), **own}
-  if not training and own.get('character') == nethack.RANDOM and task['name'] in nethack.ROLES:
-    own['character'] = task['name']
-  return own
+  return family_of(task['env_id']).task_env_kwargs(task, num_tasks, settings, training)

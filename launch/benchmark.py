@@ -95,8 +95,8 @@ def main(argv):
   print(plan.describe_actors())
   results = {'config': run.config_name, 'num_actors': plan.num_actors,
              'envs_per_actor': spec.actors.envs_per_actor,
-             'envpool_threads': plan.actors.envpool_threads,
-             'nle_workers': plan.actors.nle_workers, 'actors_chosen': list(plan.actors.chosen),
+             'env_resources': {k: dict(v) for k, v in plan.actors.resources.items()},
+             'actors_chosen': list(plan.actors.chosen),
              'network': spec.network.name,
              'batch_size': run.batch_size, 'unroll_length': run.unroll_length,
              'cpu_count': os.cpu_count()}

@@ -17,7 +17,7 @@ from analysis import evaluation
 from analysis import run_loading
 from analysis.run_loading import checkpoint_steps, load_run
 from configs import atari_single, cartpole, nethack_popart, validation
-from envs import render
+from envs import atari, registry, render
 from envs.base import StepResult
 from analysis.run_evaluation import run_evaluation
 from tests.support.training_runs import train
@@ -106,16 +106,21 @@ def test_quotas_add_up():
 
 def test_atari_evaluation_plays_whole_games():
   config = atari_single.get_config('game=Pong,smoke')
-  kwargs = validation.task_env_kwargs(config, config.tasks[0], 1, training=False)
+  spec = validation.validate_spec(config)
+  kwargs = registry.task_env_kwargs(config.tasks[0], 1, spec.envs, training=False)
   assert config.atari.episodic_life and kwargs['episodic_life'] is False
   assert kwargs['max_episode_steps'] == 27_000 and kwargs['reward_clip'] is False
-  del config.atari  # runs whose config has no atari group get the protocol's defaults
-  assert validation.task_env_kwargs(config, config.tasks[0], 1, training=False)['episodic_life'] is False
+  del config.atari  # a config without the group gets the protocol's defaults
+  spec = validation.validate_spec(config)
+  assert spec.envs['atari'] == atari.AtariConfig()
+  assert registry.task_env_kwargs(config.tasks[0], 1, spec.envs, training=False)['episodic_life'] is False
 
 
 def test_random_character_role_tasks_play_their_role():
   config = nethack_popart.get_config('chars=@')
-  kwargs = [validation.task_env_kwargs(config, t, len(config.tasks), training=False) for t in config.tasks]
+  settings = registry.default_settings()
+  kwargs = [registry.task_env_kwargs(t, len(config.tasks), settings, training=False)
+            for t in config.tasks]
   assert [k['character'] for k in kwargs] == [t['name'] for t in config.tasks]
 
 

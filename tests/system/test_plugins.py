@@ -1,6 +1,8 @@
 """Extension points, from a test file alone: an environment family
 registered with envs.registry.register trains, logs its action names,
-checks its kwargs at start-up and evaluates; a torso registered with
+checks its kwargs at start-up and evaluates; a family stepping its envs in
+worker processes of its own owns a settings group, sizes its workers in
+the cores it is given, trains and stops them; a torso registered with
 networks.torsos.register is a network.name whose abilities the settings
 check, and learns; a learner registered with rl.algorithms.register (its
 own loss, settings group and state) trains on it, checks its settings at
@@ -8,6 +10,7 @@ start-up, and its state is saved and restored with the checkpoint; nothing
 else changed."""
 
 import dataclasses
+import multiprocessing as mp
 from typing import Any
 
 import flax.linen as nn
@@ -83,7 +86,6 @@ class ToyCueEnv:
 
 class ToyFamily(EnvFamily):
   name = 'toy'
-  actor_kind = 'synthetic'
 
   def matches(self, env_id):
     return env_id == TOY_ID
@@ -97,15 +99,14 @@ class ToyFamily(EnvFamily):
       raise EnvKwargsError(f'{env_kwargs} is not valid for {env_id}; allowed keys: size (>= 2)')
     return len(TOY_ACTIONS), {'state': ((env_kwargs.get('size', 4),), np.dtype(np.float32))}
 
-  def make_batches(self, groups, seed, settings):
+  def make_batches(self, groups, seed, context):
     return [ToyCueEnv(g.num_envs, g.task_id, g.reward_scale, seed=seed + 1000 * i,
                       **g.env_kwargs) for i, g in groups]
 
   def action_names(self, env_id, env_kwargs):
     return TOY_ACTIONS
 
-  def evaluation_env(self, env_id, task_id, env_kwargs, num_envs, seed, video,
-                     observation_keys, workers):
+  def evaluation_env(self, env_id, task_id, env_kwargs, num_envs, seed, video, context):
     return ToyCueEnv(num_envs, task_id, seed=seed, **env_kwargs), None, 4.0
 
 
@@ -123,7 +124,7 @@ def _toy_config(arg='smoke', **env_kwargs):
 
 
 def test_a_registered_family_is_found_and_named_in_the_unknown_id_error(toy_family):
-  assert registry.env_family(TOY_ID) == 'toy' and registry.actor_kind(TOY_ID) == 'synthetic'
+  assert registry.env_family(TOY_ID) == 'toy'
   assert TOY_ID in registry.known_env_ids_hint()
   with pytest.raises(ValueError, match='already registered'):
     registry.register(ToyFamily())
@@ -137,7 +138,7 @@ def test_its_kwargs_are_checked_at_start_naming_the_field(toy_family):
   with pytest.raises(ConfigError, match=r'tasks\[0\].env_kwargs: .*allowed keys: size'):
     validate(_toy_config(colour=3))
   plan = validate(_toy_config(size=6))
-  assert plan.actors.num_actors == 1 and plan.envpool_pools == 0   # stepped in the actor thread
+  assert plan.actors.num_actors == 1 and plan.actors.resources == {}   # stepped in the actor thread
 
 
 def test_without_registration_the_id_is_unknown():
@@ -157,6 +158,130 @@ def test_a_registered_family_trains_logs_its_action_names_and_evaluates(toy_fami
   run = load_run(str(tmp_path / 'run'))
   env, frame_fn, fps = evaluation.make_task_env(run, 0, 4, seed=0, video=False)
   assert isinstance(env, ToyCueEnv) and frame_fn is None and fps == 4.0
+
+
+# A family of its own worker processes: the same cue envs, each worker
+# stepping a contiguous slice of an actor's envs (all its tasks together),
+# as NLE's workers do.
+PROC_ID = 'ToyCueProc-v0'
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyProcConfig:
+  """The toy's worker processes (the config's `toy_proc` group)."""
+  workers: int = setting(0, 'worker processes per actor; 0 = one per core the actor has',
+                         within(0, 64))
+
+
+def _toy_worker(conn, envs):
+  """A worker's loop: one ToyCueEnv per (task id, reward scale, seed) of `envs`."""
+  cues = [ToyCueEnv(1, task, scale, seed=seed) for task, scale, seed in envs]
+  while True:
+    command, actions = conn.recv()
+    if command == 'close':
+      return
+    results = [e.reset() if command == 'reset' else e.step(actions[i:i + 1])
+               for i, e in enumerate(cues)]
+    conn.send([(r.obs['state'], r.reward, r.terminated, r.task_id) for r in results])
+
+
+class ProcessCueEnv:
+  """ToyCueEnvs stepped in `workers` spawned processes, in order."""
+
+  def __init__(self, envs, workers):
+    self.num_envs, self.num_actions = len(envs), len(TOY_ACTIONS)
+    self.observation_spec = {'state': ((4,), np.dtype(np.float32))}
+    bounds = np.linspace(0, len(envs), workers + 1).astype(int)
+    context = mp.get_context('spawn')
+    self._conns, self.processes = [], []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+      parent, child = context.Pipe()
+      process = context.Process(target=_toy_worker, args=(child, envs[lo:hi]), daemon=True)
+      process.start()
+      self._conns.append(parent)
+      self.processes.append(process)
+    self._bounds = bounds
+    STARTED.extend(self.processes)
+
+  def _ask(self, command, actions=None):
+    for conn, lo, hi in zip(self._conns, self._bounds[:-1], self._bounds[1:]):
+      conn.send((command, None if actions is None else actions[lo:hi]))
+    parts = [r for conn in self._conns for r in conn.recv()]
+    return StepResult(obs={'state': np.concatenate([p[0] for p in parts])},
+                      reward=np.concatenate([p[1] for p in parts]),
+                      terminated=np.concatenate([p[2] for p in parts]),
+                      truncated=np.zeros(self.num_envs, bool),
+                      task_id=np.concatenate([p[3] for p in parts]))
+
+  def reset(self):
+    return self._ask('reset')
+
+  def step(self, actions):
+    return self._ask('step', np.asarray(actions))
+
+  def close(self):
+    for conn, process in zip(self._conns, self.processes):
+      if process.is_alive():
+        conn.send(('close', None))
+      process.join(timeout=5)
+
+
+STARTED = []   # every worker process ProcessCueEnv started
+
+
+class ToyProcFamily(ToyFamily):
+  name = 'toy_proc'
+  settings_groups = {'toy_proc': ToyProcConfig}
+  batches_together = True   # an actor's tasks share its workers
+
+  def matches(self, env_id):
+    return env_id == PROC_ID
+
+  def ids_hint(self):
+    return f'a toy id in worker processes ({PROC_ID})'
+
+  def size(self, cores, num_actors, envs_per_actor, num_tasks, settings):
+    workers = settings['toy_proc'].workers
+    if workers:
+      return {'workers': workers}, ()
+    return {'workers': min(envs_per_actor, max(1, cores // num_actors))}, ('toy_proc.workers',)
+
+  def describe(self, resources, num_actors, num_tasks):
+    return f'{resources["workers"]} toy worker processes per actor'
+
+  def make_batches(self, groups, seed, context):
+    envs = [(g.task_id, g.reward_scale, seed + 1000 * i + k)
+            for i, g in groups for k in range(g.num_envs)]
+    return [ProcessCueEnv(envs, min(context.resources['workers'], len(envs)))]
+
+
+@pytest.fixture
+def toy_proc_family():
+  registry.register(ToyProcFamily())
+  yield
+  registry.unregister('toy_proc')
+
+
+def test_a_family_with_worker_processes_owns_its_settings_sizes_and_stops_them(
+    toy_proc_family, tmp_path):
+  config = cartpole.get_config(None)   # the full CartPole recipe: it learns the cue
+  assert config.toy_proc.workers == 0   # its group is in every config, at its defaults
+  config.tasks = ({'name': 'Left', 'env_id': PROC_ID}, {'name': 'Right', 'env_id': PROC_ID})
+  config.actors.cores = 4
+  plan = validate(config)
+  assert plan.actors.resources == {'toy_proc': {'workers': 4}}   # 4 cores, 1 actor thread
+  assert 'toy_proc.workers' in plan.actors.chosen
+  assert '4 toy worker processes per actor' in plan.describe_actors()
+  config.toy_proc.workers = 65
+  with pytest.raises(ConfigError, match=r'config field toy_proc.workers: must be in \[0, 64\]'):
+    validate(config)
+  config.toy_proc.workers = 2
+  assert validate(config).actors.resources == {'toy_proc': {'workers': 2}}
+  config.total_env_steps = 40_000
+  records = train_and_read(config, tmp_path)
+  returns = [r['episode_return/Left'] for r in records if r.get('episodes/Left', 0) >= 10]
+  assert returns and max(returns) >= 3.0, returns   # random 2 of 4
+  assert len(STARTED) == 2 and not any(p.is_alive() for p in STARTED)
 
 
 class ToyLinearTorso(nn.Module):

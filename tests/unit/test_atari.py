@@ -1,21 +1,23 @@
 """IMPALA's Atari protocol on EnvPool, task ids, action sets, whole-game
 returns and human-normalised scores."""
 
+import dataclasses
+
 import ml_collections
 import numpy as np
 import pytest
 
-from configs import atari_common, atari_multitask, atari_popart, atari_single
-from configs.validation import validate
+from configs import atari_multitask, atari_popart, atari_single
+from configs.validation import validate, validate_spec
 from envs import atari, registry
 from envs.envpool_env import EnvPoolEnv
 
 
 def _envs(config, plan):
-  a = config.actors
   return registry.make_actor_envs(plan.actor_env_groups[0], seed=0,
-                                  envpool_threads=a.envpool_threads,
-                                  nle_workers=1, observation_keys=plan.observation_keys)
+                                  resources=plan.actors.resources,
+                                  settings=validate_spec(config).envs,
+                                  observation_keys=plan.observation_keys)
 
 
 def test_single_game_preprocessing_and_minimal_action_set():
@@ -42,7 +44,8 @@ def test_multitask_uses_the_full_action_set_and_config_task_order():
   config = atari_popart.get_config('games=Pong+Breakout+Seaquest,smoke')
   plan = validate(config)
   assert plan.task_names == ('Pong', 'Breakout', 'Seaquest')
-  assert plan.task_games == ('Pong', 'Breakout', 'Seaquest')
+  assert plan.task_env_ids == ('Pong-v5', 'Breakout-v5', 'Seaquest-v5')
+  assert plan.normalised_score(0, 14.6) == pytest.approx(1.0)   # Pong's human score
   env = _envs(config, plan)
   try:
     assert env.num_actions == 18
@@ -54,12 +57,12 @@ def test_multitask_uses_the_full_action_set_and_config_task_order():
 
 
 def test_sticky_actions_and_action_set_switches():
-  group = atari_common.atari_group()
+  group = atari.AtariConfig()
   assert atari.protocol_kwargs(group, 1)['repeat_action_probability'] == 0.0
-  group.sticky_actions = True
+  group = dataclasses.replace(group, sticky_actions=True)
   assert atari.protocol_kwargs(group, 1)['repeat_action_probability'] == 0.25
   assert not atari.protocol_kwargs(group, 1)['full_action_space']
-  group.action_set = 'full'
+  group = dataclasses.replace(group, action_set='full')
   assert atari.protocol_kwargs(group, 1)['full_action_space']
   # Evaluation plays whole games.
   assert not atari.protocol_kwargs(group, 1, training=False)['episodic_life']
@@ -96,7 +99,7 @@ def test_unknown_games_fail_with_the_valid_list():
 
 
 def test_game_over_is_reported_only_when_the_last_life_is_lost():
-  group = atari_common.atari_group()
+  group = atari.AtariConfig()
   env = EnvPoolEnv('Breakout-v5', 1, 0, atari.protocol_kwargs(group, 1), seed=3)
   rng = np.random.default_rng(0)
   try:

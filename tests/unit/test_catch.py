@@ -182,7 +182,8 @@ def test_registry_builds_catch():
   assert registry.action_names(catch.ENV_ID, {}, 3) == ('left', 'stay', 'right')
   group = registry.EnvGroup(task_id=1, env_id=catch.ENV_ID, env_kwargs=SMALL,
                             reward_scale=1.0, num_envs=3)
-  env = registry.make_actor_envs([group], seed=0, envpool_threads=0, nle_workers=1,
+  env = registry.make_actor_envs([group], seed=0, resources={},
+                                 settings=registry.default_settings(),
                                  observation_keys=('frames',))
   r = env.step(np.ones(3, np.int64))
   assert r.obs['frames'].shape == (3, 4, 40, 40) and r.task_id.tolist() == [1, 1, 1]
@@ -199,7 +200,7 @@ def test_config_validates(arg):
   config = catch_config.get_config(arg)
   plan = validate(config)
   assert plan.observation_keys == ('frames',) and plan.frames_per_step == 1
-  assert plan.task_games == (None,)
+  assert plan.task_env_ids == (catch.ENV_ID,) and plan.normalised_score(0, 1.0) is None
   assert config.network.name == 'shallow' and config.reward_mode == 'clip'
 
 

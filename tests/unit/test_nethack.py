@@ -114,8 +114,9 @@ def test_random_characters_log_episodes_under_the_role_dealt(tmp_path):
   config = nethack_popart.get_config('chars=@,smoke')
   plan = validate(config)
   assert all(g.role_task_ids == tuple(range(13)) for g in plan.actor_env_groups[0])
-  env = registry.make_actor_envs(plan.actor_env_groups[0], seed=5, envpool_threads=0,
-                                 nle_workers=1, observation_keys=plan.observation_keys)
+  env = registry.make_actor_envs(plan.actor_env_groups[0], seed=5, resources={'nle': {'workers': 1}},
+                                 settings=registry.default_settings(),
+                                 observation_keys=plan.observation_keys)
   try:
     result = env.reset()
     roles = {int(t) for t in result.task_id}

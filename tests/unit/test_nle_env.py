@@ -212,7 +212,8 @@ def test_random_characters_report_the_dealt_roles_task():
   groups = [registry.EnvGroup(task_id=t, env_id=ENV_ID, reward_scale=1.0, num_envs=2,
                               env_kwargs={'character': '@', 'max_episode_steps': 8},
                               role_task_ids=ids) for t in (0, 1)]
-  env = registry.make_actor_envs(groups, seed=5, envpool_threads=0, nle_workers=2,
+  env = registry.make_actor_envs(groups, seed=5, resources={'nle': {'workers': 2}},
+                                 settings=registry.default_settings(),
                                  observation_keys=('tty_chars',))
   rng = np.random.default_rng(4)
   checked, roles, ends = 0, set(), 0
