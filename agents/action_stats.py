@@ -26,7 +26,6 @@ class ActionStats:
     self.reset()
 
   def reset(self) -> None:
-    """Empties the window."""
     self._counts = np.zeros((self._k, self._a), np.int64)
     self._entropy_sum = np.zeros(self._k)
 

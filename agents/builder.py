@@ -35,19 +35,13 @@ class Agent:
 
 def build_agent(spec, num_actions: int, observation_spec: Dict[str, tuple],
                 with_update: bool = True) -> Agent:
-  """The agent of a run spec, for an env.
+  """The agent of a run spec, for an env, its state replicated over plan.learner_devices.
 
   Args:
     spec: the run's RunSpec (configs/spec.py).
-    num_actions: the env's action count.
     observation_spec: {key: (shape per env step, dtype)}, without
       prev_action / prev_reward.
     with_update: False skips the update (tools that only act or restore).
-
-  Returns:
-    An Agent, its state replicated over plan.learner_devices;
-    `task_gradients` is None unless a multi-task V-trace run sets
-    log.task_gradients_seconds.
   """
   plan, run = spec.plan, spec.run
   network = agent_net.make_network(spec.network, num_actions, plan.num_values, plan.num_tasks,

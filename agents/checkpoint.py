@@ -6,9 +6,7 @@ Guarantees: each checkpoint is read back when written into a manifest
 (`verified.json`, size and SHA-256 per file); a resume takes the newest
 intact one and moves damaged ones to `checkpoints.damaged/`; an older
 checkpoint is deleted only after a newer one verified; one without a
-manifest was cut off and counts as damaged. Run folders from before the
-manifests (2026-11) or before the optimiser state held its hyperparameters
-do not restore: their compatibility branches were deleted ([27]).
+manifest was cut off and counts as damaged.
 """
 
 import errno
@@ -61,10 +59,9 @@ def _saved_fields(state: LearnerState) -> Dict[str, Any]:
 class Checkpointer:
   """Writes, verifies, rotates and restores the checkpoints of a run folder.
 
-  Saves are synchronous and every process makes the same calls; the primary
-  process verifies, writes the manifests and sets damaged checkpoints aside,
-  and every process acts on its verdict. Rotation is done here, after
-  verification, not by orbax's max_to_keep.
+  The primary process verifies, writes the manifests and sets damaged
+  checkpoints aside, and every process acts on its verdict. Rotation is done
+  here, after verification, not by orbax's max_to_keep.
 
   Args:
     keep_intermediate: keep every checkpoint; False keeps the newest KEEP_LAST.
@@ -96,7 +93,6 @@ class Checkpointer:
     return tuple(sorted(self._manager.all_steps()))
 
   def latest_step(self) -> Optional[int]:
-    """The newest checkpoint's env step, or None without one."""
     return self._manager.latest_step()
 
   def save(self, env_steps: int, state: LearnerState, rng: jax.Array) -> bool:
@@ -233,5 +229,4 @@ class Checkpointer:
                               f'{self._manager.directory}; have {", ".join(map(str, self.steps()))}')
 
   def close(self) -> None:
-    """Closes orbax's manager."""
     self._manager.close()

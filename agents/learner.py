@@ -38,7 +38,6 @@ class LearnerState(NamedTuple):
 
 
 def make_mesh(devices: Sequence[jax.Device]) -> Mesh:
-  """The 1-D learner mesh over `devices`, its one axis named AXIS."""
   return Mesh(np.asarray(devices), (AXIS,))
 
 
@@ -64,8 +63,7 @@ def build_update(apply_fn: Callable, optimizer, schedule, loss_cfg: LossConfig,
 
   A centring torso's mean frames first take in the batch's frames; then the
   learner (rl/algorithms.py, picked by `loss_cfg.name`) takes its optimiser
-  steps, reading the hyperparameters injected in the optimiser state, so
-  setting them mid-run needs no recompilation.
+  steps with the hyperparameters injected in the optimiser state.
 
   Args:
     apply_fn: `apply_fn(params, popart_stats, obs, first, core_state)`.

@@ -27,7 +27,6 @@ def host_dtype(dtype) -> np.dtype:
 
 
 def policy_observation_spec(env_spec):
-  """The env's {key: (shape, dtype)} plus POLICY_INPUT_KEYS."""
   return {**env_spec, **POLICY_INPUT_KEYS}
 
 

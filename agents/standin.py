@@ -54,7 +54,6 @@ class StandInEnv:
     return self._result(reward, terminated)
 
   def close(self) -> None:
-    """Does nothing: there is nothing to close."""
     pass
 
 

@@ -15,7 +15,6 @@ class StageTimer:
     self._totals = collections.defaultdict(lambda: [0.0, 0])
 
   def add(self, stage: str, seconds: float, calls: int = 1) -> None:
-    """Adds `seconds` and `calls` to `stage`'s totals."""
     with self._lock:
       entry = self._totals[stage]
       entry[0] += seconds

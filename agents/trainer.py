@@ -39,8 +39,7 @@ class Trainer:
   """Envs, agent, actors (not started) and checkpoints of one process of a run.
 
   Restores the workdir's latest checkpoint: a resumed run keeps the config's learner hyperparameters
-  (differences in `changed_hyperparameters`) and gets fresh env and actor seeds. Every process makes
-  one, and they must see the same latest checkpoint.
+  (differences in `changed_hyperparameters`) and gets fresh env and actor seeds.
 
   Args:
     stop_requested: set (by a signal handler) to end the loop after the update in progress; a new

@@ -174,8 +174,7 @@ def synthetic_batch(spec, num_actions: int, obs_spec, seed: int = 0) -> Unroll:
 
 
 def bench_learner(spec, seconds, warmup):
-  """The learner's compiled update on one synthetic batch, repeated (at least
-  3 times); `warmup` is unused, as the update is compiled and run once first.
+  """The learner's compiled update on one synthetic batch, repeated (at least 3 times).
 
   Returns:
     (updates/s, the compiled update's arguments + outputs + temporaries in MiB,
@@ -241,9 +240,8 @@ SUITE_DTYPES = ('float32', 'bfloat16')
 
 
 def quiet(config):
-  """Makes config benchmark-ready in place and returns it: no wandb, no
-  progress lines, a fresh temporary workdir, a log row every second and a
-  total never reached (the learning rate's schedule does not change the speed)."""
+  """Makes config benchmark-ready in place and returns it (its total is never
+  reached: the learning rate's schedule does not change the speed)."""
   with config.unlocked():
     config.wandb.mode = 'disabled'
     config.log.progress = False

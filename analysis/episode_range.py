@@ -9,11 +9,7 @@ class FramesError(ValueError):
 
 
 def parse_frames(text: str) -> Tuple[int, int]:
-  """'A:B' -> (A, B), steps A..B-1 of the episode.
-
-  Raises:
-    FramesError: unless A and B are integers with 0 <= A < B.
-  """
+  """'A:B' -> (A, B), steps A..B-1 of the episode; FramesError unless 0 <= A < B."""
   a, sep, b = text.partition(':')
   if not sep or not a.isdigit() or not b.isdigit() or int(b) <= int(a):
     raise FramesError(f'--frames must be A:B with 0 <= A < B, got {text!r}')

@@ -144,11 +144,8 @@ def markdown(rows: Sequence[TaskVerdict], labels: Tuple[str, str] = ('run', 'bas
 
 
 def load(path: str) -> Dict[str, Score]:
-  """Scores from a run folder's newest evaluation or an evaluation JSON file.
-
-  Raises:
-    ValueError: naming `path`, when it holds no evaluation or cannot be read.
-  """
+  """Scores from a run folder's newest evaluation or an evaluation JSON file;
+  ValueError naming `path` when it holds no evaluation or cannot be read."""
   try:
     if path.endswith('.json'):
       with open(path) as f:

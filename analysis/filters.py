@@ -50,11 +50,7 @@ def filter_distances(a: np.ndarray, b: np.ndarray) -> Dict[str, float]:
 
 def pick_steps(steps: Sequence[int], points: int) -> List[int]:
   """The distinct checkpoint steps nearest to `points` evenly spaced fractions
-  (0 to 1) of the last step, sorted.
-
-  Raises:
-    ValueError: when `steps` is empty.
-  """
+  (0 to 1) of the last step, sorted; ValueError when `steps` is empty."""
   steps = sorted(steps)
   if not steps:
     raise ValueError('run has no checkpoints')
@@ -85,11 +81,8 @@ def compare(runs: Dict[str, Dict[float, Dict[str, np.ndarray]]]) -> List[Dict]:
 
 def load_kernels(workdir: str, points: int) -> Dict[float, Dict[str, np.ndarray]]:
   """A run's conv kernels at `points` evenly spaced checkpoints (pick_steps),
-  read-only: {step / last step (4 decimals): conv_kernels}.
-
-  Raises:
-    ValueError: naming the folder, when the run has no checkpoints.
-  """
+  read-only: {step / last step (4 decimals): conv_kernels}; ValueError naming
+  the folder when the run has none."""
   ckpt = Checkpointer(workdir, read_only=True)
   if not ckpt.steps():
     raise ValueError(f'{workdir} has no checkpoints')

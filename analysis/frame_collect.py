@@ -62,7 +62,6 @@ def collect(spec, num_blocks: int, policy_scale: float = 1.0) -> Collected:
   """Runs actor 0 as a fresh run would (env step 0) and keeps what it produces.
 
   Args:
-    spec: the run's RunSpec (configs.validation.validate_spec).
     num_blocks: the unrolls to collect.
     policy_scale: multiplies the policy head's weights (tests: logits that
       differ between frames, so off-by-one errors show).

@@ -15,10 +15,7 @@ EVENTS = 'events.jsonl'
 def load_population(population_dir: str) -> Tuple[Dict[str, List[Dict]], List[Dict]]:
   """({member name: its metrics.jsonl rows}, events.jsonl's rows or []) of a
   population folder; members without metrics.jsonl are left out.
-
-  Raises:
-    FileNotFoundError: when the folder has no members/.
-  """
+  FileNotFoundError when the folder has no members/."""
   root = os.path.join(population_dir, MEMBERS)
   members = {name: run_folder.read_jsonl(run_folder.metrics_path(os.path.join(root, name)))
              for name in sorted(os.listdir(root))
@@ -66,5 +63,4 @@ def schedule(rows: Sequence[Dict], name: str) -> List[Tuple[int, int, float]]:
 
 
 def copies(events: Sequence[Dict], member: str) -> List[Dict]:
-  """The events whose recipient is `member`, in order."""
   return [e for e in events if e.get('recipient') == member]

@@ -95,7 +95,6 @@ class PeerAgent:
     self.env_id = self.flags.get('env', 'NetHackScore-v0')
 
   def initial_state(self, batch_size: int):
-    """The network's core state for `batch_size` envs (its own initial_state)."""
     return self.model.initial_state(batch_size)
 
   def policy(self, greedy: bool = False) -> Callable:
@@ -152,12 +151,9 @@ def last_logged_step(model_tar: str) -> Optional[int]:
 
 
 def task_id_of(run, task: Optional[str]) -> int:
-  """The index of task name `task` in the run's tasks (None: its only task).
-
-  Raises:
-    ValueError: naming the tasks, when `task` is not one, or is None and the
-      run has several.
-  """
+  """The index of task name `task` in the run's tasks (None: its only task);
+  ValueError naming the tasks when `task` is not one, or is None and the run
+  has several."""
   names = list(run.plan.task_names)
   if task is None:
     if len(names) != 1:

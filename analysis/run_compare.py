@@ -1,5 +1,4 @@
-"""Runs compared at fixed agent steps per task (e.g. the one-change runs
-archived in docs/data/popart_atari/); `launch/compare_runs.py` prints them.
+"""Runs compared at fixed agent steps per task; `launch/compare_runs.py` prints them.
 
 Agent steps per task are a run's env steps over its tasks (the actors step
 every task's envs equally); `step` and `window` arguments are in those units.

@@ -21,30 +21,18 @@ from infra import atomic_write
 def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
                    max_video_frames=2000, max_steps=None, num_envs=8, seed=0, out=print,
                    uniform=False, overwrite=False):
-  """Evaluates a run's checkpoint on every task and writes the record into the run folder.
-
-  The record (evaluation.summary, JSON, indent 2) goes to
-  <workdir>/eval/<env_steps>.json, <env_steps>_uniform.json with `uniform`,
-  or the next free .<n>.json (evaluation.result_path); the videos to
-  <workdir>/eval/<env_steps>_video/<task>.mp4 (<task>.gif without an MP4
-  writer: _write_video).
+  """Evaluates a run's checkpoint on every task and writes the record
+  (evaluation.summary) where the module docstring says; returns the record.
 
   Args:
-    workdir: the run folder.
     step: the checkpoint's env step; None: the latest intact one.
     episodes: whole episodes per task.
     greedy: act with the argmax of the logits (else sampled).
-    video: write a video of each task's first episode.
-    max_video_frames: the most frames per video.
     max_steps: the most batched steps per task; None: no cap.
     num_envs: the most envs played at a time.
     seed: the evaluation seed (evaluation.env_seed).
     out: where progress lines and the table go.
-    uniform: act uniformly at random (a baseline).
-    overwrite: replace an existing record of this step.
-
-  Returns:
-    The record.
+    uniform: act uniformly at random (a baseline), recorded as <env_steps>_uniform.json.
 
   Raises:
     FileNotFoundError: for a missing run or step.

@@ -2,9 +2,7 @@
 
 Reads only. The latest checkpoint means the newest intact one (newer damaged
 ones are skipped and named in `LoadedRun.skipped`); one asked for by step
-that fails its check stops with one line. A trainer still writing the run
-may delete the chosen checkpoint while it loads: the newest intact one is
-then taken, up to RESTORE_TRIES times.
+that fails its check stops with one line.
 """
 
 import dataclasses

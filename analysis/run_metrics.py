@@ -21,7 +21,6 @@ class Run:
 
   @property
   def keys(self) -> List[str]:
-    """Every key logged in any row, sorted."""
     return sorted({k for r in self.records for k in r})
 
   @property

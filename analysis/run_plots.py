@@ -59,11 +59,7 @@ def per_task_steps(run):
 
 
 def parse_uniform(items: List[str]) -> Dict[str, float]:
-  """--uniform's '<task>=<return>' items as {task: return}.
-
-  Raises:
-    ValueError: for an item that is not '<task>=<number>'.
-  """
+  """--uniform's '<task>=<return>' items as {task: return}; ValueError for any other item."""
   out = {}
   for item in items:
     task, sep, value = item.partition('=')
@@ -103,7 +99,6 @@ def rolling_mean(x: np.ndarray, y: np.ndarray, n: int) -> Tuple[np.ndarray, np.n
 
 
 def first_crossing(steps: np.ndarray, values: np.ndarray, threshold: float) -> Optional[float]:
-  """The first step whose value is >= threshold, as a float; None if none is."""
   above = np.flatnonzero(values >= threshold)
   return float(steps[above[0]]) if len(above) else None
 

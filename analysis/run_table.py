@@ -85,11 +85,8 @@ def run_rows(workdir: str, label: str, window: int) -> List[List[str]]:
 
 
 def uniform_rows(path: str) -> List[List[str]]:
-  """Rows 'uniform play' of an evaluation record's tasks, '-' but the score.
-
-  Raises:
-    ValueError: naming `path`, when it cannot be read or has no 'tasks'.
-  """
+  """Rows 'uniform play' of an evaluation record's tasks, '-' but the score;
+  ValueError naming `path` when it cannot be read or has no 'tasks'."""
   try:
     with open(path) as f:
       record = json.load(f)
@@ -102,7 +99,6 @@ def uniform_rows(path: str) -> List[List[str]]:
 
 
 def markdown(rows: List[List[str]]) -> str:
-  """The rows as a markdown table under HEADER."""
   lines = ['| ' + ' | '.join(HEADER) + ' |', '|' + ' --- |' * len(HEADER)]
   lines += ['| ' + ' | '.join(row) + ' |' for row in rows]
   return '\n'.join(lines)

@@ -12,10 +12,8 @@ class SaliencyError(ValueError):
 
 def explain(run, task_id: int, start: int, stop: int, stride: int, greedy: bool, seed: int):
   """Plays one episode of a task to `stop` (or its end) and computes saliency
-  maps at each step from `start` on.
-
-  Atari perturbs the 84x84 frames on a grid of `stride` pixels (0: 5), NetHack
-  blanks blocks of `stride` map cells (0: 3).
+  maps at each step from `start` on: Atari perturbs the 84x84 frames on a grid
+  of `stride` pixels (0: 5), NetHack blanks blocks of `stride` map cells (0: 3).
 
   Returns:
     Per explained step (image, policy map, value map, info): the image a video

@@ -75,11 +75,9 @@ class Diagnoser:
 
   @property
   def env_steps(self) -> int:
-    """The trainer's env step."""
     return self.trainer.env_steps
 
   def start(self):
-    """Starts the trainer's actor threads."""
     self.trainer.start()
 
   def next_batch(self):
@@ -119,11 +117,8 @@ class Diagnoser:
 
   def advantage_batches(self, batches: int):
     """The next `batches` batches' advantages before normalisation, as host
-    advantage_groups.AdvantageBatch, at the current state, which does not move.
-
-    Each batch's minibatches are the learner's own first epoch's for its step
-    (rl/minibatches.shuffle_keys and unroll_order), counted on batch by batch.
-    """
+    advantage_groups.AdvantageBatch, at the current state, which does not move;
+    each batch's minibatches are the learner's own first epoch's for its step."""
     t = self.trainer
     step = int(np.asarray(learner_lib.local_copy(t.state.step)))
     out = []
@@ -140,5 +135,4 @@ class Diagnoser:
     return out
 
   def close(self):
-    """Stops the trainer's actors and closes it."""
     self.trainer.close()

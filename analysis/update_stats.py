@@ -56,11 +56,7 @@ def gradient_report(grads: Dict[str, object], max_grad_norm: float) -> Dict[str,
 
 
 def rmsprop_nu(opt_state):
-  """The `nu` of the one ScaleByRmsState in an optax state.
-
-  Raises:
-    ValueError: when the state holds none or several.
-  """
+  """The `nu` of the one ScaleByRmsState in an optax state (ValueError for none or several)."""
   return _one_state(opt_state, 'ScaleByRmsState').nu
 
 

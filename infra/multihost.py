@@ -95,9 +95,6 @@ def resolve(coordinator_address: Optional[str] = None, num_processes: Optional[i
   Each setting comes from its flag, else its JAX_* variable, else a cluster
   JAX detects; num_processes 1 is the single-process run too.
 
-  Returns:
-    A ProcessSpec, or None for a single-process run.
-
   Raises:
     DistributedError: settings missing with no cluster to fill them, or a
       bad count, id or host:port address.
@@ -161,7 +158,6 @@ def check_uniform_devices() -> None:
 
 
 def is_multiprocess() -> bool:
-  """Whether the run has more than one process."""
   return jax.process_count() > 1
 
 
@@ -181,10 +177,7 @@ def learner_devices(num_local: int) -> tuple:
 
 
 def allgather_json(value) -> List:
-  """[value of process 0, value of process 1, ...] of a JSON-able value.
-
-  A collective: every process must call it.
-  """
+  """[value of process 0, value of process 1, ...] of a JSON-able value; a collective."""
   if not is_multiprocess():
     return [value]
   from jax.experimental import multihost_utils
@@ -199,10 +192,8 @@ def allgather_json(value) -> List:
 
 
 def allgather_ints(values: Sequence[int]) -> np.ndarray:
-  """int32 [processes, len(values)] of every process's `values`.
-
-  A collective: every process must call it, with as many values.
-  """
+  """int32 [processes, len(values)] of every process's `values`; a collective, each
+  process passing as many values."""
   row = np.asarray(values, np.int32)
   if not is_multiprocess():
     return row[None]

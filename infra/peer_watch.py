@@ -130,8 +130,6 @@ class Watchdog(threading.Thread):
   a failure or stays silent over `timeout_seconds`, or the coordinator stays
   unreachable that long; runs the cleanups (at most CLEANUP_SECONDS) first.
   Beats come from this thread, so a long compile is not silence.
-  `standing_down` (set by announce_failure) stops it judging peers; `silent`
-  holds the peers found dead.
   """
   CLEANUP_SECONDS = 20.0
 

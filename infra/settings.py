@@ -3,10 +3,8 @@ default, one-line help and check, beside the code that reads it:
 
   beta: float = setting(3e-4, 'step size of the moments', within(0, 1, low_closed=False))
 
-plus an optional `problem()` method for checks across fields. `config_dict`
-makes the ml_collections group, `read` turns it back into the dataclass at
-start-up, `reference` feeds docs/settings.md. A check maps a value to None
-(allowed) or a phrase saying why not ('must be a positive number, got 0').
+plus an optional `problem()` method for checks across fields. A check maps a
+value to None (allowed) or a phrase saying why not ('must be a positive number, got 0').
 """
 
 import dataclasses
@@ -20,15 +18,13 @@ Problem = Tuple[str, str]   # (field, why)
 
 
 def setting(default, help: str, check: Optional[Check] = None):  # noqa: A002 (argparse's name)
-  """One field of a settings dataclass.
+  """One field of a settings dataclass: a dataclasses field carrying `help` and
+  `check` in its metadata.
 
   Args:
     default: its default (a dict becomes a nested group, copied per instance).
     help: one line saying what it does.
     check: value -> None or why the value is refused; None: any value.
-
-  Returns:
-    A dataclasses field carrying `help` and `check` in its metadata.
   """
   metadata = {'help': help, 'check': check}
   if isinstance(default, dict):
@@ -96,7 +92,6 @@ def read(cls, group, prefix: str = '', check: bool = True):
   """The settings `group` holds, checked.
 
   Args:
-    cls: the settings dataclass.
     group: a config group or mapping; a missing field takes its default
       (a config.json from before the field existed).
     prefix: the group's dotted path, for errors ('' for top-level fields).

@@ -5,8 +5,7 @@ The first signal sets `stop_requested`: the run ends after the update in
 progress, saves and exits 0. The handler never raises, because a raise lands
 wherever the main thread is (a callback whose exceptions Python ignores, or
 half-built envs). SIGINT is set too, as a background process inherits it
-ignored. A second signal raises KeyboardInterrupt (one process) or exits 1
-at once (several).
+ignored.
 """
 
 import contextlib
@@ -19,15 +18,12 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def install(stop_requested: threading.Event, multi: bool) -> Dict[int, Callable]:
-  """Installs the SIGINT and SIGTERM handlers; off the main thread, does nothing.
+  """Installs the SIGINT and SIGTERM handlers and returns the previous ones
+  {signal number: handler} for `restore`; off the main thread, does nothing.
 
   Args:
-    stop_requested: the run's event; the first signal sets it.
     multi: several processes: a second signal exits 1 at once instead of
       raising KeyboardInterrupt.
-
-  Returns:
-    The previous handlers {signal number: handler}, for `restore`.
   """
   if threading.current_thread() is not threading.main_thread():
     return {}

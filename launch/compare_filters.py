@@ -4,11 +4,9 @@
       --points=5 --output=runs/filters
 
 At `--points` moments (the nearest intermediate checkpoints: train with
---config.keep_intermediate=True), for each conv layer two runs share: the
-mean L2 distance between filter i of each ('index'), and the same after a
-one-to-one Hungarian matching of filters ('matched'), both over the mean
-filter norm. Writes filters.json, filters.csv and filters_<layer>.png
-(analysis/filters.py).
+--config.keep_intermediate=True), the 'index' and 'matched' distances
+(analysis/filters.py) of each conv layer two runs share. Writes
+filters.json, filters.csv and filters_<layer>.png.
 """
 
 import csv
@@ -30,7 +28,6 @@ _OUTPUT = flags.DEFINE_string('output', 'filter_comparison', 'Folder for data an
 
 
 def _exit(reason: str) -> None:
-  """One line and exit status 2."""
   print(f'error: {reason}', file=sys.stderr)
   sys.exit(2)
 

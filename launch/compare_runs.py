@@ -1,8 +1,7 @@
-"""A markdown table of runs at fixed agent steps per task: e.g. the
-separating runs archived in docs/data/popart_atari/ (docs/popart_atari.md).
+"""A markdown table of runs at fixed agent steps per task.
 
   python launch/compare_runs.py runs/pc_popart runs/pc_popart_debiased \\
-      --labels='today,debiased start' --steps=500000,750000 --threshold=Pong=-15
+      --labels='default,debiased start' --steps=500000,750000 --threshold=Pong=-15
 
 One row per run and task: the training return (games ending in the last
 --window agent steps per task) at each of --steps, the first agent step

@@ -4,14 +4,10 @@
   python launch/evaluate.py --workdir=runs/pong_1m --step=500000 --episodes=30 --greedy
   python launch/evaluate.py --workdir=runs/nethack_popart-demo --episodes=8 --video
 
-Writes <workdir>/eval/<env_steps>.json (settings, per-task statistics of
-returns and lengths, human-normalised scores for Atari); an evaluation of a
-step evaluated before goes to <env_steps>.2.json, .3.json, ... (the earlier
-ones are kept) unless --overwrite is given. With --video it also writes
-one MP4 (H.264) per task of its first episode in
-<workdir>/eval/<env_steps>_video/<task>.mp4, or <task>.gif where no MP4
-writer (imageio-ffmpeg) is installed.
-A missing run, checkpoint or step stops it with one line and exit status 2.
+Writes <workdir>/eval/<env_steps>.json and, with --video, one video per task
+of its first episode (analysis/run_evaluation.py says where; --overwrite
+replaces a step's record). A missing run, checkpoint or step stops it with
+one line and exit status 2.
 """
 
 import os

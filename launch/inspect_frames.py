@@ -85,7 +85,6 @@ def print_table(checks: Dict[str, Check]) -> bool:
 
 
 def _exit(reason: str) -> None:
-  """One line and exit status 2."""
   print(f'error: {reason}', file=sys.stderr)
   sys.exit(2)
 

@@ -37,7 +37,6 @@ def _task(rows_by_member):
 
 
 def _exit(reason: str) -> None:
-  """One line and exit status 2."""
   print(f'error: {reason}', file=sys.stderr)
   sys.exit(2)
 

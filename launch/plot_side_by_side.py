@@ -75,7 +75,6 @@ def _plot(curves, labels, axis, width, end, path, title):
 
 
 def _exit(reason: str) -> None:
-  """One line and exit status 2."""
   print(f'error: {reason}', file=sys.stderr)
   sys.exit(2)
 

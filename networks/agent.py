@@ -194,10 +194,7 @@ def init_variables(network: AgentNetwork, rng, obs_example, batch: int = 1,
 
   Initialised on `obs_example` (key -> one observation without batch axes) broadcast to
   [1, batch, ...], every step first; the weights are then re-initialised with `init` ('lecun' or
-  'orthogonal', networks/init.py). The health collection is dropped.
-
-  Raises:
-    ValueError: an unknown `init`.
+  'orthogonal', networks/init.py; ValueError for another). The health collection is dropped.
   """
   # One compiled program: op by op a NetHack network's init is several times slower.
   @jax.jit

@@ -101,15 +101,8 @@ class _AttentionStep(nn.Module):
 
 
 class AttentionCore(nn.Module):
-  """The attention agent's encoder and recurrent core.
-
-  Attributes:
-    lstm_size: L, the policy LSTM's size.
-    key_size: must be in (0, conv_lstm_channels).
-    answer_sizes: the answer MLP's ReLU layers before the policy LSTM; the
-      paper's: (512, 256).
-  """
-  lstm_size: int
+  """The attention agent's encoder and recurrent core."""
+  lstm_size: int                  # L, the policy LSTM's size
   frame_size: int = 84            # input frames are frame_size x frame_size
   vision_channels: tuple = (32, 64)  # the two vision conv layers (8x8/4, 4x4/2)
   conv_lstm_channels: int = 64    # ConvLSTM hidden channels (keys + values)
@@ -117,7 +110,7 @@ class AttentionCore(nn.Module):
   num_queries: int = 4
   query_hidden_size: int = 128
   num_frequencies: int = 4        # spatial basis: 4 * this channels
-  answer_sizes: tuple = ()        # the answer MLP before the policy LSTM; () = none
+  answer_sizes: tuple = ()        # ReLU MLP before the policy LSTM; the paper's: (512, 256)
   num_centres: int = 0            # > 0: frames centred on their task's mean (centring.py)
   kernels: str = 'auto'           # the conv layers' implementation (networks/kernels.py)
   dtype: Any = jnp.float32        # the vision stack's dtype (the recurrent parts: float32)
@@ -188,6 +181,5 @@ SIZE_FIELDS = ('vision_channels', 'conv_lstm_channels', 'key_size', 'num_queries
 
 
 def size_defaults() -> dict:
-  """{name: default} of AttentionCore for each of SIZE_FIELDS."""
   defaults = {f.name: f.default for f in dataclasses.fields(AttentionCore)}
   return {name: defaults[name] for name in SIZE_FIELDS}

@@ -29,7 +29,6 @@ class FrameCentre(nn.Module):
 
   @nn.compact
   def __call__(self):
-    """Returns the mean frames [K, H, W], stopped from gradients."""
     mean = self.param('mean', nn.initializers.zeros_init(), (self.num_tasks,) + tuple(self.frame_shape))
     self.param('count', nn.initializers.zeros_init(), (self.num_tasks,))
     return jax.lax.stop_gradient(mean)

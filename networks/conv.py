@@ -6,10 +6,7 @@ A convolution is an explicit im2col + one matmul, forward and backward.
 Stride s becomes a stride-1 conv with a ceil(k/s) kernel by space-to-depth.
 The batch goes through in chunks (`lax.scan`) so each chunk's patch matrix
 stays in cache; the backward pass recomputes patches per chunk rather than
-saving them. Forward-only calls (actors) use XLA's conv for stride 1 and
-_kn2row for strided convs of small batches. Parameters are nn.Conv's, so
-checkpoints see an ordinary conv; `kernels` (networks/kernels.py) picks
-this op or XLA's (`xla_conv2d`).
+saving them. Parameters are nn.Conv's, so checkpoints see an ordinary conv.
 """
 
 import functools

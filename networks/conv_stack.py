@@ -12,8 +12,7 @@ custom-VJP op that is fast to differentiate on XLA:CPU (docs/speed.md).
   of dz0 over the cells whose tap (i, j) read glyph k, the embedding
   gradient is S @ W0' and the first kernel's E^T @ S.
 
-Only the float summation order differs from the plain network. `impl`
-(networks/kernels.py) picks this op or XLA's (`xla_glyph_conv_stack`).
+Only the float summation order differs from the plain network.
 """
 
 import jax

@@ -11,7 +11,6 @@ class _ResettingLSTMStep(nn.Module):
   @nn.compact
   def __call__(self, carry, inputs):
     x, first = inputs
-    # Zero the state of envs whose observation starts a new episode.
     carry = jax.tree.map(lambda c: jnp.where(first[:, None], 0.0, c), carry)
     carry, y = nn.OptimizedLSTMCell(self.size, name='lstm')(carry, x)
     return carry, y

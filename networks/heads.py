@@ -23,9 +23,8 @@ def normalised_and_unnormalised(head: nn.Module, normalised):
 
 
 class PopArtValueHead(nn.Module):
-  """One normalised value output per task ([..., F] -> [..., K]), with the
-  PopArt statistics beside it; returns (n(x), sigma n(x) + mu). The learner
-  moves the statistics and rescales 'kernel' [F, K] and 'bias' [K]."""
+  """One normalised value output per task, with the PopArt statistics beside
+  it; the learner moves them and rescales 'kernel' [F, K] and 'bias' [K]."""
   num_values: int
 
   @nn.compact

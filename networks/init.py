@@ -45,7 +45,7 @@ def orthogonal_kernel(key, shape, gain: float, dtype=jnp.float32):
 
 def apply_init(params: Dict[str, Any], scheme: str, key, *, policy_head: str = 'policy_head',
                value_head: str = 'value_head', core: str = 'core') -> Dict[str, Any]:
-  """Params re-initialised with `scheme`.
+  """Params re-initialised with `scheme` (ValueError if not one of INITS).
 
   Kernels are the 'kernel' leaves of at least 2 dimensions, except a
   categorical value head's logits (kept at zeros); the biases beside them
@@ -58,9 +58,6 @@ def apply_init(params: Dict[str, Any], scheme: str, key, *, policy_head: str = '
 
   Returns:
     Params of the same tree, shapes and dtypes ('lecun': `params` itself).
-
-  Raises:
-    ValueError: `scheme` is not one of INITS.
   """
   if scheme not in INITS:
     raise ValueError(f'unknown init {scheme!r}; choose one of {", ".join(INITS)}')

@@ -17,11 +17,7 @@ KERNELS = ('auto', 'cpu', 'xla')
 
 
 def check(kernels: str) -> str:
-  """`kernels` unchanged if one of KERNELS.
-
-  Raises:
-    ValueError: it is not (the message names the choices).
-  """
+  """`kernels` unchanged if one of KERNELS, else a ValueError naming them."""
   if kernels not in KERNELS:
     raise ValueError(f'unknown kernels {kernels!r}; choose one of {", ".join(KERNELS)}')
   return kernels
@@ -30,10 +26,7 @@ def check(kernels: str) -> str:
 def select(kernels: str, cpu: Callable, xla: Callable, *args):
   """cpu(*args) or xla(*args), as `kernels` says; 'auto' picks `cpu` when
   lowered for CPU, `xla` otherwise (lax.platform_dependent). Both must return
-  the same shapes and dtypes.
-
-  Raises:
-    ValueError: `kernels` is not one of KERNELS.
+  the same shapes and dtypes. ValueError for a `kernels` not in KERNELS.
   """
   if check(kernels) == 'cpu':
     return cpu(*args)

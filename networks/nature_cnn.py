@@ -11,8 +11,7 @@ to differentiate on XLA:CPU, where per-layer convs spend their time moving data 
 * The health maxima are taken per chunk; frame centring subtracts each stack's task mean frame where
   conv1's input is converted.
 
-Parameters are the plain layers'. Only uint8 [N, 4, 84, 84] frames take this path (`supported`);
-`xla_convs` is the same function as XLA convolutions, for accelerators.
+Parameters are the plain layers'. Only uint8 [N, 4, 84, 84] frames take this path (`supported`).
 """
 
 import functools

@@ -85,7 +85,6 @@ def extra_features(obs, extra_inputs, glyph_embedding, dtype=jnp.float32):
 
 
 def _cast(tree, dtype):
-  """Every leaf of `tree` (parameters) in the computation dtype `dtype`."""
   return jax.tree.map(lambda a: a.astype(dtype), tree)
 
 

@@ -11,8 +11,7 @@ from networks.kernels import KERNELS
 from networks.nethack import EXTRA_INPUTS
 from networks import torsos
 
-# network.dtype: the torso's compute dtype (all else stays float32). 'auto':
-# float32 on a CPU (where bfloat16 is slower), bfloat16 on GPUs and TPUs.
+# network.dtype's choices; 'auto' is float32 on a CPU, where bfloat16 is slower.
 DTYPES = ('auto', 'float32', 'bfloat16')
 
 # Torso arguments AgentNetwork fills from other network fields: torso_kwargs

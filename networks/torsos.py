@@ -3,10 +3,7 @@
 
 Every torso takes `dtype`, the dtype its layers compute in; its parameters
 and output stay float32, so core, heads and losses are float32 whatever it
-is. Torsos with convolutions take `kernels` (networks/kernels.py). Each is
-registered once with what it reads and can do (`Torso`, `register`); the
-network, its settings' checks and the env's observation keys ask the
-registry.
+is. Each is registered with what it reads and can do (`Torso`, `register`).
 """
 
 import dataclasses
@@ -141,7 +138,6 @@ class NatureCNNTorso(nn.Module):
 
 
 def _in_dtype(outputs, dtype):
-  """The fused op's (conv3 output, maxima) with the output in `dtype`."""
   y, maxima = outputs
   return y.astype(dtype), maxima
 
@@ -231,11 +227,7 @@ _REGISTRY: Dict[str, Torso] = {}
 
 
 def register(name: str, torso: Torso) -> None:
-  """Makes `name` a network.name.
-
-  Raises:
-    ValueError: `name` is registered already.
-  """
+  """Makes `name` a network.name; ValueError if it is registered already."""
   if name in _REGISTRY:
     raise ValueError(f'torso {name!r} is registered already')
   _REGISTRY[name] = torso
@@ -247,11 +239,7 @@ def unregister(name: str) -> None:
 
 
 def get(name: str) -> Torso:
-  """The torso registered as `name`.
-
-  Raises:
-    ValueError: no torso has that name.
-  """
+  """The torso registered as `name`; ValueError if none is."""
   if name not in _REGISTRY:
     raise ValueError(f'unknown network {name!r}; choose one of {", ".join(names())}')
   return _REGISTRY[name]

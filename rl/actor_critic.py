@@ -33,8 +33,7 @@ class LossConfig(NamedTuple):
   settings: Any = None   # the learner's own settings (rl/impala.VTraceConfig, rl/ppo.PPOConfig,
                          # ...: its config group); None: its defaults
   num_tasks: int = 1     # tasks in the run (per-task metrics, per-task normalisation)
-  # optimizer.clip_by='term' (V-trace only): clip the policy-and-entropy and
-  # the value gradients apart, then add them.
+  # optimizer.clip_by='term' (V-trace only).
   clip_per_term: bool = False
   # PopArt's step per valid target (popart.step_per='sample') instead of per update.
   popart_per_sample: bool = False
@@ -76,11 +75,8 @@ class Learner(NamedTuple):
   network_check: Optional[Callable[[Any, bool], Optional[Tuple[str, str]]]] = None
 
   def read_settings(self, group, check: bool = True):
-    """Its settings of its config group; `check=False` skips the fields' checks.
-
-    Raises:
-      infra.settings.SettingsError: naming the group's first bad field.
-    """
+    """Its settings of its config group, or a SettingsError naming the first bad
+    field; `check=False` skips the fields' checks."""
     return settings_lib.read(self.settings_type, group, self.config_group, check=check)
 
 

@@ -25,22 +25,16 @@ class LossChoice:
 
 
 def register(learner: Learner) -> None:
-  """Adds a learner under its name; its `config_group` must be in the config.
-
-  Raises:
-    ValueError: a learner of that name is registered already.
-  """
+  """Adds a learner under its name (its `config_group` must be in the config);
+  ValueError if the name is taken."""
   if learner.name in _TABLE:
     raise ValueError(f'a learner named {learner.name!r} is registered already')
   _TABLE[learner.name] = learner
 
 
 def unregister(name: str) -> None:
-  """Removes a learner that `register` added; an unknown name is ignored.
-
-  Raises:
-    ValueError: `name` is a built-in learner.
-  """
+  """Removes a learner that `register` added (ValueError for a built-in one);
+  an unknown name is ignored."""
   if any(learner.name == name for learner in BUILT_IN):
     raise ValueError(f'{name!r} is built in')
   _TABLE.pop(name, None)
@@ -52,11 +46,7 @@ def names() -> Tuple[str, ...]:
 
 
 def get(name: str) -> Learner:
-  """The learner of the config's `loss.name`.
-
-  Raises:
-    ValueError: no learner has that name; the message names the choices.
-  """
+  """The learner of the config's `loss.name`; ValueError (naming the choices) if none."""
   if name not in _TABLE:
     raise ValueError(f'unknown loss {name!r}; choose one of {", ".join(names())}')
   return _TABLE[name]

@@ -1,9 +1,7 @@
 """The network's health, read off the learner's own forward pass: dead ReLU
 units (0 for every input, so no gradient brings them back) and a policy
-whose log-probabilities do not depend on the state.
-
-All functions are pure; with `axis_name` they give the global figure over
-every learner device's shard.
+whose log-probabilities do not depend on the state. With `axis_name`, the
+figures are global over every learner device's shard.
 """
 
 from typing import Dict, Optional

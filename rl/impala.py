@@ -1,11 +1,7 @@
 """IMPALA: the V-trace actor-critic loss (Espeholt et al. 2018, arXiv
 1802.01561) with per-task PopArt (Hessel et al. 2019, arXiv 1809.04474),
-and the learner's update.
-
-Written for one device's shard; statistics and counts are summed across
-`axis_name`. Losses are summed over time and batch as in IMPALA's code (its
-RMSProp epsilon assumes it), or with reduction 'mean' divided by the global
-number of valid steps; metrics are per valid step either way.
+and the learner's update. Written for one device's shard; sums cross
+`axis_name`; metrics are per valid step whatever `LossConfig.reduction`.
 """
 
 import dataclasses
@@ -30,14 +26,11 @@ from rl.types import Unroll
 NAME = 'impala'
 CONFIG_GROUP = 'vtrace'   # the run config's group of VTraceConfig's fields
 
-
-# What the advantages are normalised over: the minibatch, or each task's steps in it.
 ADVANTAGE_GROUPS = ('minibatch', 'task')
 
 # The loss's terms, in the order of the by-term loss's rows (loss_fn(by_term=True)).
 TERMS = ('policy', 'baseline', 'entropy')
-# The two gradients optimizer.clip_by='term' clips apart: the policy's
-# (its policy-gradient and entropy terms) and the value's.
+# The gradients optimizer.clip_by='term' clips apart, as weights on TERMS.
 CLIP_GROUPS = ((1.0, 0.0, 1.0), (0.0, 1.0, 0.0))
 CLIP_GROUP_NAMES = ('policy', 'baseline')
 
@@ -77,7 +70,6 @@ class VTraceConfig:
 
 
 def settings(cfg: LossConfig) -> VTraceConfig:
-  """`cfg.settings` when it is a VTraceConfig, else VTraceConfig's defaults."""
   return cfg.settings if isinstance(cfg.settings, VTraceConfig) else VTraceConfig()
 
 
@@ -108,7 +100,6 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
 
   Args:
     apply_fn: as rl/actor_critic.evaluate_unroll's.
-    axis_name: the devices the batch spans; None for one device.
     by_term: the loss is a [3, num_tasks] array instead: each term of TERMS
       over each task's steps, summing to the scalar loss (per-term clip,
       rl/sgd.py; per-task gradient norms).
@@ -266,7 +257,6 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
       stacked = jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
       (params, opt_state, new_stats), (step_metrics, log_pis) = jax.lax.scan(
           scan_step, (params, opt_state, stats), stacked)
-      # Means over the update's epochs x minibatches optimiser steps.
       metrics = mean_metrics(step_metrics)
       first, log_pi = jax.tree.map(lambda x: x[0], (stacked, log_pis))
     metrics['kl_update'] = health.update_kl(apply_fn, params, new_stats, first, log_pi, axis_name)

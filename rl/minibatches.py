@@ -1,10 +1,5 @@
-"""How a learner update deals a device's shard of unrolls into minibatches.
-
-Whole unrolls are shuffled with a key of the run's seed and the learner step
-(the same on every device, so the unrolls of each minibatch can be named
-again later) and cut into minibatches; with `balance_tasks` each task's
-unrolls are dealt out evenly.
-"""
+"""How a learner update deals a device's shard of whole unrolls into minibatches,
+shuffled by the run's seed and the learner step alone (so they can be named again later)."""
 
 import jax
 import jax.numpy as jnp

@@ -19,12 +19,9 @@ from infra.settings import at_least, boolean, integer, one_of, positive, setting
 
 OPTIMIZERS = ('rmsprop', 'adam')
 _MAX_HORIZON = 2**31 - 1   # the largest step count optax's int32 counter holds
-# optimizer.clip_by: the clip on the whole gradient (in the chain), or on
-# each term's gradient (the learner's sgd step; V-trace only).
 CLIP_BY = ('global', 'term')
 
-# The keys of opt_state.hyperparams that can change mid-run; 'eps' is the
-# named optimiser's epsilon.
+# opt_state.hyperparams' keys that can change mid-run ('eps': the named optimiser's).
 HYPERPARAMETERS = ('learning_rate', 'entropy_cost', 'max_grad_norm', 'eps')
 
 
@@ -62,7 +59,6 @@ class OptimizerConfig:
 
 
 def eps_field(optimizer_name: str) -> str:
-  """The config field of the named optimiser's epsilon."""
   return 'optimizer.adam_eps' if optimizer_name == 'adam' else 'optimizer.rmsprop_eps'
 
 
@@ -95,7 +91,6 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
     entropy_cost: kept in the state with the other hyperparameters; None: not.
     clip_in_chain: False leaves the clip out of the chain; the learner then
       clips each term's gradient itself (rl/sgd.py, clip_by='term').
-    anneal_to: the end rate as a fraction of the base, in [0, 1].
 
   Returns:
     (optimizer, schedule): an optax GradientTransformation, and
@@ -154,9 +149,6 @@ def optimizer_from_settings(o: OptimizerConfig, learning_rate: float, entropy_co
   Returns:
     (optimizer, schedule) as `make_optimizer`, the schedule indexed by
     learner update (`LearnerState.step`), for logging.
-
-  Raises:
-    ValueError: `o.name` is not one of OPTIMIZERS.
   """
   k = steps_per_update
   optimizer, schedule = make_optimizer(
@@ -177,17 +169,13 @@ def hyperparameter(opt_state, key: str, default=None):
 
 
 def hyperparameters(opt_state) -> Dict[str, jnp.ndarray]:
-  """A new dict of the injected hyperparameters of a `make_optimizer` state."""
   return dict(opt_state.hyperparams)
 
 
 def with_hyperparameters(opt_state, values: Dict[str, float]):
   """`opt_state` with some injected hyperparameters set; the next update uses
-  them without compiling again.
-
-  Raises:
-    KeyError: a key the state does not hold; the message names those it holds.
-  """
+  them without compiling again. KeyError (naming the keys it holds) for a key
+  the state does not hold."""
   current = opt_state.hyperparams
   for key in values:
     if key not in current:

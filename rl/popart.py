@@ -24,8 +24,6 @@ SIGMA_MAX = 1e6
 Stats = Dict[str, jax.Array]
 
 STARTS = ('identity', 'debiased')
-# `popart.step_per`: beta per update toward the batch mean, or beta per valid
-# target, 1 - (1 - beta)^n for n targets (rlax `art`).
 STEP_RULES = ('batch', 'sample')
 # Each task's step this update [K]; mean_metrics combines steps as 1 - prod(1 - s).
 STEP_METRIC = 'popart/step'
@@ -60,11 +58,7 @@ class PopArtConfig:
 
 def init_stats(num_tasks: int, start: str = 'identity') -> Stats:
   """K tasks' statistics before any update: mu 0, nu 1 (sigma 1), float32; with
-  start 'debiased' also weight 0.
-
-  Raises:
-    ValueError: `start` is not one of STARTS.
-  """
+  start 'debiased' also weight 0. ValueError for a `start` not in STARTS."""
   if start not in STARTS:
     raise ValueError(f'unknown PopArt start {start!r}; choose one of {", ".join(STARTS)}')
   stats = {'mu': jnp.zeros((num_tasks,), jnp.float32),
@@ -129,7 +123,6 @@ def update_stats_and_step(stats: Stats, targets: jax.Array, task_ids: jax.Array,
 
   Args:
     targets: unnormalised value targets, any shape; task_ids and mask alike.
-    axis_name: the devices the batch spans; None for one device.
 
   Returns:
     (new statistics, step [K]): the step each task took, 0 without targets.

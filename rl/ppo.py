@@ -55,7 +55,6 @@ class PPOConfig:
 
 
 def settings(cfg: LossConfig) -> PPOConfig:
-  """`cfg.settings` when it is a PPOConfig, else PPOConfig's defaults."""
   return cfg.settings if isinstance(cfg.settings, PPOConfig) else PPOConfig()
 
 
@@ -253,10 +252,7 @@ def split_minibatches(batch: Unroll, targets: Targets, num: int, split: str, key
   'steps': the T x B transitions shuffled into parts of [1, T B / num]
   (feed-forward networks; `first` True everywhere). 'unrolls': the B unrolls
   shuffled into parts of [T + 1, B / num] with their core states. Leftovers
-  are dropped.
-
-  Raises:
-    ValueError: `split` is not one of SPLITS.
+  are dropped. ValueError for a `split` not in SPLITS.
   """
   t, b = targets.mask.shape
   if split == 'steps':
@@ -284,10 +280,8 @@ def split_minibatches(batch: Unroll, targets: Targets, num: int, split: str, key
 def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTransformation,
                 value_head: str, axis_name: Optional[str], seed: int = 0,
                 max_grad_norm: float = float('inf')) -> Callable:
-  """The PPO learner's update of one device's shard.
-
-  Targets and PopArt move once per batch and the value head is rescaled once,
-  then epochs x minibatches optimiser steps, a fresh shuffle each epoch.
+  """The PPO learner's update of one device's shard (the module docstring's
+  steps), a fresh shuffle each epoch.
 
   Args:
     value_head: the top-level param name of the head PopArt rescales.
@@ -327,7 +321,6 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
 
     (params, opt_state), step_metrics = jax.lax.scan(
         epoch, (params, opt_state), jax.random.split(key, p.epochs))
-    # Means over the update's epochs x minibatches optimiser steps.
     metrics.update(jax.tree.map(jnp.mean, step_metrics))
     return params, opt_state, new_stats, metrics
 

@@ -21,11 +21,8 @@ def h_inv(x, eps: float = H_EPSILON):
 
 
 def transform_rewards(rewards, mode: str):
-  """The rewards the learner trains on (episode returns are logged raw).
-
-  Raises:
-    ValueError: `mode` is not one of REWARD_MODES.
-  """
+  """The rewards the learner trains on (episode returns are logged raw);
+  ValueError for a `mode` not in REWARD_MODES."""
   if mode == 'clip':
     return jnp.clip(rewards, -1.0, 1.0)
   if mode in ('none', 'h'):

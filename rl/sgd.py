@@ -20,8 +20,7 @@ def make_sgd_step(loss_fn: Callable, optimizer: optax.GradientTransformation, va
   The gradient on this device's shard is summed over `axis_name` (the loss
   reduces over the global minibatch). With `moves_statistics` the value head
   and its gradient are rescaled to the loss's new PopArt statistics before the
-  optimiser. The entropy cost and the clip are the optimiser state's injected
-  hyperparameters (rl/optimizers.py).
+  optimiser; the entropy cost and the clip are read from the optimiser state.
 
   With `clip_groups` = (weights [G, terms], names [G]) the loss returns an
   array [terms, ...] summing to the loss (rl/impala.loss_fn(by_term=True));

@@ -14,9 +14,7 @@ from rl.types import Unroll
 
 def task_gradient_norms(apply_fn: Callable, cfg: LossConfig, params, stats: popart.Stats,
                         batch: Unroll, shared: Sequence[str]) -> dict:
-  """Which task and term pull the shared modules most.
-
-  The gradient norms on the `shared` modules (top-level param names; absent
+  """The gradient norms on the `shared` modules (top-level param names; absent
   ones skipped) of each task's policy and value terms of the V-trace loss on
   one device's `batch`: one forward pass, 2K backward passes.
 

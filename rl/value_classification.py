@@ -43,7 +43,6 @@ class ValueConfig:
 
   @property
   def categorical(self) -> bool:
-    """Whether the head is a categorical one."""
     return self.head in PROJECTIONS
 
 
@@ -86,11 +85,8 @@ def two_hot(targets: jax.Array, centres: jax.Array) -> jax.Array:
 
 def project(projection: str, targets: jax.Array, centres: jax.Array,
             sigma_ratio: float = 0.75) -> jax.Array:
-  """Targets [...] as distributions [..., n] over `centres` by `projection`.
-
-  Raises:
-    ValueError: an unknown projection.
-  """
+  """Targets [...] as distributions [..., n] over `centres` by `projection`
+  (ValueError for an unknown one)."""
   if projection == 'hl_gauss':
     return hl_gauss(targets, centres, sigma_ratio)
   if projection == 'two_hot':

@@ -18,11 +18,8 @@ ASIDE_PREFIX = 'earlier_run.'
 
 
 def run_files(workdir: str) -> List[str]:
-  """The names in `workdir` matching RUN_FILES, sorted ([] without the folder).
-
-  Only plain files and folders count: a symbolic link or a device there was
-  put by hand, and stays.
-  """
+  """The names in `workdir` matching RUN_FILES, sorted ([] without the folder);
+  only plain files and folders: a link or a device there was put by hand, and stays."""
   try:
     names = os.listdir(workdir)
   except FileNotFoundError:

@@ -33,11 +33,10 @@ class Run:
   """One run folder opened for training.
 
   The constructor prepares the folder of a spec validated on every process
-  (validation.validate_everywhere: a collective): it resolves the workdir
-  and takes the lock, raising RunFolderError before anything is written. `start()` builds the trainer,
-  which restores the checkpoint; only then is anything written, so a resume
-  that cannot restore leaves the folder as it was. `trainer` and `logger`
-  are None until `start()`; `close()` is idempotent, also after a failed start.
+  (validation.validate_everywhere: a collective): it resolves the workdir and
+  takes the lock, raising RunFolderError before anything is written. `start()`
+  builds the trainer, which restores the checkpoint; only then is anything
+  written, so a resume that cannot restore leaves the folder as it was.
   """
 
   def __init__(self, spec: RunSpec, stop_requested: Optional[threading.Event] = None):
@@ -79,7 +78,6 @@ class Run:
 
   @property
   def env_steps(self) -> int:
-    """The trainer's env step."""
     return self.trainer.env_steps
 
   def schedule_note(self) -> Optional[str]:
@@ -174,8 +172,7 @@ def train(spec: RunSpec, stop_requested: Optional[threading.Event] = None):
 
   A first SIGINT or SIGTERM (or `stop_requested`) ends the run after the
   update in progress with a checkpoint; a second saves what the trainer has
-  and returns. The signal handlers are restored on return. With several
-  processes every process calls it, and one that fails tells the others.
+  and returns. With several processes each calls it; one that fails tells the others.
 
   Raises:
     rundir.run_folder.RunFolderError: before writing anything.

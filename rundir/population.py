@@ -1,10 +1,6 @@
 """Population-based training (Jaderberg et al. 2017, arXiv 1711.09846) of any
-config, on Ray Tune (`launch/pbt.py` is the command line).
-
-Each member is a run folder, `<workdir>/members/member_NNNNN/`, trained
-interval by interval; at each interval Ray Tune's PopulationBasedTraining
-has the bottom quantile copy a top member's checkpoint and perturbed
-hyperparameters. Both members' metrics.jsonl record the copy.
+config, on Ray Tune (`launch/pbt.py` is the command line and says how it works).
+Each member is a run folder, `<workdir>/members/member_NNNNN/`.
 """
 
 import datetime
@@ -80,11 +76,7 @@ def _trainable(tune):
 
     def setup(self, tune_config, base=None, settings=None, population_dir=None):
       """Makes the member's spec from `base` (the population's RunSpec source);
-      the run folder opens at the first step.
-
-      Its workdir is `<population_dir>/members/<name>`, its seed the base's +
-      member index, and `tune_config`'s hyperparameters applied (configs/compose.py).
-      """
+      the run folder opens at the first step."""
       self.settings, self.population_dir, self.ledger = settings, population_dir, None
       self.name = member_name(self.trial_id)
       self.values = {k: float(tune_config[k]) for k in settings.ranges}
@@ -200,7 +192,6 @@ def _trainable(tune):
                    'workdir': self.spec.run.workdir, 'values': self.values}, f)
 
     def reset_config(self, new_config):
-      """False: every change of config gets a new member process."""
       return False  # a new member process for every change: its run folder reopens
 
     def cleanup(self):
@@ -253,7 +244,6 @@ def _ledger_class(ray):
       self._pending = {}
 
     def add(self, donor, row):
-      """Queues a metrics row for member `donor`."""
       self._pending.setdefault(donor, []).append(row)
 
     def take(self, member):
@@ -266,11 +256,10 @@ def _ledger_class(ray):
 def run_population(spec, settings, address=None):
   """Runs a population of members of a spec to total_env_steps on Ray Tune.
 
-  `spec` and `settings` come from configs/compose.population. The
-  population folder (spec.run.workdir)
-  holds members/, events.jsonl (one line per copy), ray/tune/ (Ray Tune's
-  state: a population found there is resumed) and population.json (the
-  summary). Ray starts locally unless `address` names a cluster.
+  `spec` and `settings` come from configs/compose.population. The population
+  folder (spec.run.workdir) holds members/, events.jsonl (one line per copy),
+  ray/tune/ (Ray Tune's state: a population found there is resumed) and
+  population.json (the summary). Ray starts locally unless `address` names a cluster.
 
   Returns:
     (summary, exit status 1 when a member failed, else 0); the summary's

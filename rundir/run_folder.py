@@ -1,11 +1,6 @@
-"""The run folder (`run.workdir`, described in docs/run_folder.md): how it is
-readied for training and how it is read.
-
-`prepare` readies it before training (usable, locked, a resume checked
-against config.json, damaged checkpoints set aside; process 0 decides for
-every process); `adopt`, once the checkpoint is restored, sets aside metrics
-rows past it, so metrics.jsonl stays monotone in env steps, and keeps the
-previous config. Every failure is a one-line `RunFolderError` (exit status 2).
+"""The run folder (`run.workdir`, described in docs/run_folder.md): readied
+for training (`prepare`, then `adopt` once the checkpoint is restored) and
+read back. Every failure is a one-line `RunFolderError` (exit status 2).
 """
 
 import gzip
@@ -42,12 +37,10 @@ def resolve_workdir(run) -> str:
 
 
 def config_path(workdir: str) -> str:
-  """<workdir>/config.json."""
   return os.path.join(workdir, CONFIG_FILE)
 
 
 def metrics_path(workdir: str) -> str:
-  """<workdir>/metrics.jsonl."""
   return os.path.join(workdir, METRICS_FILE)
 
 

@@ -55,8 +55,7 @@ class RunLogger:
 
   On the primary process the constructor writes config.json (the spec's
   source) and opens metrics.jsonl, wandb (unless spec.wandb.mode is
-  'disabled') and TensorBoard (spec.log.tensorboard). `wandb_failure` and
-  `tensorboard_failure` hold why a writer was dropped, else None.
+  'disabled') and TensorBoard (spec.log.tensorboard).
 
   Args:
     process_index: the prefix of its messages when not primary.

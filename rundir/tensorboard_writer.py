@@ -1,8 +1,7 @@
 """A run's metrics as TensorBoard event files in the run folder, written with
 tensorboardX: the scalars of metrics.jsonl at x = env_steps, the config as
-text, and its hyperparameters in the HParams tab, ranked by
-`mean_episode_return`. A resumed run drops the earlier files' points after
-its checkpoint, as metrics.jsonl does its rows. Errors are the caller's."""
+text, and its hyperparameters in the HParams tab, ranked by RANKING_METRIC.
+Errors are the caller's."""
 
 import json
 import time
@@ -48,7 +47,7 @@ class TensorBoardWriter:
     from tensorboardX.summary import hparams  # pylint: disable=import-outside-toplevel
     # TensorBoard reads a folder's files in name order, named to the second:
     # the nanosecond suffix keeps a resume within that second from
-    # overwriting the earlier file. It drops the points from `purge_step` on.
+    # overwriting the earlier file.
     purge_step = None if resume_step is None else resume_step + 1
     self._writer = SummaryWriter(logdir, purge_step=purge_step, flush_secs=FLUSH_SECONDS,
                                  filename_suffix=f'.{time.time_ns()}')
@@ -66,5 +65,4 @@ class TensorBoardWriter:
         self._writer.add_scalar(tag, value, step)
 
   def close(self) -> None:
-    """Flushes and closes the event file."""
     self._writer.close()
