@@ -14,8 +14,8 @@ from configs.pbt import PBTConfig
 from envs import registry
 from infra import settings
 from infra.multihost import DistributedConfig
-from infra.settings import (at_least, boolean, finite_numbers, integer, one_of, positive, setting,
-                            text, within)
+from infra.settings import (at_least, boolean, finite_numbers, frozen_setting, integer, one_of,
+                            positive, setting, text, within)
 from networks import torsos
 from networks.network_config import NetworkConfig
 from rl import algorithms
@@ -79,7 +79,7 @@ class RunConfig:
                                      at_least(0))
   actor_device_id: int = setting(0, "index of the local device that runs the actors' policy",
                                  at_least(0))
-  tasks: Tuple[dict, ...] = setting(
+  tasks: Tuple[dict, ...] = frozen_setting(
       (), 'tuple of task(...) dicts; their order gives the task ids', lambda v: None)
 
   def problem(self):

@@ -11,17 +11,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import ml_collections
 
-# Prefixes of dotted config fields fixed for a run's life: the network, the
-# tasks and their envs (observations and actions), the value outputs and the
-# optimiser state's structure.
-FROZEN = ('network', 'value.head', 'value.bins', 'tasks', 'atari', 'popart.enabled',
-          'popart.start', 'optimizer.name',
-          'optimizer.momentum', 'optimizer.clip_by')
-# Fields under FROZEN that may change all the same: how the network computes,
-# not what (the same parameters, the same function): a run trained on a CPU
-# resumes on a GPU.
-FREE = ('network.kernels', 'network.dtype')
-
+from configs import common
+from infra import settings
 
 def flatten(tree: Any, prefix: str = '') -> Dict[str, Any]:
   """Nested dicts flattened to {'a.b': leaf} (lists are leaves)."""
@@ -34,9 +25,15 @@ def flatten(tree: Any, prefix: str = '') -> Dict[str, Any]:
 
 
 def is_frozen(field: str) -> bool:
-  """Whether a dotted field must keep its saved value: under a FROZEN prefix
-  and not in FREE."""
-  return field not in FREE and any(field == p or field.startswith(p + '.') for p in FROZEN)
+  """Whether a dotted config field must keep its saved value: its setting is
+  frozen (infra/settings.frozen_setting: the network's shapes, the tasks and
+  their envs, the value outputs, the optimiser state's structure). A field
+  inside a group's dict ('network.torso_kwargs.x') is its setting's."""
+  parts = field.split('.')
+  groups = dict(common.groups())
+  if parts[0] in groups and len(parts) > 1:
+    return settings.is_frozen(groups[parts[0]], parts[1])
+  return settings.is_frozen(common.RunConfig, parts[0])
 
 
 def _differences(saved: Dict[str, Any], new: Dict[str, Any]) -> List[Tuple[str, Any, Any]]:

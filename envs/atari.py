@@ -18,7 +18,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import envpool
 from envpool.registration import registry
 
-from infra.settings import boolean, integer, one_of, setting
+from infra.settings import boolean, frozen_setting, integer, one_of, setting
 
 ACTION_SETS = ('auto', 'full', 'minimal')
 FRAMES_PER_EPISODE_CAP = 108_000  # 30 minutes of play at 60 Hz
@@ -45,14 +45,14 @@ def env_id(game: str) -> str:
 class AtariConfig:
   """IMPALA's Atari protocol switches (the config's `atari` group); each
   task's EnvPool options are built from them (`protocol_kwargs`)."""
-  episodic_life: bool = setting(True, "end the learner's episode at each life lost (training "
+  episodic_life: bool = frozen_setting(True, "end the learner's episode at each life lost (training "
                                 'only)', boolean)
-  sticky_actions: bool = setting(False, 'repeat the last action with p=0.25 (Machado et al. 2018)',
+  sticky_actions: bool = frozen_setting(False, 'repeat the last action with p=0.25 (Machado et al. 2018)',
                                  boolean)
-  action_set: str = setting('auto', "'auto' (full 18 for several games, minimal for one), "
+  action_set: str = frozen_setting('auto', "'auto' (full 18 for several games, minimal for one), "
                             "'full', 'minimal'", one_of(ACTION_SETS))
-  noop_max: int = setting(30, 'up to this many no-op actions at the start of a game', integer(0))
-  fire_reset: bool = setting(False, "press FIRE after reset (IMPALA's protocol does not)", boolean)
+  noop_max: int = frozen_setting(30, 'up to this many no-op actions at the start of a game', integer(0))
+  fire_reset: bool = frozen_setting(False, "press FIRE after reset (IMPALA's protocol does not)", boolean)
 
 
 def game_of(env_id_: str) -> Optional[str]:

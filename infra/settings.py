@@ -17,19 +17,33 @@ Check = Callable[[Any], Optional[str]]
 Problem = Tuple[str, str]   # (field, why)
 
 
-def setting(default, help: str, check: Optional[Check] = None):  # noqa: A002 (argparse's name)
-  """One field of a settings dataclass: a dataclasses field carrying `help` and
-  `check` in its metadata.
+def setting(default, help: str, check: Optional[Check] = None,  # noqa: A002 (argparse's name)
+            frozen: bool = False):
+  """One field of a settings dataclass: a dataclasses field carrying `help`,
+  `check` and `frozen` in its metadata.
 
   Args:
     default: its default (a dict becomes a nested group, copied per instance).
     help: one line saying what it does.
     check: value -> None or why the value is refused; None: any value.
+    frozen: fixed for a run's life: a resumed run must keep its saved value
+      (the parameters' shapes, the tasks, the optimiser state's structure).
   """
-  metadata = {'help': help, 'check': check}
+  metadata = {'help': help, 'check': check, 'frozen': frozen}
   if isinstance(default, dict):
     return dataclasses.field(default_factory=lambda: dict(default), metadata=metadata)
   return dataclasses.field(default=default, metadata=metadata)
+
+
+def frozen_setting(default, help: str, check: Optional[Check] = None):  # noqa: A002
+  """A `setting` fixed for a run's life (frozen=True)."""
+  return setting(default, help, check, frozen=True)
+
+
+def is_frozen(cls, name: str) -> bool:
+  """Whether field `name` of settings class `cls` is frozen (False for none)."""
+  field = next((f for f in _fields(cls) if f.name == name), None)
+  return bool(field is not None and field.metadata.get('frozen'))
 
 
 def _fields(cls) -> Tuple[dataclasses.Field, ...]:
@@ -117,14 +131,16 @@ def read(cls, group, prefix: str = '', check: bool = True):
 
 
 def reference(cls, prefix: str) -> Iterator[Tuple[str, str, str, str]]:
-  """(dotted name, type, default, help) of each field, for docs/settings.md."""
+  """(dotted name, type, default, help) of each field, for docs/settings.md;
+  a frozen field's help says so."""
   hints = getattr(cls, '__annotations__', {})
   for field in _fields(cls):
     kind = hints.get(field.name, field.type)
     kind = kind if isinstance(kind, str) else kind.__name__ if isinstance(kind, type) else str(kind)
     kind = kind.replace('typing.', '')
+    frozen = ' (fixed for the run: a resume must keep it)' if field.metadata.get('frozen') else ''
     yield (f'{prefix}.{field.name}' if prefix else field.name, kind,
-           repr(_default(field)), field.metadata.get('help', ''))
+           repr(_default(field)), field.metadata.get('help', '') + frozen)
 
 
 # Checks: value -> None, or why it is refused.

@@ -4,7 +4,7 @@ across them; networks/agent.make_network builds the AgentNetwork."""
 import dataclasses
 from typing import Optional, Tuple
 
-from infra.settings import at_least, boolean, first, mapping, one_of, setting
+from infra.settings import at_least, boolean, first, frozen_setting, mapping, one_of, setting
 from networks import attention
 from networks.init import INITS
 from networks.kernels import KERNELS
@@ -23,17 +23,17 @@ TORSO_FIELDS = {'dtype': 'network.dtype', 'kernels': 'network.kernels',
 @dataclasses.dataclass(frozen=True)
 class NetworkConfig:
   """The agent network: torso, optional LSTM core, policy and value heads."""
-  init: str = setting(
+  init: str = frozen_setting(
       'lecun', "'lecun' (Flax's defaults) or 'orthogonal' (hidden sqrt 2, policy 0.01, value 1; "
       'cleanrl, baselines)', one_of(INITS))
-  name: str = setting(
+  name: str = frozen_setting(
       'mlp', "the torso (networks/torsos.py registers them): 'mlp', 'shallow' (Nature CNN), "
       "'resnet', 'attention', 'nle_simple', 'nle_baseline', 'nle_fast', 'nle_attention'",
       one_of(torsos.names))
-  centre_frames: bool = setting(
+  centre_frames: bool = frozen_setting(
       False, "'shallow', 'resnet', 'attention': each task's frames minus its running mean frame "
       '(networks/centring.py)', boolean)
-  lstm_size: int = setting(0, 'LSTM core size; 0 = feed-forward', at_least(0))
+  lstm_size: int = frozen_setting(0, 'LSTM core size; 0 = feed-forward', at_least(0))
   dtype: str = setting(
       'auto', "the torso's compute dtype: 'auto' (float32 on CPU, bfloat16 on GPU/TPU), "
       "'float32', 'bfloat16'; parameters, optimiser, PopArt and losses stay float32",
@@ -41,11 +41,11 @@ class NetworkConfig:
   kernels: str = setting(
       'auto', "conv layers: 'auto' (CPU-tuned ops when lowered for CPU, XLA convolutions on "
       "GPU/TPU), 'cpu', 'xla' (networks/kernels.py)", one_of(KERNELS))
-  core_extra_inputs: bool = setting(
+  core_extra_inputs: bool = frozen_setting(
       True, 'the core also sees the one-hot last action and clipped last reward (IMPALA)',
       boolean)
-  torso_kwargs: dict = setting({}, 'extra torso arguments', mapping)
-  extra_inputs: Tuple[str, ...] = setting(
+  torso_kwargs: dict = frozen_setting({}, 'extra torso arguments', mapping)
+  extra_inputs: Tuple[str, ...] = frozen_setting(
       (), "nle_baseline / nle_fast also read: 'message' (the message line), 'under_hero' (the "
       'glyph under the hero)', lambda v: _names_problem(v))
 

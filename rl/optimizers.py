@@ -15,7 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from infra.settings import at_least, boolean, integer, one_of, positive, setting, within
+from infra.settings import (at_least, boolean, frozen_setting, integer, one_of, positive, setting,
+                            within)
 
 OPTIMIZERS = ('rmsprop', 'adam')
 _MAX_HORIZON = 2**31 - 1   # the largest step count optax's int32 counter holds
@@ -29,7 +30,7 @@ HYPERPARAMETERS = ('learning_rate', 'entropy_cost', 'max_grad_norm', 'eps')
 class OptimizerConfig:
   """The optimiser's settings (the config's `optimizer` group); the base
   learning rate and the entropy cost are top-level fields."""
-  name: str = setting('rmsprop', "'rmsprop' (the rmsprop_* fields) or 'adam' (the adam_* fields)",
+  name: str = frozen_setting('rmsprop', "'rmsprop' (the rmsprop_* fields) or 'adam' (the adam_* fields)",
                       one_of(OPTIMIZERS))
   adam_b1: float = setting(0.9, "Adam's first-moment decay", within(0, 1, high_closed=False))
   adam_b2: float = setting(0.999, "Adam's second-moment decay", within(0, 1, high_closed=False))
@@ -43,7 +44,7 @@ class OptimizerConfig:
                               'PyTorch/TorchBeast', boolean)
   rmsprop_initial_scale: float = setting(
       0.0, "where RMSProp's nu starts: 0 as optax/PyTorch, 1 as TF (recipe a2c)", at_least(0))
-  momentum: float = setting(0.0, 'RMSProp momentum', at_least(0))
+  momentum: float = frozen_setting(0.0, 'RMSProp momentum', at_least(0))
   warmup_updates: int = setting(
       0, 'learner updates over which the learning rate rises linearly, optimiser step by '
       "step, to its schedule's rate; 0: no warmup", integer(0))
@@ -52,7 +53,7 @@ class OptimizerConfig:
       'linearly from the base to base x anneal_to; 0: to 0 (IMPALA, Cleanba), 1: constant',
       within(0, 1))
   max_grad_norm: float = setting(40.0, 'gradient-norm clip', positive)
-  clip_by: str = setting(
+  clip_by: str = frozen_setting(
       'global', "'global': the whole gradient's norm; 'term' (V-trace only): the policy's "
       "(policy gradient + entropy) and the value's gradients each clipped to max_grad_norm, "
       'then added', one_of(CLIP_BY))

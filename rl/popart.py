@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional, Tuple
 import jax
 import jax.numpy as jnp
 
-from infra.settings import boolean, one_of, setting, within
+from infra.settings import boolean, frozen_setting, one_of, setting, within
 
 SIGMA_MIN = 1e-4
 SIGMA_MAX = 1e6
@@ -32,11 +32,11 @@ STEP_METRIC = 'popart/step'
 @dataclasses.dataclass(frozen=True)
 class PopArtConfig:
   """PopArt's settings (the config's `popart` group)."""
-  enabled: bool = setting(False, 'one value output per task with PopArt; off = plain IMPALA',
+  enabled: bool = frozen_setting(False, 'one value output per task with PopArt; off = plain IMPALA',
                           boolean)
   beta: float = setting(3e-4, 'step size of the per-task moment updates',
                         within(0, 1, low_closed=False))
-  start: str = setting(
+  start: str = frozen_setting(
       'identity', "'identity' (mu 0, sigma 1, then beta: the paper's) or 'debiased' (each "
       "task's first batch sets its statistics, step beta / (1 - (1 - beta)^t) after)",
       one_of(STARTS))

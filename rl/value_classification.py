@@ -15,7 +15,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from infra.settings import integer, one_of, positive, setting, within
+from infra.settings import frozen_setting, integer, one_of, positive, setting, within
 
 HEADS = ('scalar', 'hl_gauss', 'two_hot')
 # A categorical head's logits layer in its params (its affine: 'kernel', 'bias').
@@ -28,11 +28,11 @@ RANGE_KEYS = ('return_p5', 'return_p95')
 @dataclasses.dataclass(frozen=True)
 class ValueConfig:
   """The value head and its loss (the config's `value` group)."""
-  head: str = setting(
+  head: str = frozen_setting(
       'scalar', "'scalar' (one output per value, squared error: IMPALA, PopArt), 'hl_gauss' or "
       "'two_hot' (a categorical over `bins` centres on [-limit, limit], cross-entropy)",
       one_of(HEADS))
-  bins: int = setting(51, 'bins of a categorical head', integer(2))
+  bins: int = frozen_setting(51, 'bins of a categorical head', integer(2))
   limit: float = setting(10.0, "a categorical head's support is [-limit, limit]: PopArt's "
                          'normalised units with PopArt, symlog units without', positive)
   sigma_ratio: float = setting(0.75, "'hl_gauss': the Gaussian's sigma in bin widths", positive)

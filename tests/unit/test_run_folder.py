@@ -3,6 +3,7 @@ comparison, the one-writer lock, workdir checks, metrics set aside past a
 checkpoint, non-finite config numbers, checkpoint verification and damage.
 The same guarantees as faults injected into real runs: test_run_faults.py."""
 
+import dataclasses
 import json
 import os
 
@@ -15,6 +16,7 @@ from agents.checkpoint import Checkpointer
 from agents.learner import LearnerState
 from configs import cartpole, resume
 from configs.validation import ConfigError, validate
+from infra import settings as settings_lib
 from tests.support.faults import largest_data_file
 from rundir import run_folder
 from rundir.run_folder import RunFolderError, RunLock
@@ -38,11 +40,26 @@ def test_resume_compare_splits_frozen_from_allowed_fields():
   assert frozen == [('network.lstm_size', 0, 64)]
   assert [f for f, _, _ in allowed] == ['learning_rate', 'total_env_steps']
   assert resume.describe(frozen) == 'network.lstm_size: saved 0, now 64'
-  for field in ('tasks', 'network.name', 'atari.action_set', 'popart.enabled', 'optimizer.name'):
+  for field in ('tasks', 'network.name', 'network.torso_kwargs.answer_sizes',
+                'atari.action_set', 'popart.enabled', 'optimizer.name', 'value.bins'):
     assert resume.is_frozen(field)
   for field in ('learning_rate', 'total_env_steps', 'log.every_seconds', 'wandb.mode',
-                'entropy_cost', 'checkpoint_every_steps', 'actors.num_actors', 'popart.beta'):
+                'entropy_cost', 'checkpoint_every_steps', 'actors.num_actors', 'popart.beta',
+                'network.kernels', 'network.dtype', 'envpool.threads', 'nle.workers',
+                'no_such_group.field', 'no_such_field'):
     assert not resume.is_frozen(field)
+
+
+def test_frozen_is_a_settings_own_metadata_and_the_settings_page_says_so():
+  """A plug-in's group is frozen where its settings say (no list to keep in step)."""
+  @dataclasses.dataclass(frozen=True)
+  class Toy:
+    shape: int = settings_lib.frozen_setting(3, 'a shape')
+    rate: float = settings_lib.setting(0.1, 'a rate')
+  assert settings_lib.is_frozen(Toy, 'shape') and not settings_lib.is_frozen(Toy, 'rate')
+  rows = dict((name, help_text) for name, _, _, help_text in settings_lib.reference(Toy, 'toy'))
+  assert rows == {'toy.shape': 'a shape (fixed for the run: a resume must keep it)',
+                  'toy.rate': 'a rate'}
 
 
 def test_schedule_note_gives_the_rate_under_both_totals_with_anneal_to():
