@@ -5,7 +5,7 @@ and the learner's update. Written for one device's shard; sums cross
 """
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -152,7 +152,6 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
     else:        # rho_s (q_s - V(x_s)) / sigma_i: the per-task normalised advantage
       pg_advantage = popart.scale(new_stats, t.advantage, task_tm1)
     raw_advantage = pg_advantage
-    raw_advantage_sq = jnp.sum(mask * pg_advantage ** 2)
     if normalize_advantages and per == 'task':
       pg_advantage = ac.normalize_per_task(pg_advantage, mask, task, num_tasks, axis_name)
     elif normalize_advantages:
@@ -164,7 +163,6 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
 
     entropy = ac.entropy(e.log_pi)
     entropy_loss = -jnp.sum(mask * entropy)
-    value_error_sq = mask * (norm_target - norm_value) ** 2
 
     total = (pg_loss + cfg.baseline_cost * baseline_loss
              + entropy_weight * entropy_loss)
@@ -176,41 +174,72 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
         ac.task_sums(pg_steps, mask, task, num_tasks),
         cfg.baseline_cost * ac.task_sums(value_steps, mask, task, num_tasks),
         -entropy_weight * ac.task_sums(entropy, mask, task, num_tasks)]) / divisor
-    log_mu, log_pi = e.log_mu, e.log_pi
-    sums = {
-        'loss/total': total,
-        'loss/policy': pg_loss,
-        'loss/baseline': baseline_loss,
-        'loss/entropy': entropy_loss,
-        'entropy': jnp.sum(mask * entropy),
-        'rho_mean': jnp.sum(mask * rhos),
-        'pg_advantage_rms': raw_advantage_sq,  # a mean square until the root below
-        # Share of steps whose importance weight the V-trace clip at 1 cuts.
-        'rho_clipped': jnp.sum(mask * (rhos > 1.0 + 1e-3)),
-        # KL(mu || pi): the policy lag times the update size.
-        'kl_behaviour': jnp.sum(mask * jnp.sum(
-            jnp.exp(log_mu) * (log_mu - jax.lax.stop_gradient(log_pi)), axis=-1)),
-        'value_mean': jnp.sum(mask * e.values[:-1]),
-    }
-    # Sums of per-device sums: every device reports the global figure.
-    metrics = ac.global_sum({k: v / num_valid for k, v in sums.items()}, axis_name)
-    # The advantages' size before any normalisation: the policy term's
-    # natural weight against the entropy bonus.
-    metrics['pg_advantage_rms'] = jnp.sqrt(metrics['pg_advantage_rms'])
-    metrics.update(health.metrics(e.unit_max, log_pi, mask, axis_name))
-    if cfg.popart_enabled:
-      metrics[popart.STEP_METRIC] = stats_step
-    if value.categorical:
-      metrics['loss/value_ce'] = ac.global_sum(jnp.sum(mask * value_ce), axis_name) / num_valid
-    if num_tasks > 1:
-      metrics.update(task_metrics(value_error_sq, norm_target, raw_advantage, mask, task,
-                                  num_tasks, axis_name))
+    metrics = _metrics(_Parts(
+        total=total, pg_loss=pg_loss, baseline_loss=baseline_loss, entropy_loss=entropy_loss,
+        entropy=entropy, raw_advantage=raw_advantage, norm_target=norm_target,
+        norm_value=norm_value, evaluation=e, rhos=rhos, mask=mask, task=task,
+        value_ce=value_ce if value.categorical else None,
+        stats_step=stats_step if cfg.popart_enabled else None), num_valid, num_tasks, axis_name)
     extras = {'vs': vs, 'qs': qs, 'mask': mask, 'pg_advantage': pg_advantage,
               'norm_target': norm_target, 'norm_value': norm_value, 'rhos': rhos,
-              'log_pi': log_pi}
+              'log_pi': e.log_pi}
     return by_task, LossOutput(reduced, new_stats, metrics, extras, old_stats)
 
   return loss
+
+
+class _Parts(NamedTuple):
+  """What the loss computed that its metrics read: sums of this device's
+  valid steps, and [T, B] arrays."""
+  total: jax.Array
+  pg_loss: jax.Array
+  baseline_loss: jax.Array
+  entropy_loss: jax.Array
+  entropy: jax.Array
+  raw_advantage: jax.Array    # the policy term's advantages before any normalisation
+  norm_target: jax.Array
+  norm_value: jax.Array
+  evaluation: ac.Evaluation
+  rhos: jax.Array
+  mask: jax.Array
+  task: jax.Array
+  value_ce: Optional[jax.Array]    # a categorical head's cross-entropy per step
+  stats_step: Optional[jax.Array]  # PopArt's step per task
+
+
+def _metrics(p: _Parts, num_valid, num_tasks: int, axis_name: Optional[str]) -> dict:
+  """The loss's metrics, each the global figure per valid step."""
+  e, mask = p.evaluation, p.mask
+  log_mu, log_pi = e.log_mu, e.log_pi
+  sums = {
+      'loss/total': p.total,
+      'loss/policy': p.pg_loss,
+      'loss/baseline': p.baseline_loss,
+      'loss/entropy': p.entropy_loss,
+      'entropy': jnp.sum(mask * p.entropy),
+      'rho_mean': jnp.sum(mask * p.rhos),
+      'pg_advantage_rms': jnp.sum(mask * p.raw_advantage ** 2),  # a mean square until the root
+      # Share of steps whose importance weight the V-trace clip at 1 cuts.
+      'rho_clipped': jnp.sum(mask * (p.rhos > 1.0 + 1e-3)),
+      # KL(mu || pi): the policy lag times the update size.
+      'kl_behaviour': jnp.sum(mask * jnp.sum(
+          jnp.exp(log_mu) * (log_mu - jax.lax.stop_gradient(log_pi)), axis=-1)),
+      'value_mean': jnp.sum(mask * e.values[:-1]),
+  }
+  if p.value_ce is not None:
+    sums['loss/value_ce'] = jnp.sum(mask * p.value_ce)
+  # Sums of per-device sums: every device reports the global figure.
+  metrics = ac.global_sum({k: v / num_valid for k, v in sums.items()}, axis_name)
+  # The advantages' size before any normalisation: the policy term's
+  # natural weight against the entropy bonus.
+  metrics['pg_advantage_rms'] = jnp.sqrt(metrics['pg_advantage_rms'])
+  metrics.update(health.metrics(e.unit_max, log_pi, mask, axis_name))
+  if p.stats_step is not None:
+    metrics[popart.STEP_METRIC] = p.stats_step
+  if num_tasks > 1:
+    metrics.update(task_metrics(mask * (p.norm_target - p.norm_value) ** 2, p.norm_target,
+                                p.raw_advantage, mask, p.task, num_tasks, axis_name))
+  return metrics
 
 
 def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTransformation,
