@@ -70,7 +70,7 @@ def build_agent(spec, num_actions: int, observation_spec: Dict[str, tuple],
         loss_cfg, agent_net.VALUE_HEAD, mesh, spec.optimizer.max_grad_norm, seed=run.seed)
     if plan.num_tasks > 1 and spec.learner.by_term and spec.log.task_gradients_seconds:
       task_gradients = learner_lib.build_task_gradients(
-          agent_net.apply_fn(network), loss_cfg, agent_net.VALUE_HEAD)
+          spec.learner, agent_net.apply_fn(network), loss_cfg, agent_net.VALUE_HEAD)
   return Agent(network, variables, optimizer, schedule, mesh, state, update, task_gradients)
 
 

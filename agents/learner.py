@@ -104,8 +104,9 @@ def build_update(apply_fn: Callable, optimizer, schedule, loss_cfg: LossConfig,
   return jax.jit(sharded, out_shardings=NamedSharding(mesh, P()))
 
 
-def build_task_gradients(apply_fn: Callable, loss_cfg: LossConfig, value_head: str):
-  """The jitted per-task gradient report of multi-task V-trace runs.
+def build_task_gradients(learner, apply_fn: Callable, loss_cfg: LossConfig, value_head: str):
+  """The jitted per-task gradient report of a multi-task run whose learner
+  splits its loss by term (rl/actor_critic.Learner.term_loss).
 
   Returns:
     report(params, stats, batch) -> {'task/grad_*': [K]}: each task's
@@ -117,7 +118,8 @@ def build_task_gradients(apply_fn: Callable, loss_cfg: LossConfig, value_head: s
   @jax.jit
   def report(params, stats, batch: Unroll):
     shared = tuple(name for name in params if name not in heads)
-    return task_gradients.task_gradient_norms(apply_fn, loss_cfg, params, stats, batch, shared)
+    return task_gradients.task_gradient_norms(learner, apply_fn, loss_cfg, params, stats, batch,
+                                              shared)
 
   return report
 

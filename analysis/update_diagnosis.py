@@ -1,8 +1,7 @@
-"""One IMPALA update (Espeholt et al. 2018, arXiv 1802.01561) taken apart:
-what each loss term contributes to the gradient, how much the clip and the
-optimiser change it, how far the policy moves (`launch/diagnose_update.py`)."""
-
-import dataclasses
+"""One update of a learner whose loss splits by term (rl/actor_critic.Learner.term_loss;
+IMPALA's, Espeholt et al. 2018, arXiv 1802.01561) taken apart: what each loss
+term contributes to the gradient, how much the clip and the optimiser change
+it, how far the policy moves (`launch/diagnose_update.py`)."""
 
 import jax
 import numpy as np
@@ -14,13 +13,12 @@ from analysis import advantage_groups
 from analysis import update_stats
 from networks import agent as agent_net
 from networks import centring
-from rl import impala
 from rl import minibatches
 
 
 class Diagnoser:
   """A Trainer driven by hand, built but not started, plus the measurements of
-  analysis/update_stats.py with the IMPALA loss (rl/impala.py) on one device.
+  analysis/update_stats.py with the learner's term loss on one device.
 
   Args:
     workdir: a run folder whose checkpoint at env step `step` (None: the
@@ -44,12 +42,15 @@ class Diagnoser:
     o = spec.optimizer
     max_norm = o.max_grad_norm
     eps = o.adam_eps if o.name == 'adam' else o.rmsprop_eps
-    loss_fn = impala.loss_fn(apply, cfg)
+    term_loss = spec.learner.term_loss
+    if term_loss is None:
+      raise ValueError(f'loss.name={cfg.name!r} does not split its loss by term')
+    loss_fn = term_loss(apply, cfg)
 
     @jax.jit
     def gradients(state, batch):
       stats = state.popart[head]
-      grads = update_stats.term_gradients(apply, cfg, state.params, stats, batch)
+      grads = update_stats.term_gradients(term_loss, apply, cfg, state.params, stats, batch)
       _, out = loss_fn(state.params, stats, batch)
       return update_stats.gradient_report(grads, max_norm), out.extras, out.metrics
 
@@ -58,20 +59,16 @@ class Diagnoser:
       return update_stats.step_report(apply, before, after, batch, learning_rate, eps,
                                       o.eps_in_sqrt, o.name, o.adam_b2)
 
-    v = impala.settings(cfg)
-    raw_loss = impala.loss_fn(
-        apply, cfg._replace(settings=dataclasses.replace(v, normalize_advantages=False)))
-
     @jax.jit
     def raw_advantages(state, batch):
       params = state.params
       if 'frames' in batch.obs:   # the learner's own first move (agents/learner._centred)
         params = centring.update(params, batch.obs['frames'], batch.task_id)
-      _, out = raw_loss(params, state.popart[head], batch)
-      return out.extras['pg_advantage'], out.extras['mask']
+      _, out = loss_fn(params, state.popart[head], batch)
+      return out.extras['raw_advantage'], out.extras['mask']
 
     self._gradients, self._step = gradients, step
-    self._raw_advantages, self._vtrace, self._seed = raw_advantages, v, spec.run.seed
+    self._raw_advantages, self._split, self._seed = raw_advantages, cfg.settings, spec.run.seed
 
   @property
   def env_steps(self) -> int:
@@ -126,9 +123,10 @@ class Diagnoser:
       unroll, _ = t.next_batch()
       raw, mask = jax.device_get(self._raw_advantages(t.state, unroll))
       num_unrolls = unroll.action.shape[1]
-      key = minibatches.shuffle_keys(self._seed, step + i, self._vtrace.epochs)[0]
-      tasks = np.asarray(unroll.task_id)[0] if self._vtrace.balance_tasks else None
-      order = np.asarray(minibatches.unroll_order(key, num_unrolls, self._vtrace.minibatches, tasks))
+      split = self._split   # the learner's epochs, minibatches and task balance
+      key = minibatches.shuffle_keys(self._seed, step + i, split.epochs)[0]
+      tasks = np.asarray(unroll.task_id)[0] if getattr(split, 'balance_tasks', False) else None
+      order = np.asarray(minibatches.unroll_order(key, num_unrolls, split.minibatches, tasks))
       out.append(advantage_groups.AdvantageBatch(
           raw=np.asarray(raw), mask=np.asarray(mask), reward=np.asarray(unroll.reward[:-1]),
           unroll_task=np.asarray(unroll.task_id)[0], minibatches=order))

@@ -1,6 +1,7 @@
 """What one learner update does, term by term: the numbers behind "why does
 this run not learn?". Pure functions of a learner state and a batch (one
-device), for the IMPALA loss (Espeholt et al. 2018, arXiv 1802.01561)."""
+device), for a learner whose loss splits by term (rl/actor_critic.Learner.term_loss:
+IMPALA's, Espeholt et al. 2018, arXiv 1802.01561)."""
 
 from typing import Callable, Dict
 
@@ -9,7 +10,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from rl import impala
 from rl.actor_critic import LossConfig
 from rl.types import Unroll
 from networks.agent import VALUE_HEAD
@@ -17,9 +17,9 @@ from networks.agent import VALUE_HEAD
 TERMS = ('policy', 'baseline', 'entropy')
 
 
-def term_gradients(apply_fn: Callable, cfg: LossConfig, params, stats,
+def term_gradients(term_loss: Callable, apply_fn: Callable, cfg: LossConfig, params, stats,
                    batch: Unroll) -> Dict[str, object]:
-  """The gradient of the IMPALA loss split into its terms.
+  """The gradient of a learner's loss (Learner.term_loss) split into its terms.
 
   The loss is linear in the term weights, so g_policy = grad at
   (baseline_cost, entropy_cost) = (0, 0), g_entropy = grad at (0, c_e) minus
@@ -30,7 +30,7 @@ def term_gradients(apply_fn: Callable, cfg: LossConfig, params, stats,
     `params`; the first three add up to 'total'.
   """
   def grad_at(baseline_cost, entropy_cost):
-    loss_fn = impala.loss_fn(
+    loss_fn = term_loss(
         apply_fn, cfg._replace(baseline_cost=baseline_cost, entropy_cost=entropy_cost))
     return jax.grad(lambda p: loss_fn(p, stats, batch)[0])(params)
 

@@ -28,7 +28,7 @@ from configs import command_line   # defines --config; its file's mistakes are o
 from configs import validation
 from configs.validation import ConfigError
 from infra import atomic_write
-from rl import impala
+from rl import algorithms
 from rundir.run_folder import RunFolderError
 
 _CONFIG = command_line.CONFIG
@@ -55,10 +55,6 @@ def _load_config():
     config = command_line.load_config()
   else:
     raise app.UsageError('give --config or --workdir')
-  if config.loss.name != impala.NAME:
-    raise app.UsageError(f'diagnose_update splits the IMPALA loss into its terms; this config '
-                         f'has loss.name={config.loss.name!r} (PPO runs log ppo/clip_fraction, '
-                         'ppo/approx_kl and the health metrics instead)')
   with config.unlocked():
     config.workdir = tempfile.mkdtemp(prefix='diagnose-')  # the Trainer's own, unused
     config.wandb.mode = 'disabled'
@@ -114,6 +110,11 @@ def main(argv):
     sys.exit(2)
   try:
     spec = validation.validate_spec(_load_config())   # the composition root
+    if not spec.learner.by_term:
+      able = ', '.join(n for n in algorithms.names() if algorithms.get(n).by_term)
+      raise app.UsageError(f'diagnose_update splits a loss into its terms, which loss.name='
+                           f'{spec.loss.name!r} does not (loss.name in {able} does; PPO runs '
+                           'log ppo/clip_fraction, ppo/approx_kl and the health metrics instead)')
     d = Diagnoser(spec, _WORKDIR.value, _STEP.value)
   except (FileNotFoundError, ConfigError, CheckpointError, RunFolderError) as e:
     print(f'error: {e}', file=sys.stderr)   # a missing run or step, a bad config.json: one line

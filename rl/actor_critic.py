@@ -57,8 +57,13 @@ class Learner(NamedTuple):
       `LossConfig.settings`.
     init_state: params -> the state kept between updates and checkpointed;
       None: it keeps none.
-    by_term: its loss splits by term and task (rl/impala.loss_fn(by_term=True)),
-      which optimizer.clip_by='term' and the task gradient report need.
+    term_loss: (apply_fn, loss_cfg, axis_name=None, by_term=False) -> its
+      loss(params, stats, batch, entropy_cost=None) -> (loss, LossOutput),
+      with by_term a [len(terms), num_tasks] array of each term over each
+      task's steps summing to the loss (rl/impala.loss_fn), linear in
+      baseline_cost and entropy_cost; what optimizer.clip_by='term', the task
+      gradient report and launch/diagnose_update.py need. None: it has none.
+    terms: the rows of its by-term loss, 'policy' and 'baseline' among them.
     categorical_value: it trains a categorical value head (value.head).
     network_check: (settings, the network is recurrent) -> None, or (field,
       why) when its settings cannot train that network.
@@ -70,9 +75,15 @@ class Learner(NamedTuple):
   batch_split: Callable[[Any, int, int], Optional[Tuple[str, str]]]
   settings_type: type
   init_state: Optional[Callable[[Any], Any]] = None
-  by_term: bool = False
+  term_loss: Optional[Callable[..., Callable]] = None
+  terms: Tuple[str, ...] = ()
   categorical_value: bool = False
   network_check: Optional[Callable[[Any, bool], Optional[Tuple[str, str]]]] = None
+
+  @property
+  def by_term(self) -> bool:
+    """Whether its loss splits by term and task (`term_loss`)."""
+    return self.term_loss is not None
 
   def read_settings(self, group, check: bool = True):
     """Its settings of its config group, or a SettingsError naming the first bad

@@ -181,6 +181,7 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
         value_ce=value_ce if value.categorical else None,
         stats_step=stats_step if cfg.popart_enabled else None), num_valid, num_tasks, axis_name)
     extras = {'vs': vs, 'qs': qs, 'mask': mask, 'pg_advantage': pg_advantage,
+              'raw_advantage': raw_advantage,
               'norm_target': norm_target, 'norm_value': norm_value, 'rhos': rhos,
               'log_pi': e.log_pi}
     return by_task, LossOutput(reduced, new_stats, metrics, extras, old_stats)
@@ -296,5 +297,5 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
 
 LEARNER = ac.Learner(
     name=NAME, config_group=CONFIG_GROUP, settings_type=VTraceConfig, make_update=make_update,
-    optimizer_steps=lambda v: v.epochs * v.minibatches, batch_split=batch_split, by_term=True,
-    categorical_value=True)
+    optimizer_steps=lambda v: v.epochs * v.minibatches, batch_split=batch_split,
+    term_loss=loss_fn, terms=TERMS, categorical_value=True)

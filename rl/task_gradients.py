@@ -7,27 +7,27 @@ import jax
 import jax.numpy as jnp
 
 from rl import popart
-from rl.actor_critic import LossConfig
-from rl.impala import TERMS, loss_fn
+from rl.actor_critic import Learner, LossConfig
 from rl.types import Unroll
 
 
-def task_gradient_norms(apply_fn: Callable, cfg: LossConfig, params, stats: popart.Stats,
-                        batch: Unroll, shared: Sequence[str]) -> dict:
+def task_gradient_norms(learner: Learner, apply_fn: Callable, cfg: LossConfig, params,
+                        stats: popart.Stats, batch: Unroll, shared: Sequence[str]) -> dict:
   """The gradient norms on the `shared` modules (top-level param names; absent
-  ones skipped) of each task's policy and value terms of the V-trace loss on
-  one device's `batch`: one forward pass, 2K backward passes.
+  ones skipped) of each task's policy and value terms of a by-term learner's
+  loss (Learner.term_loss) on one device's `batch`: one forward pass, 2K
+  backward passes.
 
   Returns:
     [K] arrays: 'task/grad_policy', 'task/grad_baseline' and
     'task/grad_share_policy', 'task/grad_share_baseline' (each norm over the
     sum of the 2K norms).
   """
-  k = cfg.num_tasks
-  terms = loss_fn(apply_fn, cfg, None, by_term=True)
+  k, names = cfg.num_tasks, learner.terms
+  terms = learner.term_loss(apply_fn, cfg, None, by_term=True)
   _, vjp_fn, _ = jax.vjp(lambda p: terms(p, stats, batch), params, has_aux=True)
-  rows = (TERMS.index('policy'), TERMS.index('baseline'))
-  cotangents = jnp.zeros((len(rows) * k, len(TERMS), k))
+  rows = (names.index('policy'), names.index('baseline'))
+  cotangents = jnp.zeros((len(rows) * k, len(names), k))
   for r, row in enumerate(rows):
     cotangents = cotangents.at[r * k + jnp.arange(k), row, jnp.arange(k)].set(1.0)
   # In turn (lax.map), not vmapped: as in rl/sgd.py.
@@ -38,6 +38,6 @@ def task_gradient_norms(apply_fn: Callable, cfg: LossConfig, params, stats: popa
   out = {}
   for r, row in enumerate(rows):
     part = norms[r * k:(r + 1) * k]
-    out[f'task/grad_{TERMS[row]}'] = part
-    out[f'task/grad_share_{TERMS[row]}'] = part / total
+    out[f'task/grad_{names[row]}'] = part
+    out[f'task/grad_share_{names[row]}'] = part / total
   return out

@@ -223,6 +223,14 @@ def test_the_tools_config_file_mistakes_are_one_line(script, flag, expected):
   assert len(errors) == 1 and expected in errors[0], out.stderr
 
 
+def test_diagnose_update_asks_the_learner_for_a_term_loss():
+  # A capability of the learner (Learner.term_loss), not a check of its name.
+  out = _tool('diagnose_update.py', '--config=configs/atari_single.py:game=Pong,recipe=ppo,smoke',
+              '--output=')
+  assert out.returncode != 0 and 'Traceback' not in out.stderr, out.stderr
+  assert "loss.name='ppo' does not (loss.name in impala does" in out.stderr, out.stderr
+
+
 def test_inspect_frames_on_a_config_that_does_not_validate_is_one_line():
   # Before: a SettingsError traceback.
   _one_line(_tool('inspect_frames.py', '--config=configs/cartpole.py', '--config.batch_size=0',

@@ -96,7 +96,8 @@ def test_task_gradient_norms_match_each_tasks_own_loss():
   apply = agent_net.apply_fn(network)
   stats = variables['popart'][agent_net.VALUE_HEAD]
   cfg = _cfg()
-  report = task_gradients.task_gradient_norms(apply, cfg, variables['params'], stats, batch, ('torso',))
+  report = task_gradients.task_gradient_norms(impala.LEARNER, apply, cfg, variables['params'], stats,
+                                             batch, ('torso',))
   for k in range(TASKS):
     cols = np.flatnonzero(np.arange(B) % TASKS == k)
     part = jax.tree.map(lambda x: x[:, cols], batch._replace(core_state=None))

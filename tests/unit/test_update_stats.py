@@ -40,7 +40,7 @@ def _setup(num_actions=3, t1=4, b=2, seed=0):
 def test_term_gradients_add_up_and_each_is_its_own_term():
   apply, params, batch, cfg = _setup()
   stats = popart.init_stats(1)
-  g = update_stats.term_gradients(apply, cfg, params, stats, batch)
+  g = update_stats.term_gradients(impala.loss_fn, apply, cfg, params, stats, batch)
   total = jax.tree.map(lambda a, b, c: a + b + c, g['policy'], g['baseline'], g['entropy'])
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
                total, g['total'])
