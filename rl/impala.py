@@ -70,7 +70,12 @@ class VTraceConfig:
 
 
 def settings(cfg: LossConfig) -> VTraceConfig:
-  return cfg.settings if isinstance(cfg.settings, VTraceConfig) else VTraceConfig()
+  """`cfg.settings`: VTraceConfig's defaults for None; TypeError for any other type."""
+  if cfg.settings is None:
+    return VTraceConfig()
+  if not isinstance(cfg.settings, VTraceConfig):
+    raise TypeError(f'the IMPALA loss reads a VTraceConfig, not {type(cfg.settings).__name__}')
+  return cfg.settings
 
 
 def batch_split(v: VTraceConfig, per_device_batch: int, unroll_length: int):

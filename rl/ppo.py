@@ -55,7 +55,12 @@ class PPOConfig:
 
 
 def settings(cfg: LossConfig) -> PPOConfig:
-  return cfg.settings if isinstance(cfg.settings, PPOConfig) else PPOConfig()
+  """`cfg.settings`: PPOConfig's defaults for None; TypeError for any other type."""
+  if cfg.settings is None:
+    return PPOConfig()
+  if not isinstance(cfg.settings, PPOConfig):
+    raise TypeError(f'the PPO loss reads a PPOConfig, not {type(cfg.settings).__name__}')
+  return cfg.settings
 
 
 def batch_split(p: PPOConfig, per_device_batch: int, unroll_length: int):

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from rl import actor_critic, impala, popart
 from rl.task_metrics import mean_metrics
@@ -267,3 +268,13 @@ def test_an_updates_task_metrics_weigh_each_minibatch_by_the_tasks_steps():
   np.testing.assert_allclose(out['task/value_loss'], [2.5, 5.0])
   np.testing.assert_allclose(out['task/count'], [4.0, 4.0])
   np.testing.assert_allclose(out['loss/total'], 3.0)
+
+
+def test_a_loss_refuses_another_learners_settings_and_says_so():
+  from rl import ppo
+  LossConfig = actor_critic.LossConfig
+  assert impala.settings(LossConfig()) == impala.VTraceConfig()   # None: the defaults
+  with pytest.raises(TypeError, match='reads a VTraceConfig, not PPOConfig'):
+    impala.settings(LossConfig(settings=ppo.PPOConfig()))
+  with pytest.raises(TypeError, match='reads a PPOConfig, not VTraceConfig'):
+    ppo.settings(LossConfig(name='ppo', settings=impala.VTraceConfig()))
