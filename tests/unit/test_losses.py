@@ -272,7 +272,8 @@ def test_an_updates_task_metrics_weigh_each_minibatch_by_the_tasks_steps():
 
 def test_a_loss_refuses_another_learners_settings_and_says_so():
   from rl import ppo
-  LossConfig = actor_critic.LossConfig
+  def LossConfig(**kwargs):
+    return actor_critic.LossConfig(0.99, 0.5, 0.01, 'clip', False, 3e-4, **kwargs)
   assert impala.settings(LossConfig()) == impala.VTraceConfig()   # None: the defaults
   with pytest.raises(TypeError, match='reads a VTraceConfig, not PPOConfig'):
     impala.settings(LossConfig(settings=ppo.PPOConfig()))
