@@ -13,7 +13,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from infra import settings as settings_lib
 from networks import init as init_lib
 from networks.attention import AttentionCore
 from networks.core import ResettingLSTM
@@ -163,8 +162,7 @@ def make_network(network_config, num_actions: int, num_values: int,
   """The AgentNetwork (no parameters) of the network's settings.
 
   Args:
-    network_config: a NetworkConfig, or a mapping of some of its fields
-      (the rest default, so an older run folder's config reads).
+    network_config: a NetworkConfig (the spec's `network`).
     platform: the learner devices' platform; resolves network.dtype 'auto'.
     value: rl/value_classification.ValueConfig; None: the scalar head.
 
@@ -173,7 +171,7 @@ def make_network(network_config, num_actions: int, num_values: int,
   """
   c = network_config
   if not isinstance(c, NetworkConfig):
-    c = settings_lib.read(NetworkConfig, c, 'network', check=False)
+    raise TypeError(f'make_network takes a NetworkConfig, not {type(c).__name__}')
   network = AgentNetwork(
       torso=c.name, torso_kwargs=tuple(sorted(c.torso_kwargs.items())),
       num_actions=num_actions, num_values=num_values, lstm_size=c.lstm_size,

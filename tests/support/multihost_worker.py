@@ -15,6 +15,7 @@ one-process reference with.
 
 import os
 import sys
+from tests.support.network_examples import network_settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 T, B, A, TASKS = 5, 8, 3, 2
@@ -30,7 +31,7 @@ def learner_setup(mesh):
   from networks import agent as agent_net
   cfg = ml_collections.ConfigDict({'name': 'mlp', 'lstm_size': 16, 'torso_kwargs': {},
                                    'core_extra_inputs': False})
-  network = agent_net.make_network(cfg, num_actions=A, num_values=TASKS)
+  network = agent_net.make_network(network_settings(cfg), num_actions=A, num_values=TASKS)
   variables = agent_net.init_variables(network, jax.random.key(0),
                                        {'state': np.zeros((4,), np.float32)})
   optimizer, schedule = optimizers.make_optimizer(6e-4, 100, 40.0, 0.99, 0.01, 0.0)

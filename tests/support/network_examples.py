@@ -6,8 +6,10 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from infra import settings
 from networks import agent as agent_net
 from networks import nethack
+from networks.network_config import NetworkConfig
 
 NUM_ACTIONS = 6
 
@@ -25,13 +27,21 @@ NETWORKS = {
 }
 
 
+def network_settings(group) -> NetworkConfig:
+  """A network group (a ConfigDict or dict of some fields; the rest default)
+  read into its NetworkConfig, checked; a NetworkConfig as it is."""
+  if isinstance(group, NetworkConfig):
+    return group
+  return settings.read(NetworkConfig, group, 'network')
+
+
 def network(key, kernels='auto', dtype='float32'):
   """NETWORKS[key] as an AgentNetwork for two tasks."""
   lstm_size, centre, torso_kwargs = NETWORKS[key]
   cfg = ml_collections.ConfigDict({
       'name': key.replace('_centred', ''), 'lstm_size': lstm_size, 'torso_kwargs': torso_kwargs,
       'core_extra_inputs': True, 'centre_frames': centre, 'kernels': kernels, 'dtype': dtype})
-  return agent_net.make_network(cfg, NUM_ACTIONS, num_values=2, num_tasks=2)
+  return agent_net.make_network(network_settings(cfg), NUM_ACTIONS, num_values=2, num_tasks=2)
 
 
 def observations(key, t, b, rng):

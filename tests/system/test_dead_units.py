@@ -17,6 +17,7 @@ from rl.types import Unroll
 from configs import atari_single
 from envs import atari
 from networks import agent as agent_net
+from tests.support.network_examples import network_settings
 
 B, T, UPDATES = 16, 5, 20
 
@@ -51,7 +52,7 @@ def pong_batches():
 
 
 def _conv1_dead_after_updates(batches, config):
-  network = agent_net.make_network(config.network, 6, 1)
+  network = agent_net.make_network(network_settings(config.network), 6, 1)
   example = {k: v[0, 0] for k, v in batches[0].obs.items()}
   variables = agent_net.init_variables(network, jax.random.key(0), example)
   spec = validate_spec(config)
@@ -104,7 +105,7 @@ def _vtrace_conv1_dead(batches, centre: bool, updates_per_batch: int = 8):
   config = atari_single.get_config('game=Pong')   # recipe=vtrace
   with config.unlocked():
     config.network.centre_frames = centre
-  network = agent_net.make_network(config.network, 6, 1)
+  network = agent_net.make_network(network_settings(config.network), 6, 1)
   example = {k: v[0, 0] for k, v in batches[0].obs.items()}
   variables = agent_net.init_variables(network, jax.random.key(0), example, init='orthogonal')
   spec = validate_spec(config)

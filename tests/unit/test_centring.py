@@ -15,6 +15,7 @@ from networks import agent as agent_net
 from networks import centring
 from rl import actor_critic, impala, optimizers
 from rl.types import Unroll
+from tests.support.network_examples import network_settings
 
 H = W = 6
 
@@ -71,7 +72,8 @@ def _network(num_tasks=2, name='shallow'):
   cfg = ml_collections.ConfigDict({'name': name, 'lstm_size': 16 if recurrent else 0,
                                    'torso_kwargs': {'frame_size': 36} if recurrent else {},
                                    'core_extra_inputs': False, 'centre_frames': True})
-  return agent_net.make_network(cfg, num_actions=A, num_values=1, num_tasks=num_tasks)
+  return agent_net.make_network(network_settings(cfg), num_actions=A, num_values=1,
+                                num_tasks=num_tasks)
 
 
 def _batch(seed=0, size=36):

@@ -11,6 +11,7 @@ from configs import common
 from configs.validation import ConfigError, validate
 from networks import agent as agent_net
 from networks import attention
+from tests.support.network_examples import network_settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIGS = ['cartpole', 'cartpole_popart', 'atari_single', 'atari_multitask', 'atari_popart',
@@ -86,7 +87,7 @@ def test_attention_sizes_are_config_fields():
   assert dict(_load('atari_single', 'game=Pong').network.torso_kwargs) == {}
   c.network.torso_kwargs.answer_sizes = (512, 256)
   validate(c)
-  net = agent_net.make_network(c.network, num_actions=6, num_values=1, num_tasks=1)
+  net = agent_net.make_network(network_settings(c.network), num_actions=6, num_values=1, num_tasks=1)
   assert dict(net.torso_kwargs)['answer_sizes'] == (512, 256)
 
 
@@ -98,7 +99,7 @@ def test_attention_sizes_read_back_from_config_json_make_the_same_network(tmp_pa
   c.network.torso_kwargs.answer_sizes = (32, 24)
   (tmp_path / 'config.json').write_text(c.to_json_best_effort())
   read_back = run_loading.load_config(str(tmp_path))
-  make = lambda cfg: agent_net.make_network(cfg.network, num_actions=6, num_values=1)
+  make = lambda cfg: agent_net.make_network(network_settings(cfg.network), num_actions=6, num_values=1)
   assert make(read_back) == make(c) and hash(make(read_back)) == hash(make(c))
   assert dict(make(read_back).torso_kwargs)['answer_sizes'] == (32, 24)
 

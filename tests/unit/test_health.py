@@ -8,6 +8,7 @@ import numpy as np
 
 from rl import health
 from networks import agent as agent_net
+from tests.support.network_examples import network_settings
 
 
 def test_dead_shares_by_hand():
@@ -56,7 +57,7 @@ def test_mlp_and_cnn_sow_their_relu_maxima():
        {'stages': (11, 11, 32), 'fc': (256,)})]:
     cfg = ml_collections.ConfigDict({'name': name, 'lstm_size': 0, 'torso_kwargs': {},
                                      'core_extra_inputs': False})
-    network = agent_net.make_network(cfg, num_actions=3, num_values=1)
+    network = agent_net.make_network(network_settings(cfg), num_actions=3, num_values=1)
     variables = agent_net.init_variables(network, jax.random.key(0),
                                          jax.tree.map(lambda x: x[0, 0], obs))
     first = np.zeros(next(iter(obs.values())).shape[:2], bool)

@@ -16,6 +16,7 @@ from agents.checkpoint import Checkpointer
 from networks import agent as agent_net
 from rl import actor_critic, optimizers
 from tests.support.synthetic_unroll import random_unroll
+from tests.support.network_examples import network_settings
 
 T, B, A = 5, 4, 3
 
@@ -80,7 +81,7 @@ def test_unknown_hyperparameter_is_named():
 def _learner(entropy_in_state, entropy_cost, lr=1e-3, clip=40.0):
   cfg_net = ml_collections.ConfigDict({'name': 'mlp', 'lstm_size': 0, 'torso_kwargs': {},
                                        'core_extra_inputs': False})
-  network = agent_net.make_network(cfg_net, num_actions=A, num_values=1)
+  network = agent_net.make_network(network_settings(cfg_net), num_actions=A, num_values=1)
   mesh = learner.make_mesh(jax.devices()[:1])
   variables = agent_net.init_variables(network, jax.random.key(0),
                                        {'state': np.zeros((4,), np.float32)})

@@ -7,12 +7,13 @@ import pytest
 
 from networks import agent as agent_net
 from networks import init as init_lib
+from tests.support.network_examples import network_settings
 
 
 def _variables(name, init, lstm_size=0, obs=None):
   cfg = ml_collections.ConfigDict({'name': name, 'lstm_size': lstm_size, 'torso_kwargs': {},
                                    'core_extra_inputs': False})
-  network = agent_net.make_network(cfg, num_actions=6, num_values=2)
+  network = agent_net.make_network(network_settings(cfg), num_actions=6, num_values=2)
   obs = obs or {'state': np.zeros((4,), np.float32)}
   return agent_net.init_variables(network, jax.random.key(0), obs, init=init)
 
@@ -57,7 +58,7 @@ def test_lecun_is_the_modules_own_init_and_schemes_are_named():
   a = _variables('mlp', 'lecun')
   cfg = ml_collections.ConfigDict({'name': 'mlp', 'lstm_size': 0, 'torso_kwargs': {},
                                    'core_extra_inputs': False})
-  network = agent_net.make_network(cfg, num_actions=6, num_values=2)
+  network = agent_net.make_network(network_settings(cfg), num_actions=6, num_values=2)
   b = network.init(jax.random.key(0), {'state': np.zeros((1, 1, 4), np.float32)},
                    np.ones((1, 1), bool), ())
   jax.tree.map(np.testing.assert_array_equal, a['params'], b['params'])

@@ -10,6 +10,7 @@ from agents import learner
 from rl import actor_critic, health, impala, optimizers, popart, ppo
 from networks import agent as agent_net
 from tests.support.synthetic_unroll import random_unroll
+from tests.support.network_examples import network_settings
 
 T, B, A, TASKS = 5, 8, 3, 2
 
@@ -17,7 +18,7 @@ T, B, A, TASKS = 5, 8, 3, 2
 def _network(lstm_size):
   cfg = ml_collections.ConfigDict({'name': 'mlp', 'lstm_size': lstm_size,
                                    'torso_kwargs': {}, 'core_extra_inputs': False})
-  return agent_net.make_network(cfg, num_actions=A, num_values=TASKS)
+  return agent_net.make_network(network_settings(cfg), num_actions=A, num_values=TASKS)
 
 
 def _batch(network, seed=0):

@@ -15,6 +15,7 @@ from envs.nle_env import NLEBatchedEnv
 from envs.nle_worker import DERIVED_OBS, UnderHero, observation_desc
 from networks import agent as agent_net
 from networks import nethack, torsos
+from tests.support.network_examples import network_settings
 
 H, W = nle.nethack.DUNGEON_SHAPE
 NO_GLYPH = nle.nethack.NO_GLYPH
@@ -182,7 +183,7 @@ def test_agent_network_passes_the_extra_inputs_through():
   cfg = ml_collections.ConfigDict({'name': 'nle_fast', 'lstm_size': 0, 'core_extra_inputs': False,
                                    'torso_kwargs': {'hidden_size': 32},
                                    'extra_inputs': ('message', 'under_hero')})
-  net = agent_net.make_network(cfg, num_actions=23, num_values=4)
+  net = agent_net.make_network(network_settings(cfg), num_actions=23, num_values=4)
   example = jax.tree.map(lambda x: x[0], _obs(1))
   variables = agent_net.init_variables(net, jax.random.key(0), example)
   obs = jax.tree.map(lambda x: x[None], _obs(2, b'There is a staircase down here.'))
@@ -191,7 +192,7 @@ def test_agent_network_passes_the_extra_inputs_through():
   assert 'message_embed' in variables['params']['torso']
   # Runs saved before the field existed build the plain network.
   del cfg['extra_inputs']
-  assert agent_net.make_network(cfg, 23, 4).extra_inputs == ()
+  assert agent_net.make_network(network_settings(cfg), 23, 4).extra_inputs == ()
 
 
 # ---- The config.

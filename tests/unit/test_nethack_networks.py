@@ -13,6 +13,7 @@ from networks import agent as agent_net
 from networks import conv_stack
 from networks import nethack
 from networks import torsos
+from tests.support.network_examples import network_settings
 
 H, W = 21, 79
 
@@ -83,7 +84,7 @@ def test_crop_matches_a_slice_of_the_padded_map_at_the_edges():
 def _network(name, **torso_kwargs):
   cfg = ml_collections.ConfigDict({'name': name, 'lstm_size': 512, 'core_extra_inputs': True,
                                    'torso_kwargs': torso_kwargs})
-  return agent_net.make_network(cfg, num_actions=23, num_values=4)
+  return agent_net.make_network(network_settings(cfg), num_actions=23, num_values=4)
 
 
 @pytest.fixture(scope='module', params=['nle_fast', 'nle_baseline', 'nle_attention'])

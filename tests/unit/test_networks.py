@@ -13,6 +13,7 @@ from networks import agent as agent_net
 from networks import pooling
 from networks import torsos
 from networks.heads import PopArtValueHead
+from tests.support.network_examples import network_settings
 
 OBS = {
     'mlp': {'state': np.zeros((4,), np.float32)},
@@ -28,7 +29,7 @@ def _network(name, lstm_size=0, num_values=3, core_extra_inputs=False, **torso_k
   cfg = ml_collections.ConfigDict({'name': name, 'lstm_size': lstm_size,
                                    'torso_kwargs': torso_kwargs,
                                    'core_extra_inputs': core_extra_inputs})
-  return agent_net.make_network(cfg, num_actions=5, num_values=num_values)
+  return agent_net.make_network(network_settings(cfg), num_actions=5, num_values=num_values)
 
 
 def _unroll_obs(rng, name, t, b):

@@ -9,6 +9,7 @@ import pytest
 from agents import learner
 from rl import actor_critic, optimizers, popart, ppo
 from rl.types import Unroll
+from tests.support.network_examples import network_settings
 
 
 def _config(**ppo_kw):
@@ -261,7 +262,7 @@ def test_ppo_update_on_four_devices_equals_one(split):
   from tests.support.synthetic_unroll import random_unroll
   net_cfg = ml_collections.ConfigDict({'name': 'mlp', 'lstm_size': 0, 'torso_kwargs': {},
                                        'core_extra_inputs': False})
-  network = agent_net.make_network(net_cfg, num_actions=3, num_values=2)
+  network = agent_net.make_network(network_settings(net_cfg), num_actions=3, num_values=2)
   variables = agent_net.init_variables(network, jax.random.key(0),
                                        {'state': np.zeros((4,), np.float32)})
   cfg = _config(epochs=2, minibatches=1, split=split, value_clip_epsilon=0.2,

@@ -14,6 +14,7 @@ from agents import learner
 from networks import agent as agent_net
 from rl import actor_critic, impala, minibatches, optimizers, popart, sgd, task_gradients
 from tests.support.synthetic_unroll import random_unroll
+from tests.support.network_examples import network_settings
 
 T, B, A, TASKS = 5, 8, 3, 2
 
@@ -66,7 +67,7 @@ def test_the_chain_does_not_clip_when_the_learner_clips_per_term():
 def _network():
   cfg = ml_collections.ConfigDict({'name': 'mlp', 'lstm_size': 0, 'torso_kwargs': {},
                                    'core_extra_inputs': False})
-  return agent_net.make_network(cfg, num_actions=A, num_values=TASKS)
+  return agent_net.make_network(network_settings(cfg), num_actions=A, num_values=TASKS)
 
 
 def _setup(seed=0):

@@ -13,6 +13,7 @@ from networks import agent as agent_net
 from rl import actor_critic, optimizers, popart
 from rl import value_classification as vc
 from rl.types import Unroll
+from tests.support.network_examples import network_settings
 
 T, B, A = 4, 16, 2
 SCALES = (1000.0, 0.1)   # task 0's values in the thousands, task 1's in tenths
@@ -51,7 +52,8 @@ def test_categorical_head_learns_values_of_very_different_scales(head, popart_en
   num_values = 2 if popart_enabled else 1
   net_cfg = ml_collections.ConfigDict({'name': 'mlp', 'lstm_size': 0, 'torso_kwargs': {},
                                        'core_extra_inputs': False})
-  network = agent_net.make_network(net_cfg, num_actions=A, num_values=num_values, value=value)
+  network = agent_net.make_network(network_settings(net_cfg), num_actions=A,
+                                   num_values=num_values, value=value)
   variables = agent_net.init_variables(network, jax.random.key(0),
                                        {'state': np.zeros(4, np.float32)})
   stats = variables['popart'][agent_net.VALUE_HEAD]
@@ -92,7 +94,7 @@ def test_categorical_update_on_four_devices_equals_one_device():
   value = vc.ValueConfig(head='hl_gauss', bins=21, limit=5.0)
   net_cfg = ml_collections.ConfigDict({'name': 'mlp', 'lstm_size': 0, 'torso_kwargs': {},
                                        'core_extra_inputs': False})
-  network = agent_net.make_network(net_cfg, num_actions=A, num_values=2, value=value)
+  network = agent_net.make_network(network_settings(net_cfg), num_actions=A, num_values=2, value=value)
   variables = agent_net.init_variables(network, jax.random.key(0),
                                        {'state': np.zeros(4, np.float32)})
   cfg = actor_critic.LossConfig(discount=0.9, baseline_cost=0.5, entropy_cost=0.01,
