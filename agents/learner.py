@@ -86,13 +86,9 @@ def build_update(apply_fn: Callable, optimizer, schedule, loss_cfg: LossConfig,
 
   def per_device_update(state: LearnerState, batch: Unroll):
     stats = state.popart[value_head]
-    args = (_centred(state.params, batch), state.opt_state, stats, batch, state.step)
-    if learner.init_state is None:
-      params, opt_state, new_stats, metrics = algorithm_update(*args)
-      algorithm_state = state.algorithm
-    else:
-      params, opt_state, new_stats, metrics, algorithm_state = algorithm_update(
-          *args, state.algorithm)
+    params, opt_state, new_stats, metrics, algorithm_state = algorithm_update(
+        _centred(state.params, batch), state.opt_state, stats, batch, state.step,
+        state.algorithm)
     state = state._replace(algorithm=algorithm_state)
     return _finish(state, params, opt_state, value_head, new_stats, metrics, schedule)
 

@@ -46,9 +46,9 @@ class Learner(NamedTuple):
 
   Attributes:
     make_update: (apply_fn, loss_cfg, optimizer, value_head, axis_name,
-      seed, max_grad_norm) -> update(params, opt_state, stats, batch, step)
-      -> (params, opt_state, new_stats, metrics); with `init_state`, update
-      also takes and returns the algorithm state.
+      seed, max_grad_norm) -> update(params, opt_state, stats, batch, step,
+      state) -> (params, opt_state, new_stats, metrics, state): `state` is
+      the algorithm's (`init_state`; () for none), returned as it is if kept.
     optimizer_steps: settings -> optimiser steps per update (the
       learning-rate schedule counts them).
     batch_split: (settings, unrolls per learner device, unroll length) ->

@@ -263,9 +263,10 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
     max_grad_norm: the clip for an optimiser state without one.
 
   Returns:
-    update(params, opt_state, stats, batch, step) -> (params, opt_state,
-    new_stats, metrics); metrics are means over the optimiser steps plus
-    'kl_update' (rl/health.update_kl).
+    update(params, opt_state, stats, batch, step, state) -> (params,
+    opt_state, new_stats, metrics, state): `state` (it keeps none) passed
+    through; metrics are means over the optimiser steps plus 'kl_update'
+    (rl/health.update_kl).
   """
   v = settings(cfg)
   base_loss = loss_fn(apply_fn, cfg, axis_name, by_term=cfg.clip_per_term)
@@ -273,7 +274,7 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
       base_loss, optimizer, value_head,
       axis_name, max_grad_norm, moves_statistics=cfg.popart_enabled,
       clip_groups=(CLIP_GROUPS, CLIP_GROUP_NAMES) if cfg.clip_per_term else None)
-  def update(params, opt_state, stats, batch: Unroll, step):
+  def update(params, opt_state, stats, batch: Unroll, step, state=()):
     def scan_step(carry, minibatch):
       params, opt_state, stats = carry
       params, opt_state, out = sgd_step(params, opt_state, stats, minibatch)
@@ -295,7 +296,7 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
       metrics = mean_metrics(step_metrics)
       first, log_pi = jax.tree.map(lambda x: x[0], (stacked, log_pis))
     metrics['kl_update'] = health.update_kl(apply_fn, params, new_stats, first, log_pi, axis_name)
-    return params, opt_state, new_stats, metrics
+    return params, opt_state, new_stats, metrics, state
 
   return update
 

@@ -294,9 +294,10 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
     max_grad_norm: the clip for an optimiser state without one.
 
   Returns:
-    update(params, opt_state, stats, batch, step) -> (params, opt_state,
-    new_stats, metrics): `targets_fn`'s metrics and the means over the steps
-    of `loss_fn`'s.
+    update(params, opt_state, stats, batch, step, state) -> (params,
+    opt_state, new_stats, metrics, state): `state` (it keeps none) passed
+    through; `targets_fn`'s metrics and the means over the steps of
+    `loss_fn`'s.
   """
   p = settings(cfg)
   targets = targets_fn(apply_fn, cfg, axis_name)
@@ -308,7 +309,7 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
 
   sgd_step = sgd.make_sgd_step(with_stats, optimizer, value_head, axis_name, max_grad_norm)
 
-  def update(params, opt_state, stats, batch: Unroll, step):
+  def update(params, opt_state, stats, batch: Unroll, step, state=()):
     new_stats, t, metrics = targets(params, stats, batch)
     if cfg.popart_enabled:  # once per batch; the epochs see the rescaled head
       params = popart.rescale_head(params, value_head, stats, new_stats)
@@ -327,7 +328,7 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
     (params, opt_state), step_metrics = jax.lax.scan(
         epoch, (params, opt_state), jax.random.split(key, p.epochs))
     metrics.update(jax.tree.map(jnp.mean, step_metrics))
-    return params, opt_state, new_stats, metrics
+    return params, opt_state, new_stats, metrics, state
 
   return update
 

@@ -215,7 +215,7 @@ def test_balanced_update_takes_its_steps_on_the_balanced_minibatches():
       minibatches=2, balance_tasks=True, normalize_advantages=True,
       normalize_advantages_per='task'))
   update = impala.make_update(apply, cfg, optimizer, agent_net.VALUE_HEAD, None, seed=5)
-  got = update(params, optimizer.init(params), stats, batch, 4)[0]
+  got = update(params, optimizer.init(params), stats, batch, 4, ())[0]
   parts = minibatches.split_unrolls(batch, 2, minibatches.shuffle_keys(5, 4, 1)[0], balance_tasks=True)
   for k in range(2):
     np.testing.assert_array_equal(np.bincount(np.asarray(parts.task_id[k, 0]), minlength=TASKS),
