@@ -12,6 +12,7 @@ import sys
 from absl import app
 from absl import flags
 
+from infra import cli
 from rundir import archive
 
 _OVERWRITE = flags.DEFINE_bool('overwrite', False, 'Replace an existing archive.')
@@ -29,4 +30,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

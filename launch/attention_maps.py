@@ -15,7 +15,6 @@ import os
 import sys
 import warnings
 
-from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
@@ -28,6 +27,7 @@ from analysis.run_loading import load_run
 from configs.validation import ConfigError
 from envs import render
 from infra import atomic_write
+from infra import cli
 from rundir.run_folder import RunFolderError
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Run folder with checkpoints.')
@@ -113,4 +113,4 @@ def _write_png(path: str, image: np.ndarray) -> None:
 
 if __name__ == '__main__':
   flags.mark_flag_as_required('workdir')
-  app.run(main)
+  cli.run(main)

@@ -25,6 +25,7 @@ from analysis import benchmark
 from configs import command_line   # defines --config; its file's mistakes are one line
 from configs.validation import ConfigError, validate_spec
 from infra import atomic_write
+from infra import cli
 
 _CONFIG = command_line.CONFIG
 _STAGES = flags.DEFINE_list('stages', ['raw', 'actors', 'train'],
@@ -125,4 +126,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=command_line.parse_flags)
+  cli.run(main, command_line.parse_flags)

@@ -21,6 +21,7 @@ from absl import logging
 from agents.checkpoint import CheckpointError
 from analysis import filters
 from infra import atomic_write
+from infra import cli
 
 _RUNS = flags.DEFINE_list('runs', None, 'Two or more run folders (workdirs) to compare.')
 _POINTS = flags.DEFINE_integer('points', 5, 'Evenly spaced moments of training to compare.')
@@ -69,4 +70,4 @@ def main(argv):
 
 if __name__ == '__main__':
   flags.mark_flag_as_required('runs')
-  app.run(main)
+  cli.run(main)

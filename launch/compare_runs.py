@@ -20,6 +20,7 @@ from absl import flags
 from analysis import run_compare
 from analysis import run_metrics
 from analysis import run_plots
+from infra import cli
 
 _LABELS = flags.DEFINE_list('labels', None, 'One label per run (default: folder names).')
 _STEPS = flags.DEFINE_list('steps', ['500000', '750000'], 'Agent steps per task to compare at.')
@@ -55,4 +56,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

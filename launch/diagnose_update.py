@@ -28,6 +28,7 @@ from configs import command_line   # defines --config; its file's mistakes are o
 from configs import validation
 from configs.validation import ConfigError
 from infra import atomic_write
+from infra import cli
 from rl import algorithms
 from rundir.run_folder import RunFolderError
 
@@ -142,4 +143,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=command_line.parse_flags)
+  cli.run(main, command_line.parse_flags)

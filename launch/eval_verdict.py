@@ -13,10 +13,10 @@ baseline, at least each --threshold. Exit status 0 when every task passes,
 
 import sys
 
-from absl import app
 from absl import flags
 
 from analysis import eval_verdict
+from infra import cli
 
 _BASELINE = flags.DEFINE_string('baseline', None, 'The run (folder or evaluation JSON) to '
                                 'compare with.')
@@ -44,16 +44,6 @@ def _thresholds(items):
   return out
 
 
-def _parse_flags(argv):
-  """absl's flag parser, a bad flag in one line with exit status 2 (1 says a
-  task missed the bar)."""
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
-
-
 def main(argv):
   labels = _LABELS.value or ['run', 'baseline']
   try:
@@ -76,4 +66,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=_parse_flags)
+  cli.run(main)

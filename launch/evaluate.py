@@ -21,6 +21,7 @@ from absl import logging
 from agents.checkpoint import CheckpointError
 from analysis.run_evaluation import run_evaluation
 from configs.validation import ConfigError
+from infra import cli
 from rundir.run_folder import RunFolderError
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Run folder written by launch/train.py.')
@@ -62,4 +63,4 @@ def main(argv):
 
 if __name__ == '__main__':
   flags.mark_flag_as_required('workdir')
-  app.run(main)
+  cli.run(main)

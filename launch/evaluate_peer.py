@@ -25,6 +25,7 @@ from analysis import peer_agent
 from analysis.run_loading import load_run
 from configs.validation import ConfigError
 from infra import atomic_write
+from infra import cli
 
 _MODEL_TAR = flags.DEFINE_string('model_tar', None, "NLE agent's model.tar.")
 _WORKDIR = flags.DEFINE_string('workdir', None, "One of this project's NLE runs: its task and env "
@@ -71,4 +72,4 @@ def main(argv):
 
 if __name__ == '__main__':
   flags.mark_flags_as_required(['model_tar', 'workdir'])
-  app.run(main)
+  cli.run(main)

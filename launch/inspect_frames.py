@@ -20,6 +20,7 @@ from configs import command_line   # defines --config; its file's mistakes are o
 from configs.validation import ConfigError, validate_spec
 from envs import atari
 from infra import atomic_write
+from infra import cli
 from analysis.frame_checks import (Check, check_behaviour_logits, check_env_record,
                                    check_pong_games, check_protocol, check_unrolls,
                                    reward_summary, torso_input)
@@ -123,4 +124,4 @@ def main(argv):
 if __name__ == '__main__':
   _define_flags()
   flags.mark_flag_as_required('config')
-  app.run(main, flags_parser=command_line.parse_flags)
+  cli.run(main, command_line.parse_flags)

@@ -22,6 +22,7 @@ from absl import flags
 from configs import command_line
 from configs import compose
 from configs import validation
+from infra import cli
 from rundir import population
 from rundir import ray_cluster
 from rundir import run_folder
@@ -68,4 +69,4 @@ def main(argv):
 
 if __name__ == '__main__':
   flags.mark_flag_as_required('config')
-  app.run(main, flags_parser=command_line.parse_flags)
+  cli.run(main, command_line.parse_flags)

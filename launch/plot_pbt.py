@@ -9,11 +9,11 @@ optionally a fixed run beside them.
 import os
 import sys
 
-from absl import app
 from absl import flags
 
 from analysis import pbt_curves
 from infra import atomic_write
+from infra import cli
 from rundir import run_folder
 
 _POPULATION = flags.DEFINE_string('population', None, "launch/pbt.py's --config.workdir.")
@@ -117,4 +117,4 @@ def main(argv):
 
 if __name__ == '__main__':
   flags.mark_flag_as_required('population')
-  app.run(main)
+  cli.run(main)

@@ -20,6 +20,7 @@ from absl import flags
 from analysis import run_metrics
 from analysis import run_plots
 from infra import atomic_write
+from infra import cli
 
 _OUTPUT = flags.DEFINE_string('output', 'curves.png', 'PNG to write.')
 _LABELS = flags.DEFINE_list('labels', [], 'One label per run folder (default: folder names).')
@@ -94,4 +95,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -20,6 +20,7 @@ import numpy as np
 
 from analysis import peer_curves
 from infra import atomic_write
+from infra import cli
 
 _RUN = flags.DEFINE_string('run', None, 'Our run folder (metrics.jsonl, config.json).')
 _TASK = flags.DEFINE_string('task', None, "Our run's task to compare (default: its only one).")
@@ -138,4 +139,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -16,6 +16,7 @@ from absl import app
 from absl import flags
 
 from analysis import run_table
+from infra import cli
 
 _LABELS = flags.DEFINE_list('labels', None, 'One label per run (default: folder names).')
 _UNIFORM = flags.DEFINE_string('uniform', None, 'A uniform-play evaluation JSON '
@@ -43,4 +44,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -13,7 +13,6 @@ import os
 import sys
 import warnings
 
-from absl import app
 from absl import flags
 from absl import logging
 from PIL import Image
@@ -27,6 +26,7 @@ from configs.validation import ConfigError
 from rundir.run_folder import RunFolderError
 from envs import render
 from infra import atomic_write
+from infra import cli
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Run folder with checkpoints.')
 _TASK = flags.DEFINE_string('task', None, 'Task name (as in the config); default the first.')
@@ -92,4 +92,4 @@ def _explain_to_files() -> None:
 
 if __name__ == '__main__':
   flags.mark_flag_as_required('workdir')
-  app.run(main)
+  cli.run(main)

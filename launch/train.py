@@ -11,6 +11,7 @@ stops the run before any work with one line naming it.
 
 import threading
 
+from infra import cli
 from infra import stop_signals  # imports nothing slow
 
 # A stop asked for from the first second is kept: the handlers go in before
@@ -100,4 +101,4 @@ def main(argv):
 
 if __name__ == '__main__':
   flags.mark_flag_as_required('config')
-  app.run(main, flags_parser=command_line.parse_flags)
+  cli.run(main, command_line.parse_flags)
