@@ -41,7 +41,7 @@ def last_env_step(workdir: str) -> Optional[int]:
   if not _written(path) or not os.path.isfile(path):   # never read a device (endless)
     return None
   try:
-    with open(path) as f:
+    with open(path, 'rb') as f:   # bytes: a cut write may leave bytes that are not UTF-8
       for line in f:
         try:
           step = json.loads(line).get('env_steps')

@@ -106,36 +106,36 @@ def set_aside_metrics(workdir: str, step: int) -> Tuple[int, Optional[str]]:
   """Moves the metrics.jsonl rows logged past `step` (the restored checkpoint)
   to metrics.after-<step>.jsonl; returns (rows moved, side file or None).
 
-  Lines that are not JSON objects or whose env_steps is not a number (cut by
-  a kill) move too; an object without env_steps counts as step 0. Both files
-  are fsynced, metrics.jsonl replaced atomically.
+  Lines that are not JSON objects (not UTF-8 text either) or whose env_steps
+  is not a number (cut by a kill) move too; an object without env_steps
+  counts as step 0. Both files are fsynced, metrics.jsonl replaced atomically.
   """
   path = metrics_path(workdir)
   if not os.path.isfile(path):
     return 0, None
-  with open(path) as f:
+  with open(path, 'rb') as f:   # bytes: a cut write may leave bytes that are not UTF-8
     lines = f.readlines()
   keep, moved = [], []
   for line in lines:
     try:
       record = json.loads(line)
-    except ValueError:  # a line cut by the kill: not a record
+    except ValueError:  # a line cut by the kill (UnicodeDecodeError too): not a record
       record = None
     env_steps = record.get('env_steps', 0) if isinstance(record, dict) else None
     if isinstance(env_steps, bool) or not isinstance(env_steps, (int, float)) \
         or env_steps != env_steps:  # not a record, or its env_steps not a number (NaN too)
-      moved.append(line if line.endswith('\n') else line + '\n')
+      moved.append(line if line.endswith(b'\n') else line + b'\n')
       continue
     (moved if env_steps > step else keep).append(line)
   if not moved:
     return 0, None
   side = os.path.join(workdir, f'metrics.after-{step}.jsonl')
-  with open(side, 'a') as f:
+  with open(side, 'ab') as f:
     f.writelines(moved)
     f.flush()
     os.fsync(f.fileno())
   tmp = path + '.tmp'
-  with open(tmp, 'w') as f:
+  with open(tmp, 'wb') as f:
     f.writelines(keep)
     f.flush()
     os.fsync(f.fileno())
@@ -173,13 +173,14 @@ def read_metrics(workdir: str) -> List[Dict]:
   """The rows of a run's metrics.jsonl (or an archived metrics.jsonl.gz), in file order.
 
   A resumed run's rows are all included (analysis/run_metrics.stitch_resumed
-  drops the replaced ones). A last line without its newline that does not
-  parse is a row a live run is writing, and is left out.
+  drops the replaced ones). A last line that is not UTF-8 text, or without
+  its newline and not JSON, is a row a live run is writing or a kill cut,
+  and is left out.
 
   Raises:
     FileNotFoundError: without either file.
-    ValueError: a line that is not a JSON row (file and line number), or a
-      .gz that is cut off or damaged.
+    ValueError: a line that is not a JSON row or not UTF-8 text (file and
+      line number), or a .gz that is cut off or damaged.
   """
   path = metrics_path(workdir)
   if os.path.exists(path):
@@ -191,16 +192,23 @@ def read_metrics(workdir: str) -> List[Dict]:
   rows = []
   number = 0
   try:
-    with opener(path, 'rt') as f:
-      for number, line in enumerate(f, 1):
-        if line.strip():
-          try:
-            rows.append(json.loads(line))
-          except ValueError:
-            if not line.endswith('\n') and opener is open:
-              break   # the row being written; the file ends here
-            raise ValueError(f'{path} line {number} is not a JSON metrics row: '
-                             f'{line.strip()[:60]!r}') from None
+    with opener(path, 'rb') as f:
+      lines = f.read().splitlines(keepends=True)
+    for number, raw in enumerate(lines, 1):
+      try:
+        line = raw.decode('utf-8')
+      except UnicodeDecodeError:
+        if number == len(lines):
+          break   # a last row a kill cut: unfinished
+        raise ValueError(f'{path} line {number} is not UTF-8 text: {raw.strip()[:60]!r}') from None
+      if line.strip():
+        try:
+          rows.append(json.loads(line))
+        except ValueError:
+          if not line.endswith('\n') and opener is open:
+            break   # the row being written; the file ends here
+          raise ValueError(f'{path} line {number} is not a JSON metrics row: '
+                           f'{line.strip()[:60]!r}') from None
   except (EOFError, OSError, zlib.error) as e:   # gzip: cut off, or not gzip at all
     if opener is open:
       raise
@@ -269,9 +277,10 @@ def prepare(spec) -> Prepared:
 
 
 def read_jsonl(path: str) -> List[Dict]:
-  """The rows of a JSON-lines file, skipping lines that are not JSON (a writer's torn line)."""
+  """The rows of a JSON-lines file, skipping lines that are not JSON or not
+  UTF-8 (a writer's torn line)."""
   rows = []
-  with open(path) as f:
+  with open(path, 'rb') as f:
     for line in f:
       try:
         rows.append(json.loads(line))

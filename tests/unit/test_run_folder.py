@@ -270,6 +270,24 @@ def test_a_live_runs_unfinished_last_row_is_left_out_and_a_bad_row_is_named(tmp_
     run_folder.read_metrics(str(tmp_path))
 
 
+def test_a_last_row_that_is_not_utf8_is_unfinished_for_readers_and_resume(tmp_path):
+  """A cut write can leave bytes that are not UTF-8 (before: readers and resume
+  stopped on UnicodeDecodeError without naming the file)."""
+  from rundir import earlier_run
+  metrics = tmp_path / 'metrics.jsonl'
+  metrics.write_bytes(b'{"env_steps": 100}\n{"env_steps": 200}\n{"env_steps": 3\xff\xfe\x00')
+  assert run_folder.read_metrics(str(tmp_path)) == [{'env_steps': 100}, {'env_steps': 200}]
+  assert run_folder.read_jsonl(str(metrics)) == [{'env_steps': 100}, {'env_steps': 200}]
+  assert earlier_run.last_env_step(str(tmp_path)) == 200
+  moved, side = run_folder.set_aside_metrics(str(tmp_path), 100)   # resuming at 100
+  assert moved == 2 and open(side, 'rb').read() == (b'{"env_steps": 200}\n'
+                                                    b'{"env_steps": 3\xff\xfe\x00\n')
+  assert run_folder.read_metrics(str(tmp_path)) == [{'env_steps': 100}]
+  metrics.write_bytes(b'{"env_steps": 100}\n{"env_steps": \xff}\n{"env_steps": 300}\n')
+  with pytest.raises(ValueError, match=r"metrics.jsonl line 2 is not UTF-8 text: b'"):
+    run_folder.read_metrics(str(tmp_path))
+
+
 def test_a_cut_off_or_foreign_archived_metrics_file_is_a_value_error_naming_it(tmp_path):
   import gzip
   rows = ''.join(json.dumps({'env_steps': i, 'loss': 0.5}) + '\n' for i in range(3000))
