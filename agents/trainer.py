@@ -20,7 +20,8 @@ from agents import learner as learner_lib
 from agents import actor as actor_lib
 from agents.actor import ParamsStore, UnrollBlock
 from agents.checkpoint import Checkpointer
-from agents.update_checks import FINITE_CHECKS, NonFiniteError, concat_blocks, first_non_finite
+from agents.update_checks import (FINITE_CHECKS, NonFiniteError, check_task_ids, concat_blocks,
+                                  first_non_finite)
 from agents.summaries import Summariser
 from agents.timing import StageTimer
 from envs import registry
@@ -127,10 +128,13 @@ class Trainer:
   def next_batch(self) -> Tuple[Unroll, List[int]]:
     """The next learner batch from plan.blocks_per_batch actor blocks, in actor order (the order
     decides which unrolls share a minibatch; arrival order is a race): (an Unroll of host arrays,
-    each block's policy lag in learner updates). ActorFailed when an actor failed or stopped."""
+    each block's policy lag in learner updates). ActorFailed when an actor failed or stopped;
+    update_checks.TaskIdError for task ids outside the run's."""
     blocks = [self._next_block() for _ in range(self.plan.blocks_per_batch)]
     blocks.sort(key=lambda b: (b.actor_id, b.params_version))   # stable: arrival order within
-    return concat_blocks(blocks), [self.version - b.params_version for b in blocks]
+    unroll = concat_blocks(blocks)
+    check_task_ids(unroll, self.plan.num_tasks)
+    return unroll, [self.version - b.params_version for b in blocks]
 
   def step(self, unroll: Unroll) -> Dict:
     """One learner update on this process's batch: checked for non-finite values, then committed,

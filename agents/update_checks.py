@@ -1,6 +1,7 @@
 """What the learner checks of its batches and updates: actor blocks joined
-into one batch (`concat_blocks`), and each update's metrics checked for NaN
-and inf (`first_non_finite`)."""
+into one batch (`concat_blocks`) whose task ids are the run's
+(`check_task_ids`), and each update's metrics checked for NaN and inf
+(`first_non_finite`)."""
 
 from typing import Dict, List, Optional
 
@@ -13,6 +14,22 @@ from rl.types import Unroll
 
 class NonFiniteError(FloatingPointError):
   """A learner quantity became NaN or inf; the last good state is saved."""
+
+
+class TaskIdError(ValueError):
+  """A batch holds steps of a task id the run does not have: the per-task
+  loss terms would leave them out."""
+
+
+def check_task_ids(unroll: Unroll, num_tasks: int) -> None:
+  """TaskIdError naming the first task id of `unroll` (host arrays) outside
+  [0, num_tasks), and how many steps carry such ids."""
+  ids = np.asarray(unroll.task_id)
+  bad = (ids < 0) | (ids >= num_tasks)
+  if bad.any():
+    raise TaskIdError(f'a batch holds {int(bad.sum())} steps of task id {int(ids[bad][0])}, '
+                      f'outside the run\'s {num_tasks} tasks (0..{num_tasks - 1}): an env '
+                      'family or actor gives task ids the config does not list')
 
 
 # Checked after every update, in this order: the first non-finite one names

@@ -32,7 +32,9 @@ class LossConfig(NamedTuple):
   name: str = 'impala'   # the learner (rl/algorithms.py): 'impala', 'ppo' or one registered
   settings: Any = None   # the learner's own settings (rl/impala.VTraceConfig, rl/ppo.PPOConfig,
                          # ...: its config group); None: its defaults
-  num_tasks: int = 1     # tasks in the run (per-task metrics, per-task normalisation)
+  # Tasks in the run: the by-term loss, per-task normalisation and metrics
+  # need it (None: an error there; the run spec always gives it).
+  num_tasks: Optional[int] = None
   # optimizer.clip_by='term' (V-trace only).
   clip_per_term: bool = False
   # PopArt's step per valid target (popart.step_per='sample') instead of per update.

@@ -117,6 +117,11 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
   normalize_advantages = v.normalize_advantages
   per = v.normalize_advantages_per
   num_tasks = cfg.num_tasks
+  if num_tasks is None:
+    if by_term or (normalize_advantages and per == 'task'):
+      raise ValueError('LossConfig.num_tasks is None: the loss by term and per-task advantages '
+                       "need the run's task count")
+    num_tasks = 1
   value = cfg.value
   symlog = ac.symlog_values(cfg)
   centres = vc.support(value.bins, value.limit) if value.categorical else None
@@ -131,7 +136,10 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
     e, rhos, vs, qs, mask = t.evaluation, t.rhos, t.vs, t.qs, t.mask
 
     task_tm1 = e.value_idx[:-1]
-    task = batch.task_id[:-1]   # each step's task (not its value head: that is 0 without PopArt)
+    # Each step's task (not its value head: that is 0 without PopArt). An id
+    # past the count (agents/update_checks stops such a batch) is counted as
+    # the last task's, so the per-task sums still hold every valid step.
+    task = jnp.clip(batch.task_id[:-1], 0, num_tasks - 1)
     if cfg.popart_enabled:
       new_stats, stats_step = popart.update_stats_and_step(
           stats, vs, task_tm1, mask, cfg.popart_beta, axis_name, cfg.popart_per_sample)

@@ -14,7 +14,7 @@ from typing import Callable, List, Optional
 import jax
 
 from agents.trainer import ActorFailed, Trainer
-from agents.update_checks import NonFiniteError
+from agents.update_checks import NonFiniteError, TaskIdError
 from configs import resume
 from configs import spec as spec_lib
 from configs.spec import RunSpec
@@ -254,7 +254,7 @@ def exit_on_failure(e: BaseException) -> None:
   if peer_watch.peer_stopping():
     while True:  # the watchdog prints the cause and exits
       time.sleep(1.0)
-  one_line = (NonFiniteError, RunStopped)  # they say all there is to say
+  one_line = (NonFiniteError, RunStopped, TaskIdError)  # they say all there is to say
   if isinstance(e, ActorFailed) and e.__cause__ is not None:
     traceback.print_exception(e.__cause__)
   elif not isinstance(e, one_line):

@@ -284,6 +284,31 @@ def test_a_family_with_worker_processes_owns_its_settings_sizes_and_stops_them(
   assert len(STARTED) == 2 and not any(p.is_alive() for p in STARTED)
 
 
+class ToyMislabelledFamily(ToyFamily):
+  """The toy cue whose envs report a task id the run does not have."""
+  name = 'toy_mislabelled'
+
+  def matches(self, env_id):
+    return env_id == 'ToyCueMislabelled-v0'
+
+  def make_batches(self, groups, seed, context):
+    return [ToyCueEnv(g.num_envs, g.task_id + 5, g.reward_scale, seed=seed) for _, g in groups]
+
+
+def test_a_family_giving_task_ids_outside_the_run_stops_it_in_one_line(tmp_path):
+  from agents.update_checks import TaskIdError
+  from tests.support.training_runs import train
+  registry.register(ToyMislabelledFamily())
+  try:
+    config = _toy_config()
+    config.tasks = ({'name': 'Toy', 'env_id': 'ToyCueMislabelled-v0'},)
+    config.workdir = str(tmp_path / 'run')
+    with pytest.raises(TaskIdError, match=r"steps of task id 5, outside the run's 1 tasks"):
+      train(config)
+  finally:
+    registry.unregister('toy_mislabelled')
+
+
 class ToyLinearTorso(nn.Module):
   """The smallest torso: obs['state'] [N, D] through one tanh Dense layer."""
   size: int = 16

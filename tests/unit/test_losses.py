@@ -279,3 +279,30 @@ def test_a_loss_refuses_another_learners_settings_and_says_so():
     impala.settings(LossConfig(settings=ppo.PPOConfig()))
   with pytest.raises(TypeError, match='reads a PPOConfig, not VTraceConfig'):
     ppo.settings(LossConfig(name='ppo', settings=impala.VTraceConfig()))
+
+
+def test_the_by_term_loss_counts_every_step_whatever_the_task_count_and_needs_one():
+  """Before: one_hot(task, num_tasks) left out the steps of task ids past the
+  count (the by-term rows summed to part of the loss, with no error)."""
+  logits = jnp.zeros((3, 2, 2))
+  n = jnp.asarray([[[0.0]] * 2, [[1.0]] * 2, [[2.0]] * 2])
+  params, stats = {'scale': jnp.ones(())}, popart.init_stats(1)
+  apply = _fixed_apply(logits, n)
+  one_task = _two_task_config()._replace(num_tasks=1)   # task 1's steps are past the count
+  total, _ = impala.loss_fn(apply, one_task)(params, stats, _batch())
+  by_term, _ = impala.loss_fn(apply, one_task, by_term=True)(params, stats, _batch())
+  assert by_term.shape == (3, 1)
+  np.testing.assert_allclose(jnp.sum(by_term), total, rtol=1e-5)
+  no_count = _two_task_config(normalize_advantages=True)._replace(num_tasks=None)
+  with pytest.raises(ValueError, match=r"LossConfig.num_tasks is None: the loss by term"):
+    impala.loss_fn(apply, no_count, by_term=True)
+  impala.loss_fn(apply, no_count)(params, stats, _batch())   # where it does not matter: fine
+
+
+def test_a_batch_with_task_ids_outside_the_run_is_stopped_naming_them():
+  from agents.update_checks import TaskIdError, check_task_ids
+  batch = _batch()
+  check_task_ids(batch, 2)
+  with pytest.raises(TaskIdError, match=r"a batch holds 3 steps of task id 1, outside the "
+                                        r"run's 1 tasks \(0..0\)"):
+    check_task_ids(batch, 1)
