@@ -104,7 +104,6 @@ class Actor(threading.Thread):
   `env_steps`.
 
   Args:
-    timer: stages 'inference', 'env_step', 'actor_queue_put', 'actor_wait_learner'.
     unroll_length: T, without the extra step.
     seed: the action sampling seed (builder.actor_seed).
     wait_for_learner: after queueing an unroll, wait for room in the queue, so
@@ -131,7 +130,6 @@ class Actor(threading.Thread):
     self.env_steps = 0
 
   def run(self):
-    """Runs the actor loop until `stop` is set."""
     try:
       self._loop()
     except BaseException as e:  # reported by the learner loop

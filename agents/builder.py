@@ -38,7 +38,6 @@ def build_agent(spec, num_actions: int, observation_spec: Dict[str, tuple],
   """The agent of a run spec, for an env, its state replicated over plan.learner_devices.
 
   Args:
-    spec: the run's RunSpec (configs/spec.py).
     observation_spec: {key: (shape per env step, dtype)}, without
       prev_action / prev_reward.
     with_update: False skips the update (tools that only act or restore).

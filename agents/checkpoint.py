@@ -85,7 +85,6 @@ class Checkpointer:
 
   @property
   def directory(self) -> str:
-    """The absolute path of the checkpoints folder."""
     return str(self._manager.directory)
 
   def steps(self) -> Sequence[int]:

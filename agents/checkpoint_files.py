@@ -18,7 +18,6 @@ class CheckpointError(RuntimeError):
 
 
 def directory(workdir: str) -> str:
-  """The absolute path of `<workdir>/checkpoints`."""
   return os.path.abspath(os.path.join(workdir, SUBDIR))
 
 
@@ -41,11 +40,8 @@ def _digest(path: str) -> str:
 
 
 def write_manifest(step_dir: str) -> None:
-  """Reads every file of the checkpoint at `step_dir` back into its manifest.
-
-  Writes `<step_dir>/verified.json` = {'files': {relative path: [size,
-  SHA-256 hex]}}, fsynced and renamed into place.
-  """
+  """Reads every file of the checkpoint at `step_dir` back into its manifest,
+  `verified.json` = {'files': {relative path: [size, SHA-256 hex]}}."""
   files = {rel: [os.path.getsize(os.path.join(step_dir, rel)), _digest(os.path.join(step_dir, rel))]
            for rel in _files(step_dir)}
   tmp = os.path.join(step_dir, MANIFEST + '.tmp')
@@ -57,11 +53,7 @@ def write_manifest(step_dir: str) -> None:
 
 
 def damage(step_dir: str) -> Optional[str]:
-  """What is wrong with the checkpoint at `step_dir` (one line), or None. Reads only.
-
-  Every file its manifest lists must have its size and SHA-256; without a
-  manifest it was cut off before it was verified.
-  """
+  """What is wrong with the checkpoint at `step_dir` (one line), or None. Reads only."""
   manifest_path = os.path.join(step_dir, MANIFEST)
   if not os.path.isfile(manifest_path):
     return f'no {MANIFEST}: cut off before it was verified'

@@ -61,10 +61,6 @@ def build_update(apply_fn: Callable, optimizer, schedule, loss_cfg: LossConfig,
                  seed: int = 0):
   """The learner's jitted update, sharded over the mesh.
 
-  A centring torso's mean frames first take in the batch's frames; then the
-  learner (rl/algorithms.py, picked by `loss_cfg.name`) takes its optimiser
-  steps with the hyperparameters injected in the optimiser state.
-
   Args:
     apply_fn: `apply_fn(params, popart_stats, obs, first, core_state)`.
     schedule: schedule(step), or schedule(step, base_rate) when the

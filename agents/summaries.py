@@ -61,7 +61,6 @@ class Summariser:
     episodes.
 
     Args:
-      window: the update metrics of the window's updates.
       reports: every process's `report`, in process order.
       sps: env steps per second over the window.
     """

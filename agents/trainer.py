@@ -95,8 +95,7 @@ class Trainer:
     self._started = False
 
   def _use_config_hyperparameters(self, fresh) -> None:
-    """Puts the config's learner hyperparameters (`fresh`'s) into the restored
-    state, so a resume or a PBT member trains with new values; records the changes."""
+    """Puts the config's learner hyperparameters (`fresh`'s) into the restored state."""
     saved = optimizers.hyperparameters(self.state.opt_state)
     wanted = optimizers.hyperparameters(fresh.opt_state)
     value_of = lambda x: float(np.asarray(learner_lib.local_copy(x)))

@@ -262,7 +262,6 @@ def suite_config(module: str, variant: str, dtype: str, small: bool):
 
 
 def device_line() -> str:
-  """One line naming the JAX devices, the CPU cores and JAX's version."""
   d = jax.devices()[0]
   return (f'{jax.device_count()} x {d.platform} device ({d.device_kind}), '
           f'{os.cpu_count()} CPU cores, JAX {jax.__version__}')

@@ -82,8 +82,7 @@ def gap(a: Score, b: Score) -> float:
 
 def verdicts(run: Mapping[str, Score], bar: Bar, baseline: Optional[Mapping[str, Score]] = None,
              uniform: Optional[Mapping[str, Score]] = None) -> List[TaskVerdict]:
-  """One TaskVerdict per task of `run`, in its order; `baseline` and `uniform`
-  map task -> Score, or are None.
+  """One TaskVerdict per task of `run`, in its order.
 
   Raises:
     ValueError: naming the task, when a compared evaluation lacks a task of the

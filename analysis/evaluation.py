@@ -82,7 +82,6 @@ def play_episodes(env, policy: Callable, variables, initial_state, num_episodes:
   Args:
     env: a batched env (rewards unscaled).
     policy: `make_policy`'s policy.
-    initial_state: the core state for the env's B envs.
     frame_fn: draws env 0 from a StepResult; its first episode is recorded, at most
       `max_video_frames` frames; None: no video.
     max_steps: stop after this many batched steps; None: no cap.
@@ -130,9 +129,8 @@ def env_seed(seed: int, task_id: int) -> int:
 
 
 def make_task_env(run: LoadedRun, task_id: int, num_envs: int, seed: int, video: bool):
-  """An evaluation env for one task, rewards unscaled, with the task's evaluation kwargs
-  (task_env_kwargs with training=False): (env, frame_fn or None, video fps); `frame_fn(result)`
-  draws env 0, an RGB screen or a TtyFrame (NLE)."""
+  """registry.evaluation_env of one task, with the task's evaluation kwargs (task_env_kwargs with
+  training=False): (env, frame_fn or None, video fps)."""
   task = run.spec.run.tasks[task_id]
   kwargs = registry.task_env_kwargs(task, run.plan.num_tasks, run.spec.envs, training=False)
   context = registry.batch_context(registry.family_of(task['env_id']), run.plan.actors.resources,
@@ -175,8 +173,7 @@ def evaluate_task(run: LoadedRun, task_id: int, num_episodes: int, greedy: bool 
                   num_envs: int = DEFAULT_NUM_ENVS) -> TaskEvaluation:
   """Plays `num_episodes` whole episodes of a task with the run's policy, on at most `num_envs` envs
   seeded env_seed(seed, task_id). `max_steps` (a safety net for smoke tests) stops after that many
-  batched steps, keeping only the episodes that ended. video_fps is 0 without video. ValueError when
-  num_episodes < 1."""
+  batched steps, keeping only the episodes that ended. ValueError when num_episodes < 1."""
   if num_episodes < 1:
     raise ValueError(f'num_episodes must be >= 1, got {num_episodes}')
   n = min(num_episodes, num_envs)
@@ -200,11 +197,8 @@ def evaluate(run: LoadedRun, num_episodes: int, **kwargs) -> List[TaskEvaluation
 
 def summary(run: LoadedRun, results: Sequence[TaskEvaluation],
             settings: Dict[str, Any]) -> Dict[str, Any]:
-  """The JSON-ready record of an evaluation: {'workdir', 'env_steps', 'env_frames', 'settings',
-  'tasks'}, plus 'hns' (atari.hns_summary) when an Atari game has episodes. Each task holds
-  'episodes', 'complete', 'env_steps' (batched), 'return', 'length' and 'points' (summarise),
-  'reward_per_point', the raw 'returns' and 'lengths', 'stats' (summarise of each episode statistic)
-  where there are any, and 'hns' of the mean return for Atari games."""
+  """The JSON-ready record of an evaluation: per task its episodes' statistics (`summarise`), plus
+  'hns' (atari.hns_summary) when an Atari game has episodes."""
   tasks, hns = {}, {}
   for task_id, r in enumerate(results):
     returns = [e.episode_return for e in r.episodes]

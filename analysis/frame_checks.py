@@ -245,10 +245,8 @@ def check_protocol(spec, collected: Collected) -> Dict[str, Check]:
   """Checks IMPALA's Atari protocol as a run (task 0 Atari) applies it.
 
   Returns:
-    Checks 'kwargs', 'max_pool', 'sticky' (off), 'lives', 'action_set' (6
-    minimal for one game, 18 full for several), 'reward_clip' and 'scaling'
-    (conv1's input is frames / 255 NHWC, minus the task's mean frame for a
-    centring torso).
+    Checks 'kwargs', 'max_pool', 'sticky', 'lives', 'action_set',
+    'reward_clip' and 'scaling'.
   """
   kw, env_id = collected.env_kwargs, spec.run.tasks[0]['env_id']
   reward_mode = spec.run.reward_mode

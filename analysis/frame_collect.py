@@ -46,7 +46,6 @@ class RecordingEnv:
     return self._env.reset()
 
   def step(self, actions):
-    """The wrapped env's step; its flags and rewards are appended to `records`."""
     result = self._env.step(actions)
     over = result.terminated if result.game_over is None else result.game_over
     for name, value in (('terminated', result.terminated), ('truncated', result.truncated),
@@ -62,7 +61,6 @@ def collect(spec, num_blocks: int, policy_scale: float = 1.0) -> Collected:
   """Runs actor 0 as a fresh run would (env step 0) and keeps what it produces.
 
   Args:
-    num_blocks: the unrolls to collect.
     policy_scale: multiplies the policy head's weights (tests: logits that
       differ between frames, so off-by-one errors show).
 

@@ -26,8 +26,7 @@ class EpisodeTrace:
 def trace_episode(run: LoadedRun, task_id: int, max_steps: int = 2000, seed: int = 0,
                   greedy: bool = False) -> EpisodeTrace:
   """Plays one episode of a task in one env, recording at each step, before
-  the action, the frame a video shows and every value head's value
-  unnormalised with the run's PopArt statistics ([T, K])."""
+  the action, the frame a video shows and every value head's value."""
   stats = run.variables['popart']['value_head']
 
   @jax.jit

@@ -98,7 +98,6 @@ class PeerAgent:
     return self.model.initial_state(batch_size)
 
   def policy(self, greedy: bool = False) -> Callable:
-    """The evaluator's policy for this agent (make_policy of torch_forward); needs torch."""
     return make_policy(torch_forward(self.model), greedy)
 
 

@@ -1,12 +1,10 @@
 """A trained run's checkpoint evaluated: whole episodes per task, a table and
 a JSON record in the run folder (`launch/evaluate.py` is the command line).
 
-Writes <workdir>/eval/<env_steps>.json (settings, per-task statistics of
-returns and lengths, human-normalised scores for Atari); an evaluation of a
-step evaluated before goes to <env_steps>.2.json, .3.json, ... (the earlier
-ones are kept) unless `overwrite`. With `video`, one MP4 per task of its
-first episode in <workdir>/eval/<env_steps>_video/ (a GIF instead where no
-MP4 writer, imageio-ffmpeg, is installed).
+Writes <workdir>/eval/<env_steps>.json (evaluation.summary); an evaluation
+of a step evaluated before goes to <env_steps>.2.json, .3.json, ... (the
+earlier ones are kept) unless `overwrite`. With `video`, one MP4 (or GIF)
+per task of its first episode in <workdir>/eval/<env_steps>_video/.
 """
 
 import json
@@ -28,9 +26,7 @@ def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
     step: the checkpoint's env step; None: the latest intact one.
     episodes: whole episodes per task.
     greedy: act with the argmax of the logits (else sampled).
-    max_steps: the most batched steps per task; None: no cap.
-    num_envs: the most envs played at a time.
-    seed: the evaluation seed (evaluation.env_seed).
+    max_steps, num_envs, seed: as evaluation.evaluate_task's.
     out: where progress lines and the table go.
     uniform: act uniformly at random (a baseline), recorded as <env_steps>_uniform.json.
 

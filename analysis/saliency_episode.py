@@ -56,6 +56,5 @@ def explain(run, task_id: int, start: int, stop: int, stride: int, greedy: bool,
     out.append((image, pmap, vmap, {'step': t, 'policy_max': float(s_pi.max()),
                                     'value_max': float(s_v.max())}))
 
-  # Stops at step B, or earlier if the episode ends first.
   evaluation.play_one_episode(run, task_id, observe, max_steps=stop, seed=seed, greedy=greedy)
   return out

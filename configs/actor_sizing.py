@@ -4,9 +4,8 @@ The `actors` fields at 0 are chosen from the cores the process may use
 and the envs it steps (docs/speed.md, "How actors are sized"); a field a
 config sets is kept:
 - actor threads: the most any of the run's env families asks for the
-  cores (EnvFamily.actor_threads: EnvPool one per 4 cores, 2 to 8; NLE
-  one per 8, 1 to 4; envs stepped in the actor thread 1), fewer where
-  `lag_bound` would pass MAX_POLICY_LAG;
+  cores (EnvFamily.actor_threads), fewer where `lag_bound` would pass
+  MAX_POLICY_LAG;
 - inside each actor, each family sizes its own threads or worker
   processes (EnvFamily.size: `envpool.threads`, `nle.workers`).
 """
@@ -80,7 +79,6 @@ def size(cores: int, envs_per_actor: int, families: Sequence[Tuple[EnvFamily, in
   Args:
     envs_per_actor: envs per actor thread (all tasks together).
     families: (env family, its number of the run's tasks), each family once.
-    settings: the families' settings groups, read (RunSpec.envs).
     num_actors: kept unless 0 (then chosen, and lowered until `lag_bound` is
       at most MAX_POLICY_LAG, not below 1).
     blocks_per_batch: actor blocks per learner batch (of this process).

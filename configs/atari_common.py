@@ -18,16 +18,11 @@ def atari_config(name: str, games, variant: dict, *, popart: bool,
                  multitask_tuning: bool = False) -> ml_collections.ConfigDict:
   """A full IMPALA Atari config for `games`, one task per game in that order.
 
-  One game: 16 envs per actor and a batch of 32; several: up to 16 envs
-  per actor, an even number (at least 2) of each game, and about 32 unrolls
-  in whole actor blocks. Budget: IMPALA's 50M agent steps per game, 3M with
-  the recipes vtrace, a2c, ppo and impala_adam, or `variant['steps']`.
   `apply_multitask_popart` or `apply_multitask_tuning` (vtrace recipe only)
   come after the budget, which their schedule anneals over, and before smoke.
 
   Args:
     variant: the parsed variants (`variant_defaults`).
-    popart: popart.enabled.
 
   Raises:
     ValueError: for no games, an unknown or repeated game, a net not in
@@ -48,8 +43,7 @@ def atari_config(name: str, games, variant: dict, *, popart: bool,
     # (--config.network.torso_kwargs.answer_sizes='(512,256)').
     c.network.torso_kwargs = attention.size_defaults()
   c.tasks = tuple(common.task(g, atari.env_id(g)) for g in games)
-  # Actor threads and EnvPool threads: sized to the machine (configs/actor_sizing.py;
-  # 2 threads x 2 EnvPool threads for one game on 2 cores).
+  # Actor threads and EnvPool threads: sized to the machine (configs/actor_sizing.py).
   if len(games) == 1:
     c.total_env_steps = 50_000_000   # 200M frames, IMPALA's single-task budget
     c.actors.envs_per_actor = 16
@@ -86,11 +80,7 @@ def apply_multitask_popart(c: ml_collections.ConfigDict) -> None:
 
 
 def apply_multitask_tuning(c: ml_collections.ConfigDict) -> None:
-  """What every multi-task arm takes on the vtrace recipe: the clip per term
-  (`optimizer.clip_by='term'`), advantages normalised per task, balanced
-  minibatches of about two unrolls of every task (at least about 4, split
-  on 1, 2 or 4 learner devices), lr 5e-4 after a 200-update warmup,
-  annealed to half."""
+  """What every multi-task arm takes on the vtrace recipe."""
   tasks, b = len(c.tasks), c.batch_size
   c.optimizer.clip_by = 'term'
   c.vtrace.normalize_advantages_per = 'task'

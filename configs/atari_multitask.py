@@ -24,11 +24,8 @@ def get_config(arg=None):
     arg: the variants (common.parse_variant), None for the defaults:
       games: Atari games joined by '+' (SEED_GAMES).
       rewards: 'clip' or 'none' ('clip').
-      steps: agent steps per game (0: the recipe's budget).
-      net: 'shallow', 'resnet' or 'attention' ('shallow'); lstm: off.
-      recipe: a key of common.RECIPES ('vtrace').
       plain: leave out atari_common.apply_multitask_tuning (off).
-      smoke: common.apply_smoke (off).
+      steps, net, lstm, recipe, smoke: atari_common.variant_defaults.
   """
   variant = common.parse_variant(
       arg, atari_common.variant_defaults(games=atari_common.SEED_GAMES, rewards='clip',

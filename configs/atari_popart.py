@@ -18,12 +18,9 @@ def get_config(arg=None):
   Args:
     arg: the variants (common.parse_variant), None for the defaults:
       games: Atari games joined by '+' (SEED_GAMES).
-      steps: agent steps per game (0: the recipe's budget).
-      net: 'shallow', 'resnet' or 'attention' ('shallow'); lstm: off.
-      recipe: a key of common.RECIPES ('vtrace').
       slow_start: leave out atari_common.apply_multitask_popart (off):
         PopArt from mu 0, sigma 1 (docs/popart_atari.md).
-      smoke: common.apply_smoke (off).
+      steps, net, lstm, recipe, smoke: atari_common.variant_defaults.
   """
   variant = common.parse_variant(
       arg, atari_common.variant_defaults(games=atari_common.SEED_GAMES, slow_start=False))

@@ -15,10 +15,7 @@ def get_config(arg=None):
   Args:
     arg: the variants (common.parse_variant), None for the defaults:
       game: one of envs.atari.ATARI_GAMES ('Pong').
-      steps: agent steps (0: the recipe's budget).
-      net: 'shallow', 'resnet' or 'attention' ('shallow'); lstm: off.
-      recipe: a key of common.RECIPES ('vtrace').
-      smoke: common.apply_smoke (off).
+      steps, net, lstm, recipe, smoke: atari_common.variant_defaults.
   """
   variant = common.parse_variant(arg, atari_common.variant_defaults(game='Pong'))
   game = variant['game']

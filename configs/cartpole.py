@@ -8,8 +8,7 @@ from configs import common
 
 
 def get_config(arg=None):
-  """The config, named 'cartpole': one task, an MLP, 500k agent steps,
-  rewards not clipped. Variants: smoke (common.apply_smoke)."""
+  """The config, named 'cartpole'; variants: smoke (common.apply_smoke)."""
   variant = common.parse_variant(arg, {'smoke': False})
   c = common.base_config()
   c.config_name = 'cartpole'

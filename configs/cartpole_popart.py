@@ -12,8 +12,7 @@ from configs import common
 
 
 def get_config(arg=None):
-  """The config, named 'cartpole_popart': reward_scales 1 and 1000. Variants:
-  smoke (common.apply_smoke)."""
+  """The config, named 'cartpole_popart'; variants: smoke (common.apply_smoke)."""
   variant = common.parse_variant(arg, {'smoke': False})
   c = common.base_config()
   c.config_name = 'cartpole_popart'

@@ -15,8 +15,7 @@ from envs import catch
 
 
 def get_config(arg=None):
-  """The config, named 'catch_<recipe>' ('catch_pong_<recipe>' with pong):
-  one task, 300k agent steps, rewards clipped as for Atari.
+  """The config, named 'catch_<recipe>' ('catch_pong_<recipe>' with pong).
 
   Args:
     arg: the variants (common.parse_variant), None for the defaults:

@@ -147,9 +147,7 @@ def apply_recipe(c: ml_collections.ConfigDict, name: str, recipes: dict = RECIPE
 
 @recipe(RECIPES, 'impala')
 def _impala(c) -> None:
-  """IMPALA's Atari table (base_config's values): unroll 20, batch 32,
-  RMSProp lr 6e-4 with epsilon 0.01 inside the square root, clip 40 on the
-  summed loss."""
+  """IMPALA's Atari table: base_config's values."""
 
 
 def minibatch_count(batch: int, unrolls: float, devices=(1,)) -> int:
@@ -164,9 +162,7 @@ def minibatch_count(batch: int, unrolls: float, devices=(1,)) -> int:
 @recipe(RECIPES, 'vtrace')
 def _vtrace(c) -> None:
   """IMPALA's V-trace learner made to learn Pong in 1M agent steps
-  (docs/pong.md): minibatches of about 4 shuffled unrolls, one Adam step
-  each; advantages normalised per minibatch; centred frames; orthogonal
-  init; the loss averaged, clip 0.5; a queue of one block."""
+  (docs/pong.md)."""
   c.loss.name = 'impala'
   b = c.batch_size
   c.vtrace.epochs = 1
@@ -187,8 +183,7 @@ def _vtrace(c) -> None:
 @recipe(RECIPES, 'impala_adam')
 def _impala_adam(c) -> None:
   """IMPALA's V-trace learner with moolib's Atari optimisation
-  (examples/vtrace): Adam lr 6e-4, epsilon 1e-8, the loss averaged,
-  entropy 6e-4, clip 40."""
+  (examples/vtrace); clip 40 as IMPALA's."""
   c.optimizer.name = 'adam'
   c.learning_rate = 6e-4
   c.optimizer.adam_eps = 1e-8
@@ -199,11 +194,9 @@ def _impala_adam(c) -> None:
 @recipe(RECIPES, 'a2c')
 def _a2c(c) -> None:
   """A2C's optimisation (Mnih et al. 2016) as OpenAI baselines runs it on
-  Atari, on the V-trace learner: 5-step unrolls of about 16 envs, the loss
-  averaged, clip 0.5, TensorFlow's RMSProp (lr 7e-4, epsilon 1e-5 inside
-  the square root, second moment starting at 1). The last two keep tiny
-  gradients' steps small; without them most first-layer ReLUs die
-  (docs/pong.md)."""
+  Atari, on the V-trace learner. TensorFlow's RMSProp (epsilon inside the
+  square root, second moment starting at 1) keeps tiny gradients' steps
+  small; without it most first-layer ReLUs die (docs/pong.md)."""
   envs = c.actors.envs_per_actor
   c.unroll_length = 5
   c.batch_size = envs * max(1, round(16 / envs))  # about 16 envs, in whole actor blocks
@@ -217,11 +210,9 @@ def _a2c(c) -> None:
 
 @recipe(RECIPES, 'ppo')
 def _ppo(c) -> None:
-  """cleanrl's Atari PPO (ppo_atari_envpool.py) on the same actors: batches
-  of about 1,024 steps, 4 epochs x 4 minibatches, clip 0.1, GAE(0.95),
-  a clipped value loss, Adam lr 2.5e-4. A queue of one block and actors
-  that wait for the learner keep the behaviour policy 1-2 updates old,
-  which PPO's ratio is taken against."""
+  """cleanrl's Atari PPO (ppo_atari_envpool.py) on the same actors. A queue
+  of one block and actors that wait for the learner keep the behaviour
+  policy 1-2 updates old, which PPO's ratio is taken against."""
   envs = c.actors.envs_per_actor
   # Recurrent networks keep whole unrolls (their state runs along them), so
   # their batch must split into the 4 minibatches: the number of unrolls

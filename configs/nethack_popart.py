@@ -40,8 +40,7 @@ RECIPES = {}  # name -> recipe(config), applied by common.apply_recipe
 
 @common.recipe(RECIPES, 'fast')
 def _fast(c) -> None:
-  """The default: RMSProp lr 2e-4, epsilon 1e-6, PopArt beta 3e-3, entropy
-  1e-3, discount 0.999 (a descent found many steps ahead still counts)."""
+  """The default; discount 0.999: a descent found many steps ahead still counts."""
   c.learning_rate = 2e-4
   c.optimizer.rmsprop_eps = 1e-6
   c.popart.beta = 3e-3
@@ -51,14 +50,12 @@ def _fast(c) -> None:
 
 @common.recipe(RECIPES, 'impala')
 def _impala(c) -> None:
-  """IMPALA's Atari table (common.base_config): lr 6e-4, epsilon 0.01,
-  PopArt beta 3e-4 (Hessel et al.)."""
+  """IMPALA's Atari table: common.base_config's values."""
 
 
 @common.recipe(RECIPES, 'nle')
 def _nle(c) -> None:
-  """NLE's published TorchBeast agent (its polybeast config): lr 2e-4,
-  epsilon 1e-6, entropy 1e-4, discount 0.999, unroll 80; PopArt stays on.
+  """NLE's published TorchBeast agent (its polybeast config); PopArt stays on.
   Pair it with net=nle_baseline for NLE's network."""
   c.learning_rate = 2e-4
   c.optimizer.rmsprop_eps = 1e-6
@@ -127,8 +124,7 @@ def get_config(arg=None):
     raise ValueError(f"net={variant['net']} reads no extra inputs; inputs= needs net= one of "
                      f"{', '.join(torsos.names('extra_inputs'))}")
   c.tasks = tasks
-  # Actor threads and NLE workers: sized to the machine (configs/actor_sizing.py;
-  # 1 actor x 2 workers on 2 cores).
+  # Actor threads and NLE workers: sized to the machine (configs/actor_sizing.py).
   c.actors.envs_per_actor = envs_per_task * len(tasks)
   c.batch_size = c.actors.envs_per_actor
   c.log.every_seconds = 10.0

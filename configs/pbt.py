@@ -221,7 +221,6 @@ def starts(settings: Settings, seed: int) -> List[Dict[str, float]]:
 
 
 def clip(values: Dict[str, float], settings: Settings) -> Dict[str, float]:
-  """A new dict: each adapted hyperparameter's value clipped to its range."""
   out = dict(values)
   for name, (low, high) in settings.ranges.items():
     if name in out:

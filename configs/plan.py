@@ -30,7 +30,6 @@ class RunPlan:
 
   @property
   def num_tasks(self) -> int:
-    """The run's number of tasks."""
     return len(self.task_names)
 
   @property
@@ -71,7 +70,6 @@ def make_plan(config, tasks: List[dict], env_kwargs: List[dict], scales: Sequenc
       (EnvFamily.role_task_ids), for the tasks that deal roles.
     frames_per_step: the most frames an env step covers (4 for Atari).
     families: (env family, its number of tasks), each of the run's once.
-    settings: the families' settings groups, read.
   """
   devices = jax.local_devices()
   processes = jax.process_count()

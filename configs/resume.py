@@ -26,9 +26,8 @@ def flatten(tree: Any, prefix: str = '') -> Dict[str, Any]:
 
 def is_frozen(field: str) -> bool:
   """Whether a dotted config field must keep its saved value: its setting is
-  frozen (infra/settings.frozen_setting: the network's shapes, the tasks and
-  their envs, the value outputs, the optimiser state's structure). A field
-  inside a group's dict ('network.torso_kwargs.x') is its setting's."""
+  frozen (infra/settings.frozen_setting). A field inside a group's dict
+  ('network.torso_kwargs.x') is its setting's."""
   parts = field.split('.')
   groups = dict(common.groups())
   if parts[0] in groups and len(parts) > 1:

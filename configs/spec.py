@@ -1,8 +1,7 @@
 """The run spec: a run's config read once, at start-up, into frozen typed
 settings. Everything after the command line (agents/, rundir/, analysis/,
 the logger, the benchmarks) receives it and never an ml_collections
-config; rl/ and networks/ receive the pieces they need. The config itself
-survives only as `source`, what config.json holds."""
+config; rl/ and networks/ receive the pieces they need."""
 
 import dataclasses
 from typing import Any, Dict, Mapping
@@ -26,9 +25,8 @@ class RunSpec:
   """Everything a run is, typed and checked: one field per config group
   (`run`: the top-level fields; `loss`: what the loss reads, the learner's
   settings in it; `envs`: the env families' groups by name, e.g. 'atari'),
-  the derived `plan`, and `source`: the config as
-  config.json holds it (JSON types), for the run folder, the resume check and
-  wandb."""
+  the derived `plan`, and `source` (JSON types), for the run folder, the
+  resume check and wandb."""
   run: RunConfig
   loss: LossConfig
   optimizer: OptimizerConfig

@@ -112,7 +112,6 @@ def check_distributed(config) -> DistributedConfig:
 
 
 def _learner_groups() -> Dict[str, str]:
-  """Config group -> learner name, for every registered learner."""
   return {algorithms.get(name).config_group: name for name in algorithms.names()}
 
 
@@ -162,7 +161,6 @@ def read_groups(config) -> Dict[str, object]:
 
 
 def _learner_settings(config):
-  """The chosen learner's settings (its group, read)."""
   learner = algorithms.get(config.loss.name)
   return learner.read_settings(config[learner.config_group])
 
@@ -232,11 +230,7 @@ def validate(config) -> RunPlan:
 
 
 def validate_spec(config) -> RunSpec:
-  """Checks every field a run depends on.
-
-  Returns:
-    The RunSpec (configs/spec.py): the groups' frozen settings and the
-    derived RunPlan.
+  """Checks every field a run depends on; returns the run's RunSpec.
 
   Raises:
     ConfigError: naming the first field that is unknown or bad, alone or
@@ -289,8 +283,6 @@ def validate_spec(config) -> RunSpec:
 
 def validate_everywhere(config) -> RunSpec:
   """`validate_spec` on every process (a collective: all must call it).
-
-  A mistake found by any process stops all of them alike.
 
   Raises:
     ConfigError: with several processes, the mistake of the lowest-numbered

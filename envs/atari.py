@@ -37,7 +37,6 @@ ATARI_GAMES = _atari_games()  # every Atari game EnvPool ships, by name ("Pong")
 
 
 def env_id(game: str) -> str:
-  """The EnvPool id of an Atari game: 'Pong-v5' for 'Pong'."""
   return f'{game}-v5'
 
 
@@ -113,7 +112,6 @@ def protocol_kwargs(atari_config, num_tasks: int, training: bool = True) -> Dict
 # table: Mnih et al. 2015 (Nature DQN, Extended Data Table 2) for 49 games,
 # completed for the rest of the 57 by Wang et al. 2016 (dueling networks)
 # and Badia et al. 2020 (Agent57, Table H.1 uses these same values).
-# EnvPool games outside the 57 have no published human reference: None.
 _REFERENCE = {  # game: (random, human)
     'Alien': (227.8, 7127.7), 'Amidar': (5.8, 1719.5), 'Assault': (222.4, 742.0),
     'Asterix': (210.0, 8503.3), 'Asteroids': (719.1, 47388.7),

@@ -72,8 +72,6 @@ def check_kwargs(env_kwargs: Dict[str, Any]) -> Dict[str, int]:
 
 
 def observation_spec(env_kwargs: Dict[str, Any]) -> Dict[str, Tuple[tuple, np.dtype]]:
-  """{'frames': ((FRAME_STACK, img_height, img_width), uint8)}; raises as
-  `check_kwargs`."""
   s = check_kwargs(env_kwargs)
   return {'frames': ((FRAME_STACK, s['img_height'], s['img_width']), np.dtype(np.uint8))}
 
@@ -92,7 +90,6 @@ class CatchEnv:
   never truncated.
 
   Args:
-    env_id: must be ENV_ID.
     seed: seeds the balls' start columns.
 
   Raises:

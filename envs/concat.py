@@ -64,7 +64,6 @@ class ConcatEnv:
         episode_stats=stats)
 
   def reset(self) -> StepResult:
-    """Resets every sub-env; their results concatenated on the env axis."""
     return self._concat([e.reset() for e in self._envs])
 
   def step(self, actions: np.ndarray) -> StepResult:
@@ -77,6 +76,5 @@ class ConcatEnv:
     return self._concat([e.step(a) for e, a in zip(self._envs, parts)])
 
   def close(self) -> None:
-    """Closes every sub-env."""
     for e in self._envs:
       e.close()

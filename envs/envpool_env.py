@@ -23,7 +23,6 @@ class EnvPoolConfig:
 
 
 def observation_key(shape) -> str:
-  """'frames' for a 3-d (stacked image) observation shape, else 'state'."""
   return 'frames' if len(shape) == 3 else 'state'
 
 
@@ -43,7 +42,6 @@ class EnvPoolEnv:
   def __init__(self, env_id: str, num_envs: int, task_id: int,
                env_kwargs: Dict[str, Any], reward_scale: float = 1.0,
                seed: int = 0, num_threads: int = 0, render: bool = False):
-    # render_mode lets the pool draw its screens when asked (render()).
     extra = {'render_mode': 'rgb_array'} if render else {}
     self._pool = envpool.make(
         env_id, env_type='gymnasium', num_envs=num_envs, batch_size=num_envs,
@@ -60,8 +58,6 @@ class EnvPoolEnv:
 
   def _result(self, obs, reward, terminated, truncated, info) -> StepResult:
     env_id = info['env_id']
-    # Atari: info['terminated'] is the real game over (with end-of-life
-    # episodes, `terminated` is also set at every lost life).
     game_over = info.get('terminated')
     if not np.array_equal(env_id, self._all_ids):  # async recv may reorder envs
       order = np.argsort(env_id)
@@ -77,7 +73,6 @@ class EnvPoolEnv:
         game_over=None if game_over is None else game_over.astype(bool))
 
   def reset(self) -> StepResult:
-    """Resets every env: first observations, reward 0, flags False."""
     obs, info = self._pool.reset()
     zeros = np.zeros((self.num_envs,), np.float32)
     flags = np.zeros((self.num_envs,), bool)
@@ -92,7 +87,6 @@ class EnvPoolEnv:
     return self._result(*self._pool.recv())
 
   def step(self, actions: np.ndarray) -> StepResult:
-    """`step_async(actions)` then `step_wait()`: the StepResult of int [B] actions."""
     self.step_async(actions)
     return self.step_wait()
 
@@ -104,5 +98,4 @@ class EnvPoolEnv:
     return self._pool.render(np.asarray(env_ids, np.int32))
 
   def close(self) -> None:
-    """Closes the pool and its threads."""
     self._pool.close()

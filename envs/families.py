@@ -89,11 +89,9 @@ class EnvPoolFamily(EnvFamily):
     self.ids = tuple(envpool.list_all_envs())
 
   def matches(self, env_id):
-    """Whether EnvPool lists `env_id`."""
     return env_id in self.ids
 
   def ids_hint(self):
-    """A few classic-control ids and the Atari '<Game>-v5' pattern."""
     classic = [e for e in self.ids if not e.endswith('-v5')]
     return (f'an EnvPool id (e.g. {", ".join(classic[:4])}, or any Atari "<Game>-v5" '
             f'such as Pong-v5)')
@@ -121,19 +119,15 @@ class EnvPoolFamily(EnvFamily):
     return {**atari.protocol_kwargs(settings['atari'], num_tasks, training=training), **own}
 
   def check_tasks(self, tasks, num_tasks, settings):
-    """Several Atari games need one action set: atari.action_set 'minimal' is refused."""
     games = [t for _, t in tasks if atari.game_of(t['env_id']) is not None]
     if games and num_tasks > 1 and settings['atari'].action_set == 'minimal':
       raise SettingsError('atari.action_set', "'minimal' cannot hold several games (their "
                           "action sets differ); use 'auto' or 'full'")
 
   def normalised_score(self, env_id, episode_return):
-    """Atari's human-normalised score (atari.human_normalised); None for
-    classic control and games without references."""
     return atari.human_normalised(atari.game_of(env_id), episode_return)
 
   def actor_threads(self, cores):
-    """One per CORES_PER_ENVPOOL_ACTOR cores, MIN_ENVPOOL_ACTORS to MAX_ENVPOOL_ACTORS."""
     return min(MAX_ENVPOOL_ACTORS, max(MIN_ENVPOOL_ACTORS, cores // CORES_PER_ENVPOOL_ACTOR))
 
   def size(self, cores, num_actors, envs_per_actor, num_tasks, settings):
@@ -148,20 +142,16 @@ class EnvPoolFamily(EnvFamily):
     return {'threads': threads, 'pools': num_tasks}, chosen
 
   def describe(self, resources, num_actors, num_tasks):
-    """'<n> EnvPool threads per pool (<p> pools per actor, <t> threads in all)'."""
     threads, pools = resources['threads'], resources['pools']
     return (f'{_plural(threads, "EnvPool thread")} per pool ({_plural(pools, "pool")} per '
             f'actor, {threads * pools * num_actors} threads in all)')
 
   def frames_per_step(self, env_id, env_kwargs):
-    """Atari's `frame_skip` (default 4); 1 for classic control."""
     if atari.game_of(env_id) is None:
       return 1
     return int(env_kwargs.get('frame_skip', atari.FRAME_SKIP))
 
   def make_batches(self, groups, seed, context):
-    """One EnvPoolEnv per group, seeded seed + 1000 * index, with at most its
-    envs' count of threads."""
     threads = context.resources.get('threads', 0)
     return [EnvPoolEnv(g.env_id, g.num_envs, g.task_id, dict(g.env_kwargs), g.reward_scale,
                        seed=seed + 1000 * i,
@@ -169,7 +159,6 @@ class EnvPoolFamily(EnvFamily):
             for i, g in groups]
 
   def action_names(self, env_id, env_kwargs):
-    """ATARI_FULL_ACTIONS with `full_action_space`, else None."""
     # EnvPool does not expose the minimal sets' meanings; classic control has none.
     return ATARI_FULL_ACTIONS if env_kwargs.get('full_action_space') else None
 
@@ -177,7 +166,6 @@ class EnvPoolFamily(EnvFamily):
     """An EnvPoolEnv rendering when `video`, at Atari's 60 frames a second over
     its action repeat (classic control: CLASSIC_VIDEO_FPS)."""
     env = EnvPoolEnv(env_id, num_envs, task_id, env_kwargs, seed=seed, render=video)
-    # Atari's 60 emulator frames a second over its action repeat.
     fps = 60.0 / self.frames_per_step(env_id, env_kwargs) if atari.game_of(env_id) else CLASSIC_VIDEO_FPS
     return env, _draw_env_0(env) if video else None, fps
 
@@ -191,11 +179,9 @@ class NLEFamily(EnvFamily):
   batches_together = True
 
   def matches(self, env_id):
-    """Whether `env_id` is one of NLE_ENV_IDS."""
     return is_nle_env(env_id)
 
   def ids_hint(self):
-    """'an NLE id (...)' listing NLE_ENV_IDS."""
     return f'an NLE id ({", ".join(NLE_ENV_IDS)})'
 
   def spaces(self, env_id, env_kwargs, observation_keys=None, with_num_actions=True):
@@ -243,12 +229,9 @@ class NLEFamily(EnvFamily):
     return {} if ids is None else {i: ids for i in random_tasks.values()}
 
   def actor_threads(self, cores):
-    """One per CORES_PER_NLE_ACTOR cores, 1 to MAX_NLE_ACTORS."""
     return min(MAX_NLE_ACTORS, max(1, cores // CORES_PER_NLE_ACTOR))
 
   def size(self, cores, num_actors, envs_per_actor, num_tasks, settings):
-    """{'workers': per actor}: `nle.workers` or, at 0, max(MIN_NLE_WORKERS,
-    cores // actors), at most the actor's envs."""
     workers = settings['nle'].workers
     if workers:
       return {'workers': workers}, ()
@@ -256,13 +239,10 @@ class NLEFamily(EnvFamily):
             ('nle.workers',))
 
   def describe(self, resources, num_actors, num_tasks):
-    """'<n> NLE worker processes per actor'."""
     return f'{resources["workers"]} NLE worker processes per actor'
 
   def make_batches(self, groups, seed, context):
-    """One NLEBatchedEnv per env id for all the groups given, sharing
-    min(workers, their envs) workers (at least 1); ttyrecs under
-    <workdir>/nle with `nle.ttyrecs`."""
+    """One NLEBatchedEnv per env id for all the groups given; ttyrecs under <workdir>/nle."""
     savedir = (f'{context.workdir}/nle' if context.settings['nle'].ttyrecs and context.workdir
                else None)
     by_id: Dict[str, List] = {}
@@ -293,8 +273,7 @@ class NLEFamily(EnvFamily):
 
   def evaluation_env(self, env_id, task_id, env_kwargs, num_envs, seed, video, context):
     """An NLEBatchedEnv with the run's workers per actor; with `video` it also
-    gives the tty observations and frame_fn returns env 0's terminal as a
-    render.TtyFrame."""
+    gives the tty observations, which frame_fn draws as a render.TtyFrame."""
     keys = context.observation_keys
     workers = context.resources.get('workers', 1)
     if video:  # the terminal screen, for the video only
@@ -325,9 +304,6 @@ class ModuleFamily(EnvFamily):
   A module has ENV_ID, ACTION_NAMES, VIDEO_FPS, `observation_spec(env_kwargs)`
   (ValueError for bad kwargs) and an env class taking (env_id, num_envs,
   task_id, env_kwargs, reward_scale, seed).
-
-  Args:
-    modules: env id -> (module, env class).
   """
 
   name = 'synthetic'
@@ -336,16 +312,12 @@ class ModuleFamily(EnvFamily):
     self.modules = dict(modules)   # env id -> (module, env class)
 
   def matches(self, env_id):
-    """Whether `env_id` is one of the modules' ids."""
     return env_id in self.modules
 
   def ids_hint(self):
-    """'a control task (...)' listing the modules' ids."""
     return f'a control task ({", ".join(self.modules)})'
 
   def spaces(self, env_id, env_kwargs, observation_keys=None, with_num_actions=True):
-    """(len(ACTION_NAMES), observation_spec(env_kwargs)); EnvKwargsError for the
-    module's ValueError."""
     module = self.modules[env_id][0]
     try:
       return len(module.ACTION_NAMES), module.observation_spec(env_kwargs)
@@ -353,21 +325,17 @@ class ModuleFamily(EnvFamily):
       raise EnvKwargsError(f'{env_kwargs} is not valid for {env_id}: {e}') from None
 
   def make(self, env_id, num_envs, task_id, env_kwargs, reward_scale=1.0, seed=0):
-    """A batched env of the module's env class."""
     return self.modules[env_id][1](env_id, num_envs, task_id, env_kwargs, reward_scale,
                                    seed=seed)
 
   def make_batches(self, groups, seed, context):
-    """One env per group, seeded seed + 1000 * index."""
     return [self.make(g.env_id, g.num_envs, g.task_id, dict(g.env_kwargs), g.reward_scale,
                       seed=seed + 1000 * i) for i, g in groups]
 
   def action_names(self, env_id, env_kwargs):
-    """EnvFamily.action_names: the module's ACTION_NAMES."""
     return self.modules[env_id][0].ACTION_NAMES
 
   def evaluation_env(self, env_id, task_id, env_kwargs, num_envs, seed, video, context):
-    """The module's env, drawn with its `render`, at VIDEO_FPS."""
     env = self.make(env_id, num_envs, task_id, env_kwargs, seed=seed)
     return env, _draw_env_0(env) if video else None, self.modules[env_id][0].VIDEO_FPS
 

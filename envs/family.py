@@ -37,8 +37,6 @@ class EnvFamily(abc.ABC):
 
   name: str = ''
   # The config groups it owns: name -> settings dataclass (infra/settings.py).
-  # Every config has them (common.base_config), docs/settings.md lists them,
-  # and the run spec carries them read (RunSpec.envs).
   settings_groups: Mapping[str, type] = {}
   # Whether make_batches takes all of an actor's groups of this family at
   # once (NLE's tasks share one set of worker processes per env id); else
@@ -65,10 +63,6 @@ class EnvFamily(abc.ABC):
       with_num_actions: False may skip counting the actions where that is
         costly (the count is then None).
 
-    Returns:
-      The spec maps each observation key to (shape without batch, dtype), as
-      the batched env reports it.
-
     Raises:
       EnvKwargsError: naming the kwargs the env does not take.
     """
@@ -79,7 +73,6 @@ class EnvFamily(abc.ABC):
 
     Args:
       task: a task of the config ('env_id', 'name', optional 'env_kwargs').
-      num_tasks: the run's number of tasks.
       settings: every family's settings groups, read (RunSpec.envs).
     """
     return dict(task.get('env_kwargs', {}))

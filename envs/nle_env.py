@@ -15,9 +15,6 @@ Task ids: fixed per env, unless `role_task_ids` is given ('@'): then each episod
 the role dealt, read from the hero's glyph. A step's task id is its observation's episode's: the
 game-end step keeps the old id, the reset step carries the new one. Episode statistics (score,
 deepest level, turns) are the last live values from blstats.
-
-Files: each worker's NLE scratch folders go in its own temp dir, removed by the parent even after a
-crash; ttyrecs only under `savedir`.
 """
 
 import contextlib
@@ -65,7 +62,6 @@ class NLEConfig:
 
 
 def is_nle_env(env_id: str) -> bool:
-  """Whether `env_id` is one of NLE_ENV_IDS (the gymnasium ids NLE registers)."""
   return env_id in NLE_ENV_IDS
 
 

@@ -194,7 +194,6 @@ def worker_main(conn, raw, layout, env_id, lo, hi, env_kwargs, observation_keys,
   """
   # Ctrl-C reaches the whole process group; the parent decides how to shut down.
   signal.signal(signal.SIGINT, signal.SIG_IGN)
-  # NLE's per-game scratch folders go here; the parent removes it, crash or not.
   tempfile.tempdir = tmpdir
   envs = []
   try:

@@ -58,7 +58,6 @@ def registered() -> Tuple[EnvFamily, ...]:
 
 
 def settings_groups() -> Dict[str, type]:
-  """Every registered family's config groups: name -> settings dataclass."""
   return {name: cls for f in _FAMILIES for name, cls in f.settings_groups.items()}
 
 
@@ -91,12 +90,8 @@ def env_spaces(env_id: str, env_kwargs: Dict[str, Any],
                observation_keys: Optional[Sequence[str]] = None, with_num_actions: bool = True,
                ) -> Tuple[Optional[int], Dict[str, tuple]]:
   """(number of actions, {observation key: (shape, dtype)}) of a task's env,
-  without starting envs: family.EnvFamily.spaces of its family.
-
-  Raises:
-    family.EnvKwargsError: naming kwargs the env does not take.
-    KeyError: for ids no family knows.
-  """
+  without starting envs: family.EnvFamily.spaces of its family; KeyError for
+  ids no family knows."""
   return family_of(env_id).spaces(env_id, env_kwargs, observation_keys, with_num_actions)
 
 
@@ -138,7 +133,6 @@ def make_actor_envs(groups: Sequence[EnvGroup], seed: int, resources: Mapping[st
 
   Args:
     resources: family name -> its counts per actor (EnvFamily.size).
-    settings: the families' settings groups, read (RunSpec.envs).
     workdir: the run folder, for families that write there; None: none.
 
   Raises:
@@ -172,7 +166,6 @@ def action_names(env_id: str, env_kwargs: Dict[str, Any], num_actions: int) -> t
 
 def evaluation_env(env_id: str, task_id: int, env_kwargs: Dict[str, Any], num_envs: int,
                    seed: int, video: bool, context: BatchContext):
-  """The matching family's EnvFamily.evaluation_env."""
   return family_of(env_id).evaluation_env(env_id, task_id, env_kwargs, num_envs, seed, video,
                                           context)
 
@@ -180,12 +173,5 @@ def evaluation_env(env_id: str, task_id: int, env_kwargs: Dict[str, Any], num_en
 def task_env_kwargs(task: Dict[str, Any], num_tasks: int, settings: Settings,
                     training: bool = True) -> Dict[str, Any]:
   """A task's env kwargs, the one recipe for training and evaluation: its
-  family's EnvFamily.task_env_kwargs.
-
-  Args:
-    task: a task of the config: 'env_id', 'name' and optional 'env_kwargs'.
-    num_tasks: the run's number of tasks.
-    settings: the families' settings groups, read (RunSpec.envs).
-    training: False for evaluation.
-  """
+  family's EnvFamily.task_env_kwargs."""
   return family_of(task['env_id']).task_env_kwargs(task, num_tasks, settings, training)

@@ -80,20 +80,15 @@ Frame = Union[np.ndarray, TtyFrame]  # an RGB image [H, W, 3], or a terminal scr
 
 
 def to_rgb(frame: Frame) -> np.ndarray:
-  """A Frame as uint8 RGB [H, W, 3]: a TtyFrame drawn by `render_tty`, an image as uint8."""
   return render_tty(*frame) if isinstance(frame, TtyFrame) else np.asarray(frame, np.uint8)
 
 
 def write_gif(path: str, frames: Sequence[Frame], fps: float) -> None:
   """Writes frames as an animated GIF that loops.
 
-  Each frame is reduced to its own adaptive palette; frames last
-  max(20, round(1000 / fps)) ms.
-
   Args:
     path: the file to write (overwritten).
     frames: RGB images [H, W, 3] or TtyFrames, at least one.
-    fps: frames per second.
   """
   images = [Image.fromarray(to_rgb(f)).convert('P', palette=Image.Palette.ADAPTIVE)
             for f in frames]
@@ -127,7 +122,6 @@ def write_mp4(path: str, frames: Sequence[Frame], fps: float) -> None:
     path: the file to write (overwritten); its extension may be anything,
       the container is MP4.
     frames: RGB images [H, W, 3] or TtyFrames of one size, at least one.
-    fps: frames per second.
 
   Raises:
     VideoError: without imageio-ffmpeg, or when ffmpeg fails.

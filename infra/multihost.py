@@ -133,8 +133,7 @@ def resolve(coordinator_address: Optional[str] = None, num_processes: Optional[i
 def initialize(spec: ProcessSpec, timeout_seconds: float, connect_timeout_seconds: float) -> None:
   """Starts JAX's distributed runtime and this process's watchdog.
 
-  Call before anything touches a device. JAX's heartbeat timeout is set
-  JAX_HEARTBEAT_MARGIN above `timeout_seconds`, so the watchdog's line comes first.
+  Call before anything touches a device.
   """
   jax.distributed.initialize(
       coordinator_address=spec.coordinator_address, num_processes=spec.num_processes,

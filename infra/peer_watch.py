@@ -143,7 +143,6 @@ class Watchdog(threading.Thread):
     self.silent: set = set()                # peers found dead (no goodbye to wait for)
 
   def run(self) -> None:
-    """Beats and watches every `beat_seconds` until it ends the process."""
     client = _client()
     beat = 0
     heard = {p: (None, time.monotonic()) for p in range(self._n) if p != self._me}

@@ -143,8 +143,6 @@ def reference(cls, prefix: str) -> Iterator[Tuple[str, str, str, str]]:
            repr(_default(field)), field.metadata.get('help', '') + frozen)
 
 
-# Checks: value -> None, or why it is refused.
-
 def _is_number(value) -> bool:
   return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -164,7 +162,6 @@ def integer(least: int = 1) -> Check:
 
 
 def positive(value) -> Optional[str]:
-  """A number > 0."""
   return None if _is_number(value) and value > 0 else f'must be a positive number, got {value!r}'
 
 
@@ -200,26 +197,22 @@ def one_of(allowed) -> Check:
 
 
 def text(value) -> Optional[str]:
-  """A string (may be empty)."""
   return None if isinstance(value, str) else f'must be a string, got {value!r}'
 
 
 def texts(value) -> Optional[str]:
-  """A tuple of strings (not one string)."""
   if isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value):
     return None
   return f'must be a tuple of strings, got {value!r}'
 
 
 def finite_numbers(value) -> Optional[str]:
-  """A tuple of finite numbers (may be empty)."""
   if isinstance(value, (tuple, list)) and all(_is_number(v) and math.isfinite(v) for v in value):
     return None
   return f'must be finite numbers, got {value!r}'
 
 
 def mapping(value) -> Optional[str]:
-  """A dict (a nested config group)."""
   return None if isinstance(value, dict) else f'must be a group of fields, got {value!r}'
 
 

@@ -145,8 +145,7 @@ class AgentNetwork(nn.Module):
                        "LSTM's previous output makes the attention queries")
 
   def initial_state(self, batch: int):
-    """The core state of `batch` envs at the start: () for a feed-forward network,
-    the LSTM's zero (c, h), or AttentionCore.initial_state."""
+    """The core state of `batch` envs at the start; () for a feed-forward network."""
     if self.torso == 'attention':
       self._check_attention()
       # parent=None: a detached instance, only to read its sizes (no params).

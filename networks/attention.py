@@ -165,9 +165,7 @@ class AttentionCore(nn.Module):
     return y, state
 
   def initial_state(self, batch: int):
-    """Zero states of `batch` envs: {'vision': (c, h) [B, n, n,
-    conv_lstm_channels] with n = vision_map_size(frame_size), 'policy': (c, h)
-    [B, lstm_size]}, float32."""
+    """Zero states of `batch` envs, float32: the carry of _AttentionStep."""
     n = vision_map_size(self.frame_size)
     zeros = lambda *shape: jnp.zeros((batch,) + shape, jnp.float32)
     return {'vision': (zeros(n, n, self.conv_lstm_channels), zeros(n, n, self.conv_lstm_channels)),

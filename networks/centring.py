@@ -22,8 +22,7 @@ MIN_WEIGHT = 1e-3
 
 
 class FrameCentre(nn.Module):
-  """The per-task mean frames [K, H, W] (no gradient): the learner's `update`
-  sets them; 'mean' and 'count' start at 0."""
+  """The per-task mean frames [K, H, W] (no gradient), set by `update`."""
   num_tasks: int
   frame_shape: tuple   # (H, W)
 

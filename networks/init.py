@@ -26,7 +26,6 @@ CORE_GAIN = 1.0
 
 
 def _gain(path, policy_head: str, value_head: str, core: str):
-  """The orthogonal gain for the kernel at `path` (a tuple of names)."""
   if path[0] == policy_head:
     return POLICY_GAIN
   if path[0] == value_head:

@@ -17,17 +17,14 @@ KERNELS = ('auto', 'cpu', 'xla')
 
 
 def check(kernels: str) -> str:
-  """`kernels` unchanged if one of KERNELS, else a ValueError naming them."""
   if kernels not in KERNELS:
     raise ValueError(f'unknown kernels {kernels!r}; choose one of {", ".join(KERNELS)}')
   return kernels
 
 
 def select(kernels: str, cpu: Callable, xla: Callable, *args):
-  """cpu(*args) or xla(*args), as `kernels` says; 'auto' picks `cpu` when
-  lowered for CPU, `xla` otherwise (lax.platform_dependent). Both must return
-  the same shapes and dtypes. ValueError for a `kernels` not in KERNELS.
-  """
+  """cpu(*args) or xla(*args), as `kernels` says; both must return the same
+  shapes and dtypes. ValueError for a `kernels` not in KERNELS."""
   if check(kernels) == 'cpu':
     return cpu(*args)
   if kernels == 'xla':

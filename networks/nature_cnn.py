@@ -31,7 +31,6 @@ _relu = jax.nn.relu
 
 
 def supported(frames) -> bool:
-  """Whether `nature_convs` takes these frames: uint8 [N, 4, 84, 84]."""
   return frames.dtype == jnp.uint8 and frames.ndim == 4 and tuple(frames.shape[1:]) == (4, 84, 84)
 
 

@@ -10,9 +10,7 @@ from networks import kernels as kernels_lib
 
 
 def max_pool_3x3_s2(x, kernels: str = 'auto'):
-  """nn.max_pool(x, (3, 3), (2, 2), 'SAME') on NHWC [..., H, W, C]: as
-  `sliced_max_pool` where networks/kernels.py chooses the CPU ops, else
-  nn.max_pool itself."""
+  """nn.max_pool(x, (3, 3), (2, 2), 'SAME') on NHWC [..., H, W, C], as `kernels` says."""
   return kernels_lib.select(kernels, sliced_max_pool,
                             lambda x: nn.max_pool(x, (3, 3), (2, 2), 'SAME'), x)
 

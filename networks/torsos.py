@@ -158,8 +158,6 @@ class ResNetTorso(nn.Module):
 
   @nn.compact
   def __call__(self, obs):
-    """float32 [N, hidden_size] of obs 'frames' uint8 [N, C, H, W] (and 'task_id'
-    int [N] with num_centres > 0)."""
     x = _conv_input(obs['frames'], *_centres(self, obs), self.dtype)
     conv = functools.partial(Conv2D, kernel_size=(3, 3), padding='SAME', kernels=self.kernels,
                              dtype=self.dtype)

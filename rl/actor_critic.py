@@ -223,8 +223,7 @@ def normalize(x, mask, axis_name: Optional[str] = None, eps: float = 1e-8):
 
 def normalize_per_task(x, mask, task_ids, num_tasks: int, axis_name: Optional[str] = None,
                        eps: float = 1e-8):
-  """`normalize` within each task (task_ids in [0, num_tasks)), so each task's
-  advantages have mean 0 and std 1 whatever its reward scale."""
+  """`normalize` within each task (task_ids in [0, num_tasks))."""
   moments = task_moments(x, mask, task_ids, num_tasks, axis_name)
   return normalize_with(x, mask, task_ids, moments, eps)
 

@@ -261,7 +261,6 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
                 max_grad_norm: float = float('inf')) -> Callable:
   """The IMPALA learner's update of one device's shard.
 
-  epochs x minibatches optimiser steps per batch (1 x 1: the paper's one).
   Each minibatch holds whole unrolls and takes its V-trace targets and PopArt
   step with its own step's params, so V-trace corrects for the policy's move.
 
@@ -271,10 +270,8 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
     max_grad_norm: the clip for an optimiser state without one.
 
   Returns:
-    update(params, opt_state, stats, batch, step, state) -> (params,
-    opt_state, new_stats, metrics, state): `state` (it keeps none) passed
-    through; metrics are means over the optimiser steps plus 'kl_update'
-    (rl/health.update_kl).
+    The update of rl/actor_critic.Learner.make_update; metrics are means
+    over the optimiser steps plus 'kl_update' (rl/health.update_kl).
   """
   v = settings(cfg)
   base_loss = loss_fn(apply_fn, cfg, axis_name, by_term=cfg.clip_per_term)

@@ -81,10 +81,9 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
   `total_learner_steps` optimiser steps, counted by the optimiser's own step
   so a new base rate mid-run keeps the schedule's place; with `warmup_steps`
   W > 0, step n's rate is also multiplied by min(1, (n + 1) / W).
-  RMSProp: `eps_in_sqrt` gives sqrt(nu + eps) as TensorFlow's (IMPALA's code),
-  else sqrt(nu) + eps as PyTorch's. `initial_scale` is where nu starts: 0
-  (optax) makes the first step ~10 lr sign(g) for every parameter, large
-  enough to kill ReLU units; 1.0 is TensorFlow's.
+  RMSProp's `initial_scale` is where nu starts: 0 (optax) makes the first
+  step ~10 lr sign(g) for every parameter, large enough to kill ReLU units;
+  1.0 is TensorFlow's.
 
   Args:
     total_learner_steps: optimiser steps of the anneal (at least 1 used).

@@ -105,7 +105,6 @@ def unnormalize_all(stats: Stats, n: jax.Array) -> jax.Array:
 def update_stats(stats: Stats, targets: jax.Array, task_ids: jax.Array,
                  mask: jax.Array, beta: float, axis_name: Optional[str] = None,
                  per_sample: bool = False) -> Stats:
-  """`update_stats_and_step`'s new statistics alone (the same arguments)."""
   return update_stats_and_step(stats, targets, task_ids, mask, beta, axis_name, per_sample)[0]
 
 

@@ -194,8 +194,7 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
 
   Returns:
     loss(params, stats, minibatch, entropy_cost=None) -> (loss, metrics).
-    `entropy_cost` (traced, the optimiser state's) replaces cfg.entropy_cost;
-    'ppo/approx_kl' is Schulman's k3 estimate of KL(mu || pi).
+    `entropy_cost` (traced, the optimiser state's) replaces cfg.entropy_cost.
   """
   p = settings(cfg)
 
@@ -294,10 +293,8 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
     max_grad_norm: the clip for an optimiser state without one.
 
   Returns:
-    update(params, opt_state, stats, batch, step, state) -> (params,
-    opt_state, new_stats, metrics, state): `state` (it keeps none) passed
-    through; `targets_fn`'s metrics and the means over the steps of
-    `loss_fn`'s.
+    The update of rl/actor_critic.Learner.make_update; metrics are
+    `targets_fn`'s and the means over the steps of `loss_fn`'s.
   """
   p = settings(cfg)
   targets = targets_fn(apply_fn, cfg, axis_name)
@@ -313,7 +310,6 @@ def make_update(apply_fn: Callable, cfg: LossConfig, optimizer: optax.GradientTr
     new_stats, t, metrics = targets(params, stats, batch)
     if cfg.popart_enabled:  # once per batch; the epochs see the rescaled head
       params = popart.rescale_head(params, value_head, stats, new_stats)
-    # The same key on every device: each shuffles its own shard alike.
     key = jax.random.fold_in(jax.random.key(seed), step)
 
     def minibatch_step(carry, minibatch):

@@ -47,7 +47,6 @@ class ValueConfig:
 
 
 def support(bins: int, limit: float) -> jax.Array:
-  """The bins' centres, float32 [bins], evenly spaced on [-limit, limit]."""
   return jnp.linspace(-limit, limit, bins, dtype=jnp.float32)
 
 
