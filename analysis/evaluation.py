@@ -129,13 +129,14 @@ def env_seed(seed: int, task_id: int) -> int:
 
 
 def make_task_env(run: LoadedRun, task_id: int, num_envs: int, seed: int, video: bool):
-  """registry.evaluation_env of one task, with the task's evaluation kwargs (task_env_kwargs with
-  training=False): (env, frame_fn or None, video fps)."""
+  """Its family's EnvFamily.evaluation_env of one task, with the task's evaluation kwargs
+  (task_env_kwargs with training=False): (env, frame_fn or None, video fps)."""
   task = run.spec.run.tasks[task_id]
   kwargs = registry.task_env_kwargs(task, run.plan.num_tasks, run.spec.envs, training=False)
-  context = registry.batch_context(registry.family_of(task['env_id']), run.plan.actors.resources,
-                                   run.spec.envs, run.plan.observation_keys)
-  return registry.evaluation_env(task['env_id'], task_id, kwargs, num_envs, seed, video, context)
+  family = registry.family_of(task['env_id'])
+  context = registry.batch_context(family, run.plan.actors.resources, run.spec.envs,
+                                   run.plan.observation_keys)
+  return family.evaluation_env(task['env_id'], task_id, kwargs, num_envs, seed, video, context)
 
 
 def reward_scale(run: LoadedRun, task_id: int) -> float:

@@ -1,14 +1,7 @@
-"""How many actor threads a run gets, and what each env family gets inside them.
-
-The `actors` fields at 0 are chosen from the cores the process may use
-and the envs it steps (docs/speed.md, "How actors are sized"); a field a
-config sets is kept:
-- actor threads: the most any of the run's env families asks for the
-  cores (EnvFamily.actor_threads), fewer where `lag_bound` would pass
-  MAX_POLICY_LAG;
-- inside each actor, each family sizes its own threads or worker
-  processes (EnvFamily.size: `envpool.threads`, `nle.workers`).
-"""
+"""How many actor threads a run gets (the most any of its env families asks
+for the cores, EnvFamily.actor_threads, fewer where `lag_bound` would pass
+MAX_POLICY_LAG), and what each family takes inside them (EnvFamily.size).
+A count at 0 is chosen, any other kept (docs/speed.md)."""
 
 import dataclasses
 import math

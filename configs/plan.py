@@ -42,11 +42,6 @@ class RunPlan:
     human-normalised score), or None where the family has none."""
     return registry.normalised_score(self.task_env_ids[task_id], episode_return)
 
-  @property
-  def policy_lag_bound(self) -> int:
-    """The policy lag bound in learner updates (actor_sizing.lag_bound)."""
-    return self.actors.lag_bound
-
   def describe_actors(self) -> str:
     """The start-up line saying how the actors are sized."""
     envs = sum(g.num_envs for g in self.actor_env_groups[0])

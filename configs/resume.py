@@ -1,10 +1,6 @@
-"""What may change when a run resumes: the saved config against the new one.
-
-Checkpoints cannot be restored into a config whose network, tasks or
-parameter shapes differ, so `compare` sets those apart (the run stops
-before writing anything); every other field may change
-(docs/run_folder.md), and the log names which did.
-"""
+"""A saved config against a resume's: `compare` sets apart the frozen fields
+(network, tasks, shapes: the run stops before writing anything); every other
+may change (docs/run_folder.md). `migrate` reads an older config.json as today's."""
 
 import json
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -13,6 +9,19 @@ import ml_collections
 
 from configs import common
 from infra import settings
+
+# Settings that moved since runs were saved: (group, field) -> (group, field).
+MOVED = {('actors', 'envpool_threads'): ('envpool', 'threads'),
+         ('actors', 'nle_workers'): ('nle', 'workers'), ('actors', 'nle_ttyrecs'): ('nle', 'ttyrecs')}
+
+
+def migrate(saved: dict) -> dict:
+  """A saved config.json, in place, with the MOVED fields under today's names."""
+  for (group, name), (new_group, new_name) in MOVED.items():
+    if isinstance(saved.get(group), dict) and name in saved[group]:
+      saved.setdefault(new_group, {}).setdefault(new_name, saved[group].pop(name))
+  return saved
+
 
 def flatten(tree: Any, prefix: str = '') -> Dict[str, Any]:
   """Nested dicts flattened to {'a.b': leaf} (lists are leaves)."""
@@ -25,9 +34,8 @@ def flatten(tree: Any, prefix: str = '') -> Dict[str, Any]:
 
 
 def is_frozen(field: str) -> bool:
-  """Whether a dotted config field must keep its saved value: its setting is
-  frozen (infra/settings.frozen_setting). A field inside a group's dict
-  ('network.torso_kwargs.x') is its setting's."""
+  """Whether a dotted config field's setting is frozen (infra/settings.frozen_setting);
+  a field inside a group's dict ('network.torso_kwargs.x') is its setting's."""
   parts = field.split('.')
   groups = dict(common.groups())
   if parts[0] in groups and len(parts) > 1:

@@ -83,10 +83,9 @@ def _check_tasks(config) -> List[dict]:
   return tasks
 
 
-def _env_tasks(tasks, settings) -> Tuple[List[dict], Dict[int, Tuple[int, ...]],
-                                         Tuple[Tuple[object, int], ...]]:
-  """Each task's env kwargs, the roles the families deal, and (family, its
-  task count) for each family of the run, after each family checked its tasks."""
+def _env_tasks(tasks, settings) -> tuple:
+  """(each task's env kwargs, the roles the families deal, (family, its task
+  count) for each family of the run), after each family checked its tasks."""
   num_tasks = len(tasks)
   env_kwargs = [registry.task_env_kwargs(t, num_tasks, settings) for t in tasks]
   by_family: Dict[str, list] = {}
@@ -210,7 +209,8 @@ def _check_observations(config, tasks, env_kwargs, network) -> Tuple[Tuple[str, 
   frames_per_step = 1
   for i, t in enumerate(tasks):
     spec = _observation_spec(t['env_id'], env_kwargs[i], f'tasks[{i}].env_kwargs')
-    frames_per_step = max(frames_per_step, registry.frames_per_step(t['env_id'], env_kwargs[i]))
+    frames_per_step = max(frames_per_step, registry.family_of(t['env_id']).frames_per_step(
+        t['env_id'], env_kwargs[i]))
     frame_size = spec['frames'][0][1:] if 'frames' in spec else None
     if network.name == 'shallow' and frame_size and min(frame_size) < NATURE_CNN_MIN_SIZE:
       raise ConfigError(f'tasks[{i}].env_kwargs', f'frames of {frame_size[0]}x{frame_size[1]} '

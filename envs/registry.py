@@ -95,11 +95,6 @@ def env_spaces(env_id: str, env_kwargs: Dict[str, Any],
   return family_of(env_id).spaces(env_id, env_kwargs, observation_keys, with_num_actions)
 
 
-def frames_per_step(env_id: str, env_kwargs: Dict[str, Any]) -> int:
-  """Emulator frames per agent step of a task's env (4 for Atari)."""
-  return family_of(env_id).frames_per_step(env_id, env_kwargs)
-
-
 @dataclasses.dataclass(frozen=True)
 class EnvGroup:
   """`num_envs` envs of one task inside one actor."""
@@ -162,12 +157,6 @@ def action_names(env_id: str, env_kwargs: Dict[str, Any], num_actions: int) -> t
   if names is None or len(names) != num_actions or len(set(names)) != len(names):
     names = [f'a{i}' for i in range(num_actions)]
   return tuple(names)
-
-
-def evaluation_env(env_id: str, task_id: int, env_kwargs: Dict[str, Any], num_envs: int,
-                   seed: int, video: bool, context: BatchContext):
-  return family_of(env_id).evaluation_env(env_id, task_id, env_kwargs, num_envs, seed, video,
-                                          context)
 
 
 def task_env_kwargs(task: Dict[str, Any], num_tasks: int, settings: Settings,

@@ -7,8 +7,6 @@ The run folder's lock is held while copying (a run still training is
 refused); an existing archive is replaced only with --overwrite.
 """
 
-import sys
-
 from absl import app
 from absl import flags
 
@@ -24,8 +22,7 @@ def main(argv):
   try:
     written = archive.archive(argv[1], argv[2], _OVERWRITE.value)
   except archive.ArchiveError as e:
-    print(f'error: {e}', file=sys.stderr)   # one line, exit status 2
-    sys.exit(2)
+    cli.fail(str(e))   # one line, exit status 2
   print(f'{argv[2]}: ' + ', '.join(written))
 
 

@@ -12,7 +12,6 @@ analysis/attention_maps.py.
 
 import json
 import os
-import sys
 import warnings
 
 from absl import flags
@@ -45,20 +44,14 @@ _OUTPUT = flags.DEFINE_string('output', '', 'Folder; default <workdir>/attention
 
 def main(argv):
   if len(argv) > 1:
-    _exit(f'unexpected arguments: {" ".join(argv[1:])}')
+    cli.fail(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.ERROR)  # orbax's notes on read-only checkpoint folders
   warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
   try:
     _draw_to_files()
   except (att.AttentionError, FramesError, FileNotFoundError, ConfigError, CheckpointError,
           RunFolderError) as e:
-    _exit(str(e))
-
-
-def _exit(reason: str) -> None:
-  """One line and exit status 2, not absl's usage text."""
-  print(f'error: {reason}', file=sys.stderr)
-  sys.exit(2)
+    cli.fail(str(e))
 
 
 def _draw_to_files() -> None:

@@ -15,7 +15,6 @@ and train stages of four configs at float32 and bfloat16 (docs/gpu.md);
 import json
 import os
 import resource
-import sys
 
 from absl import app
 from absl import flags
@@ -40,24 +39,18 @@ _OUTPUT = flags.DEFINE_string('output', '', 'Optional JSON file for the results.
 STAGES = ('raw', 'actors', 'loop', 'learner', 'train')
 
 
-def _exit(reason: str) -> None:
-  """One line and exit status 2."""
-  print(f'error: {reason}', file=sys.stderr)
-  sys.exit(2)
-
-
 def _check_flags() -> None:
   """The flags' mistakes, found before anything is measured."""
   if not _SECONDS.value > 0:
-    _exit(f'--seconds must be > 0, got {_SECONDS.value}')
+    cli.fail(f'--seconds must be > 0, got {_SECONDS.value}')
   if not _WARMUP.value >= 0:
-    _exit(f'--warmup must be >= 0, got {_WARMUP.value}')
+    cli.fail(f'--warmup must be >= 0, got {_WARMUP.value}')
   unknown = [s for s in _STAGES.value if s not in STAGES]
   if unknown:
-    _exit(f'unknown stage(s) {", ".join(unknown)}; choose from {", ".join(STAGES)}')
+    cli.fail(f'unknown stage(s) {", ".join(unknown)}; choose from {", ".join(STAGES)}')
   problem = _OUTPUT.value and atomic_write.output_problem(_OUTPUT.value)
   if problem:   # a missing folder, or a folder given as the file
-    _exit(problem)
+    cli.fail(problem)
 
 
 def _write_output(results) -> None:
@@ -68,7 +61,7 @@ def _write_output(results) -> None:
     with atomic_write.atomic_open(_OUTPUT.value) as f:
       json.dump(results, f, indent=1)
   except OSError as e:
-    _exit(f'cannot write {_OUTPUT.value}: {e.strerror or e}')
+    cli.fail(f'cannot write {_OUTPUT.value}: {e.strerror or e}')
 
 
 def main(argv):
@@ -91,7 +84,7 @@ def main(argv):
   try:  # the composition root: past here only the spec travels
     spec = validate_spec(benchmark.quiet(command_line.load_config()))
   except ConfigError as e:
-    _exit(str(e))
+    cli.fail(str(e))
   plan, run = spec.plan, spec.run
   print(plan.describe_actors())
   results = {'config': run.config_name, 'num_actors': plan.num_actors,

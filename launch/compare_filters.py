@@ -12,7 +12,6 @@ filters.json, filters.csv and filters_<layer>.png.
 import csv
 import json
 import os
-import sys
 
 from absl import app
 from absl import flags
@@ -28,11 +27,6 @@ _POINTS = flags.DEFINE_integer('points', 5, 'Evenly spaced moments of training t
 _OUTPUT = flags.DEFINE_string('output', 'filter_comparison', 'Folder for data and plots.')
 
 
-def _exit(reason: str) -> None:
-  print(f'error: {reason}', file=sys.stderr)
-  sys.exit(2)
-
-
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)  # orbax: every restore (INFO), read-only folders (WARNING)
@@ -40,15 +34,15 @@ def main(argv):
     raise app.UsageError('--runs needs two or more run folders')
   for run in _RUNS.value:
     if not os.path.isdir(run):
-      _exit(f'no such run folder: {run}')
+      cli.fail(f'no such run folder: {run}')
   names = [os.path.basename(os.path.normpath(r)) for r in _RUNS.value]
   try:
     runs = {n: filters.load_kernels(r, _POINTS.value) for n, r in zip(names, _RUNS.value)}
   except (ValueError, OSError, CheckpointError) as e:   # no checkpoints, a damaged one
-    _exit(str(e))
+    cli.fail(str(e))
   rows = filters.compare(runs)
   if not rows:
-    _exit('the runs share no conv layer of the same shape')
+    cli.fail('the runs share no conv layer of the same shape')
   try:   # each file whole or not at all; a full disk is one line
     os.makedirs(_OUTPUT.value, exist_ok=True)
     with atomic_write.atomic_open(os.path.join(_OUTPUT.value, 'filters.json')) as f:
@@ -60,7 +54,7 @@ def main(argv):
       writer.writerows(rows)
     plots = filters.plot(rows, _OUTPUT.value)
   except OSError as e:
-    _exit(f'cannot write into {_OUTPUT.value}: {e.strerror or e}')
+    cli.fail(f'cannot write into {_OUTPUT.value}: {e.strerror or e}')
   print(f'{"pair":40s} {"layer":16s} {"frac":>5s} {"index":>7s} {"matched":>7s}')
   for r in rows:
     print(f'{r["run_a"] + " vs " + r["run_b"]:40s} {r["layer"]:16s} {r["fraction"]:5.2f} '

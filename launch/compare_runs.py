@@ -12,8 +12,6 @@ of kl_update and of agent steps/s. A run that has not reached a step shows
 '-' there. Reads metrics.jsonl or an archived metrics.jsonl.gz.
 """
 
-import sys
-
 from absl import app
 from absl import flags
 
@@ -44,8 +42,7 @@ def main(argv):
   try:
     runs = run_metrics.load_all_metrics(workdirs)
   except (OSError, ValueError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(str(e))
   threshold = ', '.join(f'{t} {v:g}' for t, v in thresholds.items()) or 'threshold'
   header = (['run', 'task'] + [f'return at {s / 1e6:g}M' for s in steps]
             + [h.format(threshold=threshold) for h in run_compare.HEADER_AFTER_RETURNS])

@@ -14,7 +14,6 @@ signal per-minibatch normalisation keeps (analysis/advantage_groups.py).
 """
 
 import json
-import sys
 import tempfile
 
 from absl import app
@@ -91,8 +90,7 @@ def _write(content):
     with atomic_write.atomic_open(_OUTPUT.value) as f:   # whole or not at all
       json.dump(content, f, indent=1)
   except OSError as e:   # a full disk: one line
-    print(f'error: cannot write {_OUTPUT.value}: {e.strerror or e}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(f'cannot write {_OUTPUT.value}: {e.strerror or e}')
   print(f'wrote {_OUTPUT.value}')
 
 
@@ -107,8 +105,7 @@ def main(argv):
                            f'{", ".join(ignored)} belong to the gradient measurements')
   problem = _OUTPUT.value and atomic_write.output_problem(_OUTPUT.value)
   if problem:   # before measuring, not after
-    print(f'error: {problem}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(f'{problem}')
   try:
     spec = validation.validate_spec(_load_config())   # the composition root
     if not spec.learner.by_term:
@@ -118,8 +115,7 @@ def main(argv):
                            'log ppo/clip_fraction, ppo/approx_kl and the health metrics instead)')
     d = Diagnoser(spec, _WORKDIR.value, _STEP.value)
   except (FileNotFoundError, ConfigError, CheckpointError, RunFolderError) as e:
-    print(f'error: {e}', file=sys.stderr)   # a missing run or step, a bad config.json: one line
-    sys.exit(2)
+    cli.fail(str(e))   # a missing run or step, a bad config.json: one line
   if _ADVANTAGE_GROUPS.value > 0:
     _advantage_groups(d, spec)
     return

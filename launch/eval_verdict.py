@@ -59,8 +59,7 @@ def main(argv):
     uniform = eval_verdict.load(_UNIFORM.value) if _UNIFORM.value else None
     rows = eval_verdict.verdicts(run, bar, baseline, uniform)
   except ValueError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(str(e))
   print(eval_verdict.markdown(rows, tuple(labels)))
   sys.exit(0 if all(v.passed for v in rows) else 1)
 

@@ -53,8 +53,7 @@ def main(argv):
                    _MAX_VIDEO_FRAMES.value, _MAX_STEPS.value, _NUM_ENVS.value, _SEED.value,
                    uniform=_UNIFORM.value, overwrite=_OVERWRITE.value)
   except (FileNotFoundError, ConfigError, CheckpointError, RunFolderError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(str(e))
   except OSError as e:   # a full disk while writing eval/ (nothing half-written is left)
     print(f'error: cannot write into {os.path.join(_WORKDIR.value, "eval")}: {e.strerror or e}',
           file=sys.stderr)

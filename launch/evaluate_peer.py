@@ -12,7 +12,6 @@ needs torch (requirements-peer.txt). Writes
 
 import json
 import os
-import sys
 import warnings
 
 from absl import app
@@ -53,8 +52,7 @@ def main(argv):
     record = peer_agent.evaluate(run, peer, _MODEL_TAR.value, _TASK.value, _EPISODES.value,
                                  _GREEDY.value, _MAX_STEPS.value, _NUM_ENVS.value, _SEED.value)
   except (FileNotFoundError, ConfigError, CheckpointError, ImportError, ValueError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(str(e))
   eval_dir = os.path.join(_WORKDIR.value, 'eval')
   steps = record['env_steps']
   try:   # whole or not at all; a full disk is one line
@@ -64,8 +62,7 @@ def main(argv):
     with atomic_write.atomic_open(path) as f:
       json.dump(record, f, indent=2)
   except OSError as e:
-    print(f'error: cannot write into {eval_dir}: {e.strerror or e}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(f'cannot write into {eval_dir}: {e.strerror or e}')
   print(evaluation.format_table(record))
   print(f'written: {path}')
 

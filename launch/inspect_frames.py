@@ -9,7 +9,6 @@ around the first point scored in env 0. Exits 1 if a check fails.
 """
 
 import os
-import sys
 from typing import Dict
 
 from absl import app
@@ -85,17 +84,12 @@ def print_table(checks: Dict[str, Check]) -> bool:
   return all(c.passed for c in checks.values())
 
 
-def _exit(reason: str) -> None:
-  print(f'error: {reason}', file=sys.stderr)
-  sys.exit(2)
-
-
 def main(argv):
   del argv
   try:
     spec = validate_spec(command_line.load_config())
   except ConfigError as e:
-    _exit(str(e))
+    cli.fail(str(e))
   plan, unroll_length = spec.plan, spec.run.unroll_length
   num_blocks = max(2, -(-_STEPS.value // unroll_length))
   print(f'collecting {num_blocks} unrolls (T={unroll_length}) from actor 0, '
@@ -115,7 +109,7 @@ def main(argv):
     try:
       t = save_strip(_OUTPUT.value, collected)
     except OSError as e:   # a full disk, a folder that cannot be made: one line
-      _exit(f'cannot write {_OUTPUT.value}: {e.strerror or e}')
+      cli.fail(f'cannot write {_OUTPUT.value}: {e.strerror or e}')
     print(f'wrote {_OUTPUT.value}: env 0, steps {t - 3}..{t + 2}, reward at {t}')
   print('ALL CHECKS PASS' if ok else 'SOME CHECKS FAIL')
   return 0 if ok else 1

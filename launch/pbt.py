@@ -61,8 +61,7 @@ def main(argv):
     print(str(e), file=sys.stderr)
     sys.exit(0)
   except (validation.ConfigError, run_folder.RunFolderError, ray_cluster.ClusterError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(str(e))
   _print_summary(summary, os.path.abspath(spec.run.workdir))
   sys.exit(status)
 

@@ -7,7 +7,6 @@ optionally a fixed run beside them.
 """
 
 import os
-import sys
 
 from absl import flags
 
@@ -30,15 +29,10 @@ def _task(rows_by_member):
   if _TASK.value:
     return _TASK.value
   if not tasks:
-    _exit(f'no member of {_POPULATION.value} has finished a game yet')
+    cli.fail(f'no member of {_POPULATION.value} has finished a game yet')
   if len(tasks) != 1:
-    _exit(f'the members have tasks {", ".join(tasks)}; name one with --task')
+    cli.fail(f'the members have tasks {", ".join(tasks)}; name one with --task')
   return tasks[0]
-
-
-def _exit(reason: str) -> None:
-  print(f'error: {reason}', file=sys.stderr)
-  sys.exit(2)
 
 
 def _load():
@@ -46,13 +40,13 @@ def _load():
   try:
     members, events = pbt_curves.load_population(_POPULATION.value)
     if not members:
-      _exit(f'no member run folders in {_POPULATION.value}/members')
+      cli.fail(f'no member run folders in {_POPULATION.value}/members')
     first = os.path.join(_POPULATION.value, 'members', sorted(members)[0])
     adapted = list((run_folder.read_config(first) or {}).get('pbt', {}).get('adapt', ()))
   except FileNotFoundError as e:
-    _exit(f'{_POPULATION.value} is not a population folder (no {e.filename})')
+    cli.fail(f'{_POPULATION.value} is not a population folder (no {e.filename})')
   except (OSError, ValueError) as e:   # unreadable files, a config.json that is not JSON
-    _exit(str(e))
+    cli.fail(str(e))
   return members, events, adapted
 
 
@@ -61,14 +55,14 @@ def _baseline_rows():
   try:
     return run_folder.read_metrics(_BASELINE.value)
   except (OSError, ValueError) as e:   # no metrics file, unreadable, cut off, not JSON rows
-    _exit(f'--baseline: {e}')
+    cli.fail(f'--baseline: {e}')
 
 
 def main(argv):
   del argv
   problem = atomic_write.output_problem(_OUTPUT.value)
   if problem:   # before reading and plotting, not after
-    _exit(problem)
+    cli.fail(problem)
   members, events, adapted = _load()
   baseline = _baseline_rows() if _BASELINE.value else None
   task = _task(members)
@@ -111,7 +105,7 @@ def main(argv):
     with atomic_write.atomic_path(_OUTPUT.value) as tmp:   # whole or not at all
       fig.savefig(tmp, dpi=110)
   except OSError as e:   # a full disk: one line
-    _exit(f'cannot write {_OUTPUT.value}: {e.strerror or e}')
+    cli.fail(f'cannot write {_OUTPUT.value}: {e.strerror or e}')
   print(f'wrote {_OUTPUT.value}')
 
 

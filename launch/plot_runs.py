@@ -12,8 +12,6 @@ of -15, 0 and +18; --per_task_steps puts agent steps per task on the x
 axis, so multi-task runs line up with single-task ones.
 """
 
-import sys
-
 from absl import app
 from absl import flags
 
@@ -47,13 +45,11 @@ def main(argv):
     raise app.UsageError('give one or more run folders')
   problem = atomic_write.output_problem(_OUTPUT.value)
   if problem:   # before reading and plotting, not after
-    print(f'error: {problem}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(f'{problem}')
   try:
     runs = run_metrics.load_all_metrics(workdirs)
   except (OSError, ValueError) as e:  # not a run folder, or not its metrics: one line
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(str(e))
   try:
     uniform = run_plots.parse_uniform(_UNIFORM.value)
   except ValueError as e:
@@ -72,8 +68,7 @@ def main(argv):
         run_plots.REFERENCES.get(_REFERENCES.value), tuple(_PANELS.value), uniform,
         'agent steps per task' if _PER_TASK_STEPS.value else 'agent steps', _SMOOTH.value)
   except OSError as e:   # a full disk: one line (run_plots.plot leaves no PNG)
-    print(f'error: cannot write {_OUTPUT.value}: {e.strerror or e}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(f'cannot write {_OUTPUT.value}: {e.strerror or e}')
   thresholds = [float(t) for t in _THRESHOLDS.value]
   if _THRESHOLD.value is not None:
     thresholds.insert(0, _THRESHOLD.value)

@@ -12,7 +12,6 @@ cluster-robust standard errors (analysis/peer_curves.py).
 
 import json
 import os
-import sys
 
 from absl import app
 from absl import flags
@@ -75,11 +74,6 @@ def _plot(curves, labels, axis, width, end, path, title):
   plt.close(fig)
 
 
-def _exit(reason: str) -> None:
-  print(f'error: {reason}', file=sys.stderr)
-  sys.exit(2)
-
-
 def main(argv):
   del argv
   for flag in (_RUN, _PEER_DIR, _PEER_STDOUT):
@@ -89,13 +83,13 @@ def main(argv):
     raise app.UsageError('--labels takes two labels')
   problem = atomic_write.output_problem(f'{_OUTPUT.value}_steps.png')
   if problem:   # before reading and plotting, not after
-    _exit(problem)
+    cli.fail(problem)
   try:
     task, ours = _load_ours(_RUN.value, _TASK.value)
     peer = peer_curves.peer_curve(os.path.join(_PEER_DIR.value, 'latest', 'logs.tsv'),
                                   _PEER_STDOUT.value)
   except (OSError, ValueError, KeyError) as e:
-    _exit(str(e))
+    cli.fail(str(e))
   steps = _STEPS.value or int(min(ours.steps.max(), peer.steps.max()))
   ours_label, peer_label = _LABELS.value
   curves, labels = (ours, peer), (ours_label, peer_label)
@@ -109,7 +103,7 @@ def main(argv):
     _plot(curves, labels, 'seconds', _BIN_SECONDS.value, end_seconds, f'{_OUTPUT.value}_time.png',
           f'{task}: training returns, {_BIN_SECONDS.value:g}-second bins')
   except OSError as e:   # a full disk: one line
-    _exit(f'cannot write {_OUTPUT.value}_*.png: {e.strerror or e}')
+    cli.fail(f'cannot write {_OUTPUT.value}_*.png: {e.strerror or e}')
   print(f"Training return per {_BIN_STEPS.value:,}-step bin, mean +- s.e. (games; for "
         f"{peer_label}: logged rows, each the games that ended in one learner step, about one)")
   print(f'| agent steps | {ours_label} | {peer_label} |')
@@ -134,7 +128,7 @@ def main(argv):
     with atomic_write.atomic_open(f'{_OUTPUT.value}.json') as f:   # whole or not at all
       json.dump({'task': task, 'steps': steps, 'window': _WINDOW.value, **summary}, f, indent=1)
   except OSError as e:
-    _exit(f'cannot write {_OUTPUT.value}.json: {e.strerror or e}')
+    cli.fail(f'cannot write {_OUTPUT.value}.json: {e.strerror or e}')
   print(f'wrote {_OUTPUT.value}_steps.png, {_OUTPUT.value}_time.png, {_OUTPUT.value}.json')
 
 

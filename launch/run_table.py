@@ -10,7 +10,6 @@ newest eval/<step>.json, its step named when not the run's last.
 """
 
 import os
-import sys
 
 from absl import app
 from absl import flags
@@ -38,8 +37,7 @@ def main(argv):
     if _UNIFORM.value:
       rows += run_table.uniform_rows(_UNIFORM.value)
   except (OSError, ValueError) as e:  # not a run folder, not its metrics, not an evaluation
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(str(e))
   print(run_table.markdown(rows))
 
 

@@ -10,7 +10,6 @@ green, one scale per colour over the range (analysis/saliency.py).
 
 import json
 import os
-import sys
 import warnings
 
 from absl import flags
@@ -42,20 +41,14 @@ _OUTPUT = flags.DEFINE_string('output', '', 'Folder; default <workdir>/saliency/
 
 def main(argv):
   if len(argv) > 1:
-    _exit(f'unexpected arguments: {" ".join(argv[1:])}')
+    cli.fail(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.ERROR)  # orbax's notes on read-only checkpoint folders
   warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
   try:
     _explain_to_files()
   except (SaliencyError, FramesError, FileNotFoundError, ConfigError, CheckpointError,
           RunFolderError) as e:
-    _exit(str(e))
-
-
-def _exit(reason: str) -> None:
-  """One line and exit status 2, not absl's usage text."""
-  print(f'error: {reason}', file=sys.stderr)
-  sys.exit(2)
+    cli.fail(str(e))
 
 
 def _explain_to_files() -> None:

@@ -1,13 +1,8 @@
-"""A sweep yaml run on this machine, without a wandb account (rundir/sweep.py).
+"""A sweep yaml run on this machine without a wandb account (rundir/sweep.py;
+trials log offline unless --set gives config.wandb.mode):
 
   python launch/sweep.py --sweep=launch/sweeps/atari_popart.yaml --dir=runs/sweep_lr \\
       --method=random --trials=8 --set=config.total_env_steps=3000000
-
-Each trial is a run folder <dir>/trial_<i>; the same command resumes a
-stopped sweep; the end prints a table of the trials by the sweep's metric.
-Trials log to wandb offline (the yaml's wandb.mode is replaced unless --set
-gives one). With an account, `wandb sweep <yaml>` and `wandb agent` run the
-same yaml, Bayesian search included.
 """
 
 import sys
@@ -55,8 +50,7 @@ def main(argv):
     record = sweep_lib.prepare(_DIR.value, _SWEEP.value, planned, method)
     sweep_lib.run(_DIR.value, sweep, record)
   except (sweep_lib.SweepError, OSError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(str(e))
   except KeyboardInterrupt:
     print(f'stopped; the same command resumes the sweep in {_DIR.value}', file=sys.stderr)
     sys.exit(130)
@@ -64,10 +58,8 @@ def main(argv):
   rows = sweep_lib.results(_DIR.value, record, metric['name'])
   print('\n'.join(sweep_lib.table(rows, metric['name'], metric['goal'])))
   failed = [r['name'] for r in rows if r['status'] == 'failed']
-  if failed:
-    print(f'error: {len(failed)} trial(s) failed: {", ".join(failed)} (their run folders say '
-          'why; the same command runs them again)', file=sys.stderr)
-    sys.exit(1)
+  if failed:   # 1: trials failed (their run folders say why; the same command reruns them)
+    sys.exit(f'error: {len(failed)} trial(s) failed: {", ".join(failed)}')
 
 
 if __name__ == '__main__':

@@ -49,8 +49,7 @@ def _start_processes(config) -> None:
   try:
     spec = multihost.resolve(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   except multihost.DistributedError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(str(e))
   if spec is None:
     return
   validation.check_distributed(config)
@@ -66,8 +65,7 @@ def _start_processes(config) -> None:
   try:
     multihost.check_uniform_devices()
   except multihost.DistributedError as e:  # every process finds the same, and leaves
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    cli.fail(str(e))
 
 
 def main(argv):

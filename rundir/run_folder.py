@@ -45,13 +45,14 @@ def metrics_path(workdir: str) -> str:
 
 
 def read_config(workdir: str) -> Optional[dict]:
-  """The folder's config.json as a dict, None without one; ConfigFileError if unreadable."""
+  """The folder's config.json as a dict (resume.migrate'd), None without one;
+  ConfigFileError if unreadable."""
   path = config_path(workdir)
   if not os.path.isfile(path):
     return None
   try:
     with open(path) as f:
-      return json.load(f)
+      return resume.migrate(json.load(f))
   except (OSError, ValueError) as e:
     raise ConfigFileError(f'cannot read {path} ({e})') from None
 
@@ -198,7 +199,7 @@ def read_metrics(workdir: str) -> List[Dict]:
       try:
         line = raw.decode('utf-8')
       except UnicodeDecodeError:
-        if number == len(lines):
+        if number == len(lines) and opener is open:
           break   # a last row a kill cut: unfinished
         raise ValueError(f'{path} line {number} is not UTF-8 text: {raw.strip()[:60]!r}') from None
       if line.strip():

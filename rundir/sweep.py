@@ -1,9 +1,7 @@
-"""The sweep yamls (launch/sweeps/*.yaml, wandb's format) run on this machine
-without an account: grid and random search, one trial after another, each a
-normal run folder <folder>/trial_<i> trained by the yaml's program. The
-sweep's record, <folder>/sweep.json, holds each trial's values and status, so
-the same command resumes a stopped sweep (a trial cut short resumes from its
-checkpoint). Bayesian search needs wandb's server: `wandb sweep`."""
+"""A sweep yaml (wandb's format) run here without an account: grid or random
+search, trial by trial, each a run folder <folder>/trial_<i>; <folder>/sweep.json
+holds each trial's values and status, so the same command resumes a stopped
+sweep (a cut trial from its checkpoint). Bayesian search needs `wandb sweep`."""
 
 import itertools
 import json
@@ -19,9 +17,7 @@ import yaml
 from infra import atomic_write
 from rundir import run_folder
 
-METHODS = ('grid', 'random')
 RECORD = 'sweep.json'
-# wandb's distributions that a random search here draws from.
 DISTRIBUTIONS = ('uniform', 'log_uniform_values', 'int_uniform')
 
 
@@ -30,21 +26,16 @@ class SweepError(ValueError):
 
 
 def load(path: str) -> Dict[str, Any]:
-  """The sweep yaml at `path`, checked: a program, parameters and a metric.
-
-  Raises:
-    SweepError: naming the file and what is missing or wrong.
-  """
+  """The sweep yaml at `path`; SweepError naming what is missing or wrong."""
   try:
     with open(path) as f:
       sweep = yaml.safe_load(f)
   except (OSError, yaml.YAMLError) as e:
     raise SweepError(f'cannot read the sweep {path}: {e}') from None
-  if not isinstance(sweep, dict):
-    raise SweepError(f'{path} is not a sweep (a mapping with program, parameters, metric)')
-  for key in ('program', 'parameters', 'metric', 'command'):
-    if key not in sweep:
-      raise SweepError(f'{path} has no {key!r}')
+  missing = [k for k in ('program', 'parameters', 'metric', 'command')
+             if not isinstance(sweep, dict) or k not in sweep]
+  if missing:
+    raise SweepError(f'{path} is not a sweep: it has no {", ".join(missing)}')
   metric = sweep['metric']
   if not isinstance(metric, dict) or metric.get('goal') not in ('maximize', 'minimize') \
       or 'name' not in metric:
@@ -53,7 +44,7 @@ def load(path: str) -> Dict[str, Any]:
 
 
 def _parameter_values(name: str, spec: dict) -> Optional[list]:
-  """The values a grid takes for one parameter (None: a distribution)."""
+  """A parameter's values for a grid (None: a distribution)."""
   if 'value' in spec:
     return [spec['value']]
   if 'values' in spec:
@@ -62,8 +53,7 @@ def _parameter_values(name: str, spec: dict) -> Optional[list]:
 
 
 def _draw(name: str, spec: dict, rng: np.random.Generator):
-  """One random value of a parameter: wandb's constant, categorical, uniform,
-  log_uniform_values (log-uniform between min and max) or int_uniform."""
+  """One draw of a parameter: wandb's value, values, or a DISTRIBUTIONS one."""
   values = _parameter_values(name, spec)
   if values is not None:
     return values[int(rng.integers(len(values)))]
@@ -81,24 +71,16 @@ def _draw(name: str, spec: dict, rng: np.random.Generator):
 
 def trials(sweep: Dict[str, Any], method: str, count: int = 0, seed: int = 0,
            fixed: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
-  """Each trial's parameter values, in order; `fixed` replaces parameters.
-
-  Args:
-    method: 'grid' (every combination of the parameters' values) or 'random'
-      (`count` draws, reproducible from `seed`).
-
-  Raises:
-    SweepError: an unknown method, a grid over a distribution, a random
-      search without a count, or a distribution this runner does not draw.
-  """
+  """Each trial's parameter values, `fixed` replacing parameters: 'grid',
+  every combination of the values; 'random', `count` draws from `seed`.
+  SweepError for another method, a grid over a distribution, no count."""
   params = {**sweep['parameters'], **{k: {'value': v} for k, v in (fixed or {}).items()}}
   if method == 'grid':
-    grids = {}
-    for name, spec in params.items():
-      grids[name] = _parameter_values(name, spec)
-      if grids[name] is None:
-        raise SweepError(f'a grid needs values: parameter {name} is a distribution; use '
-                         '--method=random')
+    grids = {name: _parameter_values(name, spec) for name, spec in params.items()}
+    flat = [name for name, values in grids.items() if values is None]
+    if flat:
+      raise SweepError(f'a grid needs values: parameter {flat[0]} is a distribution; use '
+                       '--method=random')
     return [dict(zip(grids, combo)) for combo in itertools.product(*grids.values())]
   if method == 'random':
     if count < 1:
@@ -112,20 +94,16 @@ def trials(sweep: Dict[str, Any], method: str, count: int = 0, seed: int = 0,
 
 def command(sweep: Dict[str, Any], params: Dict[str, Any], workdir: str,
             python: str = sys.executable) -> List[str]:
-  """The argv of one trial: the sweep's `command` with ${args} as wandb's
-  agent writes them (--name=value), and the trial's run folder."""
-  argv = []
+  """A trial's argv: the sweep's `command`, ${args} as wandb's agent writes
+  them (--name=value), and its run folder."""
+  argv = [python]
   for item in sweep['command']:
     if item == '${args}':
       argv += [f'--{name}={value}' for name, value in params.items()]
     elif item == '${program}':
       argv.append(sweep['program'])
-    elif item == '${interpreter}':
-      argv.append(python)
-    elif item != '${env}':
+    elif item not in ('${env}', '${interpreter}'):
       argv.append(str(item))
-  if argv[:1] != [python]:
-    argv.insert(0, python)
   return argv + [f'--config.workdir={workdir}']
 
 
@@ -135,17 +113,17 @@ def _write(folder: str, record: dict) -> None:
 
 
 def prepare(folder: str, sweep_path: str, planned: List[Dict[str, Any]], method: str) -> dict:
-  """The sweep's record in `folder`: read to resume when it holds the same
-  trials, else written new.
-
-  Raises:
-    SweepError: `folder` holds another sweep's record (other trials).
-  """
+  """The sweep's record in `folder`, read to resume when it holds the same
+  trials, else new; SweepError when it holds other trials."""
   path = os.path.join(folder, RECORD)
   if os.path.exists(path):
-    with open(path) as f:
-      record = json.load(f)
-    if [t['params'] for t in record['trials']] != json.loads(json.dumps(planned)):
+    try:
+      with open(path) as f:
+        record = json.load(f)
+      trials_saved = [t['params'] for t in record['trials']]
+    except (ValueError, KeyError, TypeError) as e:
+      raise SweepError(f'{path} is not a sweep record ({type(e).__name__}: {e})') from None
+    if trials_saved != json.loads(json.dumps(planned)):
       raise SweepError(f'{folder} holds another sweep ({record["sweep"]}, {record["method"]}, '
                        f'{len(record["trials"])} trials); give another --dir, or the same '
                        'sweep, method, --trials, --seed and --set to resume it')
@@ -159,10 +137,9 @@ def prepare(folder: str, sweep_path: str, planned: List[Dict[str, Any]], method:
 
 
 def run(folder: str, sweep: Dict[str, Any], record: dict, say=print) -> dict:
-  """Trains every trial of `record` that has not finished, one after another,
-  writing its status ('finished', or 'failed' with the exit status) as it
-  ends. A KeyboardInterrupt (the trial stopped cleanly too) leaves the trial
-  pending, to resume, and is raised again."""
+  """Trains each unfinished trial in turn, recording 'finished' or 'failed'
+  (with the exit status); a KeyboardInterrupt (the trial stops cleanly too)
+  leaves the trial pending and is raised again."""
   for trial in record['trials']:
     if trial['status'] == 'finished':
       continue
@@ -182,23 +159,20 @@ def run(folder: str, sweep: Dict[str, Any], record: dict, say=print) -> dict:
 
 
 def results(folder: str, record: dict, metric: str) -> List[Dict[str, Any]]:
-  """Each trial with its last logged value of `metric` (None: none yet)."""
+  """Each trial with its last logged `metric` (None: none yet)."""
   out = []
   for trial in record['trials']:
-    value = None
     try:
-      for row in run_folder.read_metrics(os.path.join(folder, trial['name'])):
-        if isinstance(row.get(metric), (int, float)):
-          value = float(row[metric])
+      rows = run_folder.read_metrics(os.path.join(folder, trial['name']))
     except (FileNotFoundError, ValueError):
-      pass
-    out.append({**trial, 'metric': value})
+      rows = []
+    values = [float(r[metric]) for r in rows if isinstance(r.get(metric), (int, float))]
+    out.append({**trial, 'metric': values[-1] if values else None})
   return out
 
 
 def table(rows: Sequence[Dict[str, Any]], metric: str, goal: str) -> List[str]:
-  """A markdown table of the trials, the best first by `goal`, then those
-  without a value."""
+  """A markdown table of the trials, the best by `goal` first."""
   sign = -1.0 if goal == 'maximize' else 1.0
   ordered = sorted(rows, key=lambda r: (r['metric'] is None, sign * (r['metric'] or 0.0)))
   names = sorted({k for r in rows for k in r['params']})

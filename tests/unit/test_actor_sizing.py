@@ -153,7 +153,7 @@ def test_ppo_keeps_two_actors_on_any_machine():
   for the learner, which the bound, ceil(2 / 1) + 1, does not count)."""
   plan = validate(_load('atari_single', 'game=Pong,recipe=ppo', cores=64))
   assert counts(plan.actors)[:2] == (2, 16)
-  assert plan.policy_lag_bound == 3
+  assert plan.actors.lag_bound == 3
 
 
 @pytest.mark.parametrize('name, arg', SHIPPED)
@@ -166,7 +166,7 @@ def test_every_shipped_config_gives_a_plan_the_learner_takes_at_every_core_count
     assert a.cores == cores and a.num_actors >= 1
     assert len(plan.actor_env_groups) == a.num_actors
     assert plan.blocks_per_batch * envs == config.batch_size
-    assert 1 <= plan.policy_lag_bound <= MAX_LAG, (cores, plan.policy_lag_bound)
+    assert 1 <= plan.actors.lag_bound <= MAX_LAG, (cores, plan.actors.lag_bound)
     _, threads, workers = counts(a)
     if 'envpool' in a.resources:
       pools = a.resources['envpool']['pools']

@@ -324,3 +324,15 @@ def test_mistyped_names_saved_values_of_another_kind():
   assert resume.mistyped(diffs) == [('learning_rate', 'fast', 'a number'),
                                     ('log.tensorboard', 1, 'true or false'),
                                     ('tasks', {'a': 1}, 'a list')]
+
+
+def test_an_older_config_json_reads_with_its_moved_settings_under_todays_names(tmp_path):
+  """One migration step (configs/resume.migrate, applied by read_config): the
+  env families' settings that moved out of `actors` in [27]."""
+  saved = json.loads(cartpole.get_config().to_json_best_effort())
+  del saved['envpool'], saved['nle']
+  saved['actors'].update(envpool_threads=3, nle_workers=5, nle_ttyrecs=True)
+  (tmp_path / 'config.json').write_text(json.dumps(saved))
+  read = run_folder.read_config(str(tmp_path))
+  assert read['envpool'] == {'threads': 3} and read['nle'] == {'workers': 5, 'ttyrecs': True}
+  assert not {'envpool_threads', 'nle_workers', 'nle_ttyrecs'} & set(read['actors'])
