@@ -19,7 +19,7 @@ def _block(actor_id, version, value):
 
 def test_blocks_are_joined_in_actor_order_whatever_arrived_first():
   arrivals = [_block(1, 7, 1.0), _block(0, 8, 0.0), _block(1, 6, 2.0)]
-  fake = types.SimpleNamespace(plan=types.SimpleNamespace(blocks_per_batch=3), version=9)
+  fake = types.SimpleNamespace(plan=types.SimpleNamespace(blocks_per_batch=3, num_tasks=3), version=9)
   fake._next_block = lambda: arrivals.pop(0)
   batch, lags = Trainer.next_batch(fake)
   # Actor 0's block, then actor 1's oldest (version 6) and newer (version 7).
