@@ -94,9 +94,13 @@ def trials(sweep: Dict[str, Any], method: str, count: int = 0, seed: int = 0,
 
 def command(sweep: Dict[str, Any], params: Dict[str, Any], workdir: str,
             python: str = sys.executable) -> List[str]:
-  """A trial's argv: the sweep's `command`, ${args} as wandb's agent writes
-  them (--name=value), and its run folder."""
-  argv = [python]
+  """A trial's argv: `python`, `agent_args` and its run folder."""
+  return [python, *agent_args(sweep, params), f'--config.workdir={workdir}']
+
+
+def agent_args(sweep: Dict[str, Any], params: Dict[str, Any]) -> List[str]:
+  """The sweep's `command` after the interpreter, as wandb's agent writes it."""
+  argv = []
   for item in sweep['command']:
     if item == '${args}':
       argv += [f'--{name}={value}' for name, value in params.items()]
@@ -104,7 +108,7 @@ def command(sweep: Dict[str, Any], params: Dict[str, Any], workdir: str,
       argv.append(sweep['program'])
     elif item not in ('${env}', '${interpreter}'):
       argv.append(str(item))
-  return argv + [f'--config.workdir={workdir}']
+  return argv
 
 
 def _write(folder: str, record: dict) -> None:
@@ -124,9 +128,8 @@ def prepare(folder: str, sweep_path: str, planned: List[Dict[str, Any]], method:
     except (ValueError, KeyError, TypeError) as e:
       raise SweepError(f'{path} is not a sweep record ({type(e).__name__}: {e})') from None
     if trials_saved != json.loads(json.dumps(planned)):
-      raise SweepError(f'{folder} holds another sweep ({record["sweep"]}, {record["method"]}, '
-                       f'{len(record["trials"])} trials); give another --dir, or the same '
-                       'sweep, method, --trials, --seed and --set to resume it')
+      raise SweepError(f'{folder} holds another sweep ({record["sweep"]}, {record["method"]}); '
+                       'give another --dir, or its sweep, method, --trials, --seed and --set')
     return record
   os.makedirs(folder, exist_ok=True)
   record = {'sweep': sweep_path, 'method': method,

@@ -11,6 +11,8 @@ import sys
 import pytest
 import yaml
 
+from rundir import sweep as sweep_lib
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SWEEPS = sorted(glob.glob(os.path.join(ROOT, 'launch', 'sweeps', '*.yaml')))
 
@@ -22,20 +24,6 @@ def _candidates(spec):
   if 'values' in spec:
     return list(spec['values'])
   return [spec["min"], spec["max"]]
-
-
-def _agent_command(sweep, params):
-  """The argv wandb's agent builds from the sweep's `command` (${args} =
-  --name=value for each parameter)."""
-  argv = []
-  for item in sweep['command']:
-    if item == '${args}':
-      argv += [f'--{name}={value}' for name, value in params.items()]
-    elif item == '${program}':
-      argv.append(sweep['program'])
-    elif item not in ('${env}', '${interpreter}'):
-      argv.append(item)
-  return argv
 
 
 def _parse(argv):
@@ -61,7 +49,7 @@ def test_sweep_command_lines_parse_and_validate(path):
   # The lower and the upper corner of the search space.
   for corner in (0, -1):
     values = {name: _candidates(spec)[corner] for name, spec in params.items()}
-    argv = _agent_command(sweep, values)
+    argv = sweep_lib.agent_args(sweep, values)
     config = _parse(argv)  # parsed and validated by train.py itself
     for name, value in values.items():
       leaf = config
