@@ -1,7 +1,6 @@
-"""Sebulba actor threads (Hessel et al. 2021, arXiv 2104.06272): step a batch
-of envs, run the policy, send unrolls of T + 1 steps (the last is the first
-of the next) to the learner on a bounded queue, picking up the newest
-published params at the start of every unroll. Step bookkeeping is
+"""Sebulba actor threads (Hessel et al. 2021, arXiv 2104.06272): step a batch of envs, run the
+policy, send unrolls of T + 1 steps (the last is the first of the next) to the learner on a bounded
+queue, picking up the newest published params at the start of every unroll. Step bookkeeping is
 agents/rollout.py's, shared with evaluation."""
 
 import dataclasses
@@ -20,10 +19,8 @@ from rl.types import Unroll
 
 
 class ParamsStore:
-  """The learner's latest variables and their version (learner step), under one lock.
-
-  Holds a reference, not a copy: a publisher must not mutate what it published.
-  """
+  """The learner's latest variables and their version (learner step), under one lock; a reference,
+  not a copy: a publisher must not mutate what it published."""
 
   def __init__(self):
     self._lock = threading.Lock()
@@ -52,9 +49,8 @@ def make_act_fn(network):
   """The actors' jitted policy step for B envs.
 
   Returns:
-    act(variables, obs, first, core_state, rng) -> (action, logits,
-    core_state, rng): obs key -> [B, ...], first bool [B]; action int32 [B]
-    sampled from logits [B, A]; the rng to pass next.
+    act(variables, obs, first, core_state, rng) -> (action, logits, core_state, rng): obs key ->
+    [B, ...], first bool [B]; action int32 [B] sampled from logits [B, A]; the rng to pass next.
   """
 
   @jax.jit
@@ -99,16 +95,14 @@ class Actor(threading.Thread):
   """One actor thread (daemon, 'actor-<id>'); an exception ends it and is kept
   in `error` for the learner to raise.
 
-  Puts UnrollBlocks on `unrolls` (fields [T + 1, B, ...] on the host, core
-  state [B, ...] at the first step), finished games on `episodes`, and counts
-  `env_steps`.
+  Puts UnrollBlocks on `unrolls` (fields [T + 1, B, ...] on the host, core state [B, ...] at the
+  first step), finished games on `episodes`, and counts `env_steps`.
 
   Args:
     unroll_length: T, without the extra step.
     seed: the action sampling seed (builder.actor_seed).
-    wait_for_learner: after queueing an unroll, wait for room in the queue, so
-      the next unroll starts with params about one update behind the one that
-      consumes it; False: run ahead by queue_size blocks.
+    wait_for_learner: after queueing, wait for queue room, so the next unroll starts with params
+      about one update behind the one that consumes it; False: run ahead by queue_size blocks.
   """
 
   def __init__(self, actor_id: int, env, act_fn: Callable, initial_state: Any,

@@ -1,7 +1,6 @@
-"""The one place an agent is assembled from a run spec (configs/spec.py):
-network, initial variables, optimiser, learner mesh and state, jitted
-update, and the seeds of actors and their envs. Training, evaluation and
-every tool build through it, so they cannot drift apart."""
+"""The one place an agent is assembled from a run spec (configs/spec.py): network, initial
+variables, optimiser, learner mesh and state, jitted update, and the seeds of actors and their envs.
+Training, evaluation and every tool build through it, so they cannot drift apart."""
 
 import dataclasses
 from typing import Any, Callable, Dict, Optional
@@ -38,8 +37,7 @@ def build_agent(spec, num_actions: int, observation_spec: Dict[str, tuple],
   """The agent of a run spec, for an env, its state replicated over plan.learner_devices.
 
   Args:
-    observation_spec: {key: (shape per env step, dtype)}, without
-      prev_action / prev_reward.
+    observation_spec: {key: (shape per env step, dtype)}, without prev_action / prev_reward.
     with_update: False skips the update (tools that only act or restore).
   """
   plan, run = spec.plan, spec.run

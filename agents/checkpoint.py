@@ -1,12 +1,10 @@
-"""Checkpoints of the whole learner state with orbax, at
-`<workdir>/checkpoints/<env_steps>/`: learner state, env-step counter and the
-actors' RNG key. With several processes every call is collective.
+"""Orbax checkpoints at `<workdir>/checkpoints/<env_steps>/`: learner state, env-step counter and
+the actors' RNG key. With several processes every call is collective.
 
-Guarantees: each checkpoint is read back when written into a manifest
-(`verified.json`, size and SHA-256 per file); a resume takes the newest
-intact one and moves damaged ones to `checkpoints.damaged/`; an older
-checkpoint is deleted only after a newer one verified; one without a
-manifest was cut off and counts as damaged.
+Guarantees: each checkpoint is read back when written into a manifest (`verified.json`, size and
+SHA-256 per file); a resume takes the newest intact one and moves damaged ones to
+`checkpoints.damaged/`; an older checkpoint is deleted only after a newer one verified; one without
+a manifest was cut off and counts as damaged.
 """
 
 import errno
@@ -59,9 +57,8 @@ def _saved_fields(state: LearnerState) -> Dict[str, Any]:
 class Checkpointer:
   """Writes, verifies, rotates and restores the checkpoints of a run folder.
 
-  The primary process verifies, writes the manifests and sets damaged
-  checkpoints aside, and every process acts on its verdict. Rotation is done
-  here, after verification, not by orbax's max_to_keep.
+  The primary process verifies, writes the manifests and sets damaged checkpoints aside; every
+  process acts on its verdict. Rotation is here, after verification, not orbax's max_to_keep.
 
   Args:
     keep_intermediate: keep every checkpoint; False keeps the newest KEEP_LAST.
@@ -97,13 +94,11 @@ class Checkpointer:
   def save(self, env_steps: int, state: LearnerState, rng: jax.Array) -> bool:
     """Writes and verifies a checkpoint at `env_steps`; every process calls it.
 
-    One that fails verification is set aside and named in `problems`, and the
-    next save tries again. One already at that step is kept if intact, else
-    rewritten.
+    One that fails verification is set aside and named in `problems`, and the next save tries again.
+    One already at that step is kept if intact, else rewritten.
 
     Returns:
-      True when one was written now (verified or not), False when that step is
-      saved already.
+      True when one was written now (verified or not), False when that step is saved already.
 
     Raises:
       CheckpointError: the disk is full (one line naming the newest intact
@@ -113,8 +108,7 @@ class Checkpointer:
       return False
     self._manager.reload()  # orbax's list may lag a save cut off by a signal
     if env_steps in self._manager.all_steps():
-      # Written before (an earlier run, or cut off before its manifest):
-      # process 0 decides, every process acts alike.
+      # Written before (an earlier run, or cut off before its manifest): process 0 decides for all.
       step_dir = os.path.join(self.directory, str(env_steps))
       problem = damage(step_dir) if self._primary else None
       problem = multihost.allgather_json(problem)[0]

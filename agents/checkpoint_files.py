@@ -99,8 +99,7 @@ def find_intact(workdir: str) -> Tuple[Optional[int], List[Tuple[int, str]]]:
   """The newest intact checkpoint, checking newest first (`damage`). Reads only.
 
   Returns:
-    (its step or None, [(step, what is wrong)] for the damaged ones newer
-    than it, newest first).
+    (its step or None, [(step, what is wrong)] for the damaged ones newer than it, newest first).
   """
   damaged = []
   for step in reversed(steps_on_disk(workdir)):

@@ -1,10 +1,9 @@
 """The learner: state, optimiser, and one jitted update sharded over devices
 (the Sebulba learner of Hessel et al. 2021, arXiv 2104.06272).
 
-The update is a per-device function with named-axis collectives, as a
-`jax.pmap` body, run with `jax.jit(jax.shard_map(..., check_vma=False))` over
-a 1-D mesh; gradients of the replicated parameters are per-device there and
-are reduced explicitly.
+The update is a per-device function with named-axis collectives, as a `jax.pmap` body, run with
+`jax.jit(jax.shard_map(..., check_vma=False))` over a 1-D mesh; gradients of the replicated
+parameters are per-device there and are reduced explicitly.
 """
 
 import functools
@@ -50,8 +49,7 @@ _BATCH_SPECS = Unroll(*[_batch_spec(axis) for axis in BATCH_AXES])
 
 
 def batch_sharding(mesh: Mesh, unroll: Unroll):
-  """An Unroll of NamedShardings splitting each field of `unroll` over AXIS
-  along its batch axis (rl/types.BATCH_AXES)."""
+  """Unroll of NamedShardings, each field split over AXIS on its batch axis (types.BATCH_AXES)."""
   return Unroll(*[jax.tree.map(lambda _, spec=spec: NamedSharding(mesh, spec), field)
                   for field, spec in zip(unroll, _BATCH_SPECS)])
 
@@ -63,18 +61,15 @@ def build_update(apply_fn: Callable, optimizer, schedule, loss_cfg: LossConfig,
 
   Args:
     apply_fn: `apply_fn(params, popart_stats, obs, first, core_state)`.
-    schedule: schedule(step), or schedule(step, base_rate) when the
-      optimiser state holds the base rate.
+    schedule: schedule(step), or schedule(step, base_rate) when the optimiser state holds base_rate.
     value_head: the value head's entry in params and the popart collection.
-    max_grad_norm: the clip when the optimiser state holds none; it only
-      feeds the 'grad_clipped' metric.
+    max_grad_norm: the clip if the optimiser state holds none; only feeds the 'grad_clipped' metric.
     seed: with the learner step, seeds the update's shuffles.
 
   Returns:
-    update(state, batch) -> (state, metrics), `batch` sharded by
-    `shard_batch`, both outputs replicated. The metrics add 'learning_rate',
-    'hparams/<name>', 'popart/mu' and 'popart/sigma' [K], and
-    'nonfinite/state' (non-finite values in the new state).
+    update(state, batch) -> (state, metrics), `batch` sharded by `shard_batch`, both outputs
+    replicated. The metrics add 'learning_rate', 'hparams/<name>', 'popart/mu' and 'popart/sigma'
+    [K], and 'nonfinite/state' (non-finite values in the new state).
   """
   learner = algorithms.get(loss_cfg.name)
   algorithm_update = learner.make_update(
@@ -101,9 +96,8 @@ def build_task_gradients(learner, apply_fn: Callable, loss_cfg: LossConfig, valu
   splits its loss by term (rl/actor_critic.Learner.term_loss).
 
   Returns:
-    report(params, stats, batch) -> {'task/grad_*': [K]}: each task's
-    policy and value gradient norms on the modules other than the two heads,
-    for one device's params on host unrolls.
+    report(params, stats, batch) -> {'task/grad_*': [K]}: each task's policy and value gradient
+    norms on the modules other than the two heads, for one device's params on host unrolls.
   """
   heads = ('policy_head', value_head)
 

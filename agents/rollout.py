@@ -1,9 +1,8 @@
 """The step bookkeeping of a batch of envs, shared by the actors and evaluation.
 
-Envs auto-reset (envs/base.py): the step after an episode's end is a reset
-step (action ignored, reward 0, not counted). The policy's observation adds
-`prev_action` and `prev_reward` (0 at an episode's first step; IMPALA's core
-reads them) and `task_id` (picks a centring torso's frame centre).
+Envs auto-reset (envs/base.py): the step after an episode's end is a reset step (action ignored,
+reward 0, not counted). The policy's observation adds `prev_action` and `prev_reward` (0 at an
+episode's first step; IMPALA's core reads them) and `task_id` (for a centring torso).
 """
 
 import dataclasses
@@ -19,8 +18,7 @@ POLICY_INPUT_KEYS = {**{k: (shape, np.dtype(dtype)) for k, (shape, dtype) in COR
 
 
 def host_dtype(dtype) -> np.dtype:
-  """The dtype stored in unrolls: int32 for int64, float32 for float64 (JAX runs
-  without 64-bit types), else `dtype`."""
+  """The dtype unrolls store: int32 for int64, float32 for float64 (no 64-bit JAX), else `dtype`."""
   dtype = np.dtype(dtype)
   return {np.dtype(np.int64): np.dtype(np.int32),
           np.dtype(np.float64): np.dtype(np.float32)}.get(dtype, dtype)
@@ -51,9 +49,8 @@ class StepBookkeeping:
   """Per env: episode starts and ends, the previous action and reward, and the
   running return and length of the game in progress. Holds no lock.
 
-  `prev_reward_scale` multiplies the reward the policy sees as `prev_reward`:
-  1 for training envs (already scaled), the task's reward scale for
-  evaluation envs (raw scores).
+  `prev_reward_scale` multiplies the reward the policy sees as `prev_reward`: 1 for training envs
+  (already scaled), the task's reward scale for evaluation envs (raw scores).
   """
 
   def __init__(self, num_envs: int, prev_reward_scale: float = 1.0):
@@ -69,8 +66,7 @@ class StepBookkeeping:
     self._scale = np.float32(prev_reward_scale)
 
   def policy_inputs(self, task_id) -> Dict[str, np.ndarray]:
-    """The POLICY_INPUT_KEYS of the current observation ([B] each); `task_id` is
-    what the step that gave it reported."""
+    """POLICY_INPUT_KEYS of the current observation ([B] each), `task_id` as its step gave it."""
     return {'prev_action': np.where(self.first, 0, self._prev_action).astype(np.int32, copy=False),
             'prev_reward': np.where(self.first, 0.0, self._prev_reward).astype(np.float32, copy=False),
             'task_id': np.asarray(task_id, np.int32)}

@@ -1,7 +1,6 @@
-"""Stand-ins for a batched env and the policy, to time the actor loop alone
-(launch/benchmark.py --stages=loop): `StandInEnv` has a real env's spaces
-and auto-reset but steps in no time, and `standin_act_fn` returns fixed
-numpy arrays without touching a device."""
+"""Stand-ins for a batched env and the policy, to time the actor loop alone (launch/benchmark.py
+--stages=loop): `StandInEnv` has a real env's spaces and auto-reset but steps in no time, and
+`standin_act_fn` returns fixed numpy arrays without touching a device."""
 
 from typing import Dict, Tuple
 

@@ -1,7 +1,6 @@
-"""A log step's metrics: update metrics averaged over the window, every
-process's episodes, human-normalised Atari scores, action statistics,
-throughput and timings. Each process's `Summariser.report` is gathered and
-process 0 `summarise`s them into one flat dict."""
+"""A log step's metrics: update metrics averaged over the window, every process's episodes,
+human-normalised Atari scores, action statistics, throughput and timings. Each process's
+`Summariser.report` is gathered and process 0 `summarise`s them into one flat dict."""
 
 import collections
 from typing import Dict, List, Sequence
@@ -54,11 +53,10 @@ class Summariser:
                 learner_steps: int, sps: float) -> Dict:
     """The log step's metrics, a flat {name: number}; resets the action window.
 
-    Update metrics are averaged over the updates that have them; per-task ones
-    ('task/<m>' [K]) become '<m>/<task>'; PopArt's mu and sigma are the last
-    update's. Episode metrics are means per task over every process's episodes;
-    'mean_episode_return' and the HNS summary use each task's latest window with
-    episodes.
+    Update metrics are averaged over the updates that have them; per-task ones ('task/<m>' [K])
+    become '<m>/<task>'; PopArt's mu and sigma are the last update's. Episode metrics are means per
+    task over every process's episodes; 'mean_episode_return' and the HNS summary use each task's
+    latest window with episodes.
 
     Args:
       reports: every process's `report`, in process order.

@@ -1,5 +1,4 @@
-"""The Sebulba training loop (Hessel et al. 2021, arXiv 2104.06272): actor threads feed a sharded,
-jitted learner.
+"""The Sebulba training loop (Hessel et al. 2021, arXiv 2104.06272): actors feed a sharded learner.
 
 `Trainer.run()` loops the public steps `start`, `next_batch`, `step` and `publish` (which tools also
 drive by hand) until total_env_steps, saving checkpoints and handing each log step's metrics to a
@@ -43,8 +42,7 @@ class Trainer:
   (differences in `changed_hyperparameters`) and gets fresh env and actor seeds.
 
   Args:
-    stop_requested: set (by a signal handler) to end the loop after the update in progress; a new
-      Event when None.
+    stop_requested: set (by a signal handler) to stop after the current update; None: a new Event.
 
   Raises:
     RuntimeError: processes see different latest checkpoints.

@@ -1,7 +1,6 @@
-"""What the learner checks of its batches and updates: actor blocks joined
-into one batch (`concat_blocks`) whose task ids are the run's
-(`check_task_ids`), and each update's metrics checked for NaN and inf
-(`first_non_finite`)."""
+"""What the learner checks of its batches and updates: actor blocks joined into one batch
+(`concat_blocks`) whose task ids are the run's (`check_task_ids`), and each update's metrics checked
+for NaN and inf (`first_non_finite`)."""
 
 from typing import Dict, List, Optional
 

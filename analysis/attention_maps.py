@@ -1,10 +1,8 @@
-"""Where an attention agent looks: its attention weights over one episode,
-laid on the screen it sees.
+"""Where an attention agent looks: its weights over an episode, laid on the screen it sees.
 
-Reads the weights the torso sows into 'intermediates': `attention` (Atari;
-Mott et al. 2019, arXiv 1906.02500: four queries over the 9x9 vision grid) or
-`nle_attention` (NetHack: one query from the blstats over a 3x10 grid of the
-glyph map). launch/attention_maps.py writes the strips, `summary` and a video.
+The weights the torso sows into 'intermediates': `attention` (Atari; Mott et al. 2019, arXiv
+1906.02500: four queries over a 9x9 grid) or `nle_attention` (NetHack: one blstats query over a 3x10
+grid of the glyph map). launch/attention_maps.py writes the strips, `summary` and a video.
 """
 
 import dataclasses
@@ -24,8 +22,7 @@ WEIGHTS_NAME = 'attention_weights'
 ATARI_FRAME = 84                       # the attention network's input side
 NLE_MAP = (21, 79)                     # the glyph map, rows 1..21 of the terminal
 NLE_TERMINAL = (24, 80)
-# The colour of attention: weight 0 adds nothing, the scale's weight adds
-# ALPHA of this colour.
+# The colour of attention: weight 0 adds nothing, the scale's weight adds ALPHA of this colour.
 COLOUR = np.array([255.0, 200.0, 0.0], np.float32)
 ALPHA = 0.75
 
@@ -105,10 +102,9 @@ def _interpolate(values: np.ndarray, centres: np.ndarray, size: int) -> np.ndarr
 def weight_map(weights: np.ndarray, nethack: bool) -> np.ndarray:
   """One query's weights [h, w] as a float32 map on the screen's own grid.
 
-  Atari: [84, 84]; grid cell j is the second conv layer's unit j, whose
-  receptive field spans pixels 8j .. 8j + 19 (kernels 8/4 then 4/2), so its
-  weight sits at 8j + 9.5, linear in between. NetHack: [24, 80] terminal
-  cells; after three 3x3/2 max-pools grid cell (i, j) is centred on map cell
+  Atari: [84, 84]; grid cell j is the second conv layer's unit j, whose receptive field spans pixels
+  8j .. 8j + 19 (kernels 8/4 then 4/2), so its weight sits at 8j + 9.5, linear in between. NetHack:
+  [24, 80] terminal cells; after three 3x3/2 max-pools grid cell (i, j) is centred on map cell
   (8i, 8j); 0 outside the map rows 1..21.
   """
   h, w = weights.shape
@@ -132,8 +128,7 @@ def overlay(image: np.ndarray, weight_map_: np.ndarray, scale: float,
   """Blends COLOUR into uint8 [H, W, 3] image with ALPHA times
   (map - floor) / (scale - floor), clipped to [0, 1] and resized bilinearly.
 
-  With `floor` the uniform weight 1 / P, a query that looks everywhere alike
-  draws nothing.
+  With `floor` the uniform weight 1 / P, a query that looks everywhere alike draws nothing.
   """
   h, w = image.shape[:2]
   m = np.clip((weight_map_ - floor) / max(scale - floor, 1e-12), 0.0, 1.0)
@@ -145,12 +140,10 @@ def overlay(image: np.ndarray, weight_map_: np.ndarray, scale: float,
 
 def draw_strip(step: AttentionStep, scales: Sequence[float], nethack: bool,
                gap: int = 4) -> np.ndarray:
-  """One step as a strip: the screen, then each query's weights laid on it
-  above the uniform weight (`overlay`).
+  """One step as a strip: the screen, then each query's weights laid on it (`overlay`).
 
   Args:
-    scales: per query, the weight drawn at full strength (one per episode, so
-      frames compare).
+    scales: per query, the weight drawn at full strength (one per episode, so frames compare).
     gap: white pixels between panels.
 
   Returns:
@@ -171,9 +164,8 @@ def summary(steps: Sequence[AttentionStep]) -> Tuple[List[float], List[dict]]:
   """Per query the scale to draw with, and per step each query's numbers.
 
   Returns:
-    (scales, rows): scales[q] is query q's largest weight over the steps;
-    rows[k] is {'step', 'queries': [{'entropy' (nats), 'peak', 'argmax' ([row,
-    column] of the grid)}]}.
+    (scales, rows): scales[q] is query q's largest weight over the steps; rows[k] is {'step',
+    'queries': [{'entropy' (nats), 'peak', 'argmax' ([row, column] of the grid)}]}.
   """
   scales = [float(max(s.weights[q].max() for s in steps)) for q in range(len(steps[0].weights))]
   rows = []

@@ -2,9 +2,8 @@
 (`launch/benchmark.py` is the command line and says what each stage measures).
 
 Each `bench_*(spec, seconds, warmup)` takes a RunSpec of a `quiet` config
-(configs.validation.validate_spec), uses its own envs, actor threads and
-batch sizes, and measures for `seconds` after `warmup` seconds
-(compilation excluded).
+(configs.validation.validate_spec), uses its own envs, actor threads and batch sizes, and measures
+for `seconds` after `warmup` seconds (compilation excluded).
 """
 
 import importlib
@@ -60,8 +59,7 @@ def bench_raw(spec, seconds, warmup):
 
 
 def bench_actors(spec, seconds, warmup):
-  """The actor threads with their policy, their batches discarded (no
-  learner); agent steps/s summed over the actors."""
+  """Actors with their policy and no learner (batches dropped): agent steps/s summed over them."""
   trainer = Trainer(spec)
   trainer.start()
   try:
@@ -136,9 +134,8 @@ def bench_loop(spec, seconds, warmup):
 def synthetic_batch(spec, num_actions: int, obs_spec, seed: int = 0) -> Unroll:
   """This process's random share of a learner batch, shaped as the actors send it.
 
-  Frames cover 0..255, glyphs 0..NLE_NUM_GLYPHS - 1, other integer observations
-  0..9, floats are normal; column i is task i % num_tasks; about 1% of steps
-  start an episode.
+  Frames cover 0..255, glyphs 0..NLE_NUM_GLYPHS - 1, other integer observations 0..9, floats are
+  normal; column i is task i % num_tasks; about 1% of steps start an episode.
 
   Args:
     obs_spec: the env's observation spec (key -> (shape, dtype)); the policy's
@@ -177,8 +174,7 @@ def bench_learner(spec, seconds, warmup):
   """The learner's compiled update on one synthetic batch, repeated (at least 3 times).
 
   Returns:
-    (updates/s, the compiled update's arguments + outputs + temporaries in MiB,
-    or None where the backend does not say).
+    (updates/s, the compiled update's arguments + outputs + temporaries in MiB; None: not reported).
   """
   num_actions, obs_spec = _actor_spaces(spec.plan)
   agent = builder.build_agent(spec, num_actions, obs_spec)
@@ -206,9 +202,8 @@ def bench_learner(spec, seconds, warmup):
 
 
 def bench_train(spec, seconds, warmup):
-  """The whole training loop, actors and learner, as a run trains, until
-  warmup + seconds have passed between log rows (a `quiet` config's spec
-  logs every second and never reaches its total).
+  """The whole training loop, actors and learner, as a run trains, until warmup + seconds have
+  passed between log rows (a `quiet` config's spec logs every second and never reaches its total).
 
   Returns:
     (agent steps/s after the warm-up, the last row's 'timing/...' entries).

@@ -140,16 +140,14 @@ def make_task_env(run: LoadedRun, task_id: int, num_envs: int, seed: int, video:
 
 
 def reward_scale(run: LoadedRun, task_id: int) -> float:
-  """The task's training reward scale (1.0 when the config sets none), which
-  the policy's prev_reward input needs."""
+  """The task's training reward scale (1.0 if the config sets none), for the prev_reward input."""
   scales = tuple(run.spec.run.reward_scales) or (1.0,) * run.plan.num_tasks
   return float(scales[task_id])
 
 
 def play_one_episode(run: LoadedRun, task_id: int, observe: Callable, max_steps: int,
                      seed: int = 0, greedy: bool = False) -> Optional[Episode]:
-  """Plays one episode of a task in one env; returns its agents.rollout.Episode, or None when
-  max_steps came first.
+  """Plays an episode of a task in one env: its rollout.Episode, or None if max_steps came first.
 
   Args:
     observe: `observe(step, obs, first, core_state, frame)` with each step's policy inputs and video
@@ -247,8 +245,7 @@ def _fmt(value) -> str:
 
 
 def format_table(record: Dict[str, Any]) -> str:
-  """A `summary` record as text: a header line, one row per task, and the HNS
-  median and mean when present."""
+  """A `summary` record as text: header, a row per task, the HNS median and mean when present."""
   s = record['settings']
   actions = ('uniformly random' if s.get('uniform') else
              'greedy' if s['greedy'] else 'sampled')

@@ -1,12 +1,11 @@
 """Distances between the conv filters of runs, layer by layer, over training
 (`launch/compare_filters.py` is the command line).
 
-'index': mean L2 distance between filter i of one run and filter i of the
-other (what a shared initialisation keeps comparable); 'matched': the same
-after a one-to-one matching of filters minimising the total (Hungarian
-algorithm), which ignores their arbitrary order. Both are divided by the
-mean filter norm so layers compare. Deeper layers' input channels are not
-re-permuted to follow the previous layer's matching.
+'index': mean L2 distance between filter i of one run and filter i of the other (what a shared
+initialisation keeps comparable); 'matched': the same after a one-to-one matching of filters
+minimising the total (Hungarian algorithm), which ignores their arbitrary order. Both are divided by
+the mean filter norm so layers compare. Deeper layers' input channels are not re-permuted to follow
+the previous layer's matching.
 """
 
 import itertools
@@ -34,9 +33,8 @@ def conv_kernels(params: Dict, prefix: str = '') -> Dict[str, np.ndarray]:
 
 
 def filter_distances(a: np.ndarray, b: np.ndarray) -> Dict[str, float]:
-  """{'index', 'matched'} between two [kh, kw, cin, cout] kernels, each
-  filter flattened over kh x kw x cin, divided by the mean of the two
-  kernels' mean filter norms (1 when that is 0)."""
+  """{'index', 'matched'} between two [kh, kw, cin, cout] kernels, each filter flattened over kh x
+  kw x cin, divided by the mean of the two kernels' mean filter norms (1 when that is 0)."""
   fa = a.reshape(-1, a.shape[-1]).T  # [cout, kh * kw * cin]
   fb = b.reshape(-1, b.shape[-1]).T
   scale = 0.5 * (np.linalg.norm(fa, axis=1).mean() + np.linalg.norm(fb, axis=1).mean())
@@ -80,9 +78,8 @@ def compare(runs: Dict[str, Dict[float, Dict[str, np.ndarray]]]) -> List[Dict]:
 
 
 def load_kernels(workdir: str, points: int) -> Dict[float, Dict[str, np.ndarray]]:
-  """A run's conv kernels at `points` evenly spaced checkpoints (pick_steps),
-  read-only: {step / last step (4 decimals): conv_kernels}; ValueError naming
-  the folder when the run has none."""
+  """A run's conv kernels at `points` evenly spaced checkpoints (pick_steps), read-only: {step /
+  last step (4 decimals): conv_kernels}; ValueError naming the folder when the run has none."""
   ckpt = Checkpointer(workdir, read_only=True)
   if not ckpt.steps():
     raise ValueError(f'{workdir} has no checkpoints')

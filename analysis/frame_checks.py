@@ -1,9 +1,8 @@
 """The frames and step bookkeeping the learner receives, checked with numbers.
 
-The `check_*` functions turn what analysis/frame_collect.py collects from
-actor 0 into named PASS/FAIL `Check`s against IMPALA's Atari protocol
-(Espeholt et al. 2018, arXiv 1802.01561; sticky actions: Machado et al. 2018,
-arXiv 1709.06009). launch/inspect_frames.py prints them.
+The `check_*` functions turn what analysis/frame_collect.py collects from actor 0 into named
+PASS/FAIL `Check`s against IMPALA's Atari protocol (Espeholt et al. 2018, arXiv 1802.01561; sticky
+actions: Machado et al. 2018, arXiv 1709.06009). launch/inspect_frames.py prints them.
 """
 
 from typing import Dict, NamedTuple
@@ -34,9 +33,8 @@ def _frac(mask) -> str:
 
 
 def games_in(seq):
-  """(env, first step, step of the terminating action) of each episode that
-  terminated (discount 0) in `stitch`'s sequences, sorted by that step, then
-  env (the actor's logging order)."""
+  """(env, first step, step of the terminating action) of each episode that terminated (discount 0)
+  in `stitch`'s sequences, sorted by that step, then env (the actor's logging order)."""
   out = []
   for b in range(seq['first'].shape[1]):
     for end in np.flatnonzero(seq['discount'][:, b] == 0):
@@ -48,9 +46,8 @@ def check_unrolls(unrolls) -> Dict[str, Check]:
   """The checks that need only one actor's consecutive unrolls.
 
   Returns:
-    Checks 'overlap', 'reset_step', 'prev_keys', 'rewards' and, with 'frames'
-    observations, 'frame_shape', 'newest_last', 'not_newest_first',
-    'not_frozen' and 'reset_stack'.
+    Checks 'overlap', 'reset_step', 'prev_keys', 'rewards' and, with 'frames' observations,
+    'frame_shape', 'newest_last', 'not_newest_first', 'not_frozen' and 'reset_stack'.
   """
   seq = stitch(unrolls)
   first, reward, discount = seq['first'], seq['reward'], seq['discount']
@@ -120,9 +117,8 @@ def _check_frames(seq, frames0) -> Dict[str, Check]:
 
 
 def check_env_record(collected: Collected) -> Dict[str, Check]:
-  """Checks 'discount', 'first_after_end', 'no_life_loss_end' and
-  'logged_games': the unrolls against the env's own per-step flags and the
-  actor's game log."""
+  """Checks 'discount', 'first_after_end', 'no_life_loss_end' and 'logged_games': the unrolls
+  against the env's own per-step flags and the actor's game log."""
   seq = stitch(collected.unrolls)
   rec = {k: v[:len(seq['reward'])] for k, v in collected.records.items()}
   checks = {}
@@ -175,10 +171,9 @@ def replay_actions(seed, logits):
 
 
 def check_behaviour_logits(collected: Collected, max_unrolls: int = 4) -> Dict[str, Check]:
-  """Checks 'logits' (logits[t] == network(obs[t]), recomputed as the learner
-  does on the first `max_unrolls` unrolls: max |diff| < 1e-4 and over 10 times
-  smaller than against obs[t+1]) and 'sampling' (action[t] ~ logits[t], the
-  actor's RNG replayed)."""
+  """Checks 'logits' (logits[t] == network(obs[t]), recomputed as the learner does on the first
+  `max_unrolls` unrolls: max |diff| < 1e-4 and over 10 times smaller than against obs[t+1]) and
+  'sampling' (action[t] ~ logits[t], the actor's RNG replayed)."""
   net, variables = collected.network, collected.variables
   apply = jax.jit(lambda obs, first, state: net.apply(variables, obs, first, state)[0])
   aligned, shifted = [], []
@@ -204,8 +199,7 @@ def check_behaviour_logits(collected: Collected, max_unrolls: int = 4) -> Dict[s
 
 
 def torso_input(network, variables, obs) -> np.ndarray:
-  """conv1's input, numpy [T * B, H, W, C], for observations [T, B, ...]
-  with 'frames'."""
+  """conv1's input, numpy [T * B, H, W, C], for observations [T, B, ...] with 'frames'."""
   seen = []
 
   def grab(next_fun, args, kwargs, context):
@@ -220,9 +214,8 @@ def torso_input(network, variables, obs) -> np.ndarray:
 
 
 def check_max_pool(env_id: str, kwargs: Dict, steps: int = 100) -> Check:
-  """The 'max-pool' Check: a frame-skip-4 frame is the max of the last 2 of 4
-  single frames, from two EnvPool envs (skip 4 and 1, 210 x 160 grey) with
-  one seed and random actions."""
+  """The 'max-pool' Check: a frame-skip-4 frame is the max of the last 2 of 4 single frames, from
+  two EnvPool envs (skip 4 and 1, 210 x 160 grey) with one seed and random actions."""
   base = {**kwargs, 'img_height': 210, 'img_width': 160, 'stack_num': 1, 'noop_max': 1,
           'episodic_life': False}
   skip4, skip1 = (envpool.make(env_id, env_type='gymnasium', num_envs=1, seed=3,
@@ -245,8 +238,7 @@ def check_protocol(spec, collected: Collected) -> Dict[str, Check]:
   """Checks IMPALA's Atari protocol as a run (task 0 Atari) applies it.
 
   Returns:
-    Checks 'kwargs', 'max_pool', 'sticky', 'lives', 'action_set',
-    'reward_clip' and 'scaling'.
+    Checks 'kwargs', 'max_pool', 'sticky', 'lives', 'action_set', 'reward_clip' and 'scaling'.
   """
   kw, env_id = collected.env_kwargs, spec.run.tasks[0]['env_id']
   reward_mode = spec.run.reward_mode

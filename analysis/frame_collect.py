@@ -1,7 +1,6 @@
-"""Actor 0's unrolls and env flags, collected as training produces them:
-the real `agents.actor.Actor` thread on envs and seeds built exactly as
-training builds them, with a freshly initialised network.
-analysis/frame_checks.py checks what `collect` keeps.
+"""Actor 0's unrolls and env flags, collected as training produces them: the real
+`agents.actor.Actor` thread on envs and seeds built exactly as training builds them, with a freshly
+initialised network. analysis/frame_checks.py checks what `collect` keeps.
 """
 
 import dataclasses
@@ -114,9 +113,8 @@ def stitch(unrolls) -> Dict[str, np.ndarray]:
   each overlap step once.
 
   Returns:
-    Each observation key and 'first', 'action', 'behaviour_logits', 'reward',
-    'discount', 'task_id' -> [S, B, ...], S = 1 + T * len(unrolls): index s is
-    the actor's s-th step.
+    Each observation key and 'first', 'action', 'behaviour_logits', 'reward', 'discount', 'task_id'
+    -> [S, B, ...], S = 1 + T * len(unrolls): index s is the actor's s-th step.
   """
   def cat(get):
     return np.concatenate([get(unrolls[0])] + [get(u)[1:] for u in unrolls[1:]])

@@ -13,9 +13,8 @@ EVENTS = 'events.jsonl'
 
 
 def load_population(population_dir: str) -> Tuple[Dict[str, List[Dict]], List[Dict]]:
-  """({member name: its metrics.jsonl rows}, events.jsonl's rows or []) of a
-  population folder; members without metrics.jsonl are left out.
-  FileNotFoundError when the folder has no members/."""
+  """({member name: its metrics.jsonl rows}, events.jsonl's rows or []) of a population folder;
+  members without metrics.jsonl are left out. FileNotFoundError when the folder has no members/."""
   root = os.path.join(population_dir, MEMBERS)
   members = {name: run_folder.read_jsonl(run_folder.metrics_path(os.path.join(root, name)))
              for name in sorted(os.listdir(root))
@@ -27,9 +26,8 @@ def load_population(population_dir: str) -> Tuple[Dict[str, List[Dict]], List[Di
 
 def rolling_return(rows: Sequence[Dict], task: str, episodes: int = 100
                    ) -> Tuple[List[int], List[float]]:
-  """(env steps, mean return of the last `episodes` games) at every metrics row
-  that ended games of the task, from the rows' per-window means and counts
-  (configs.pbt.last_episodes_mean)."""
+  """(env steps, mean return of the last `episodes` games) at every metrics row that ended games of
+  the task, from the rows' per-window means and counts (configs.pbt.last_episodes_mean)."""
   steps, values, seen = [], [], []
   for row in rows:
     if int(row.get(f'episodes/{task}', 0)) <= 0:

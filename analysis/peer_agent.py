@@ -1,9 +1,8 @@
 """NLE's own agent (`nle.agent.agent`, PyTorch) as a policy for analysis/evaluation.py.
 
-NLE's TorchBeast IMPALA baseline (Kuttler et al. 2020, arXiv 2006.13760)
-is loaded from its `model.tar` and wrapped in the evaluator's policy
-signature, so `evaluation.play_episodes` plays it on the same envs, seeds
-and episode bookkeeping as ours. torch is imported only when a peer is
+NLE's TorchBeast IMPALA baseline (Kuttler et al. 2020, arXiv 2006.13760) is loaded from its
+`model.tar` and wrapped in the evaluator's policy signature, so `evaluation.play_episodes` plays it
+on the same envs, seeds and episode bookkeeping as ours. torch is imported only when a peer is
 loaded (TORCH_HINT names the package).
 """
 
@@ -24,8 +23,7 @@ Forward = Callable[[Dict[str, np.ndarray], np.ndarray, Any], Tuple[np.ndarray, A
 
 
 def sample_actions(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-  """int actions [B] drawn from the softmax of logits [B, A] by inverse CDF,
-  B uniforms from numpy Generator `rng`."""
+  """int [B] actions: the inverse CDF of softmax(logits [B, A]) at B uniforms of numpy `rng`."""
   z = logits - logits.max(axis=-1, keepdims=True)
   p = np.exp(z)
   p /= p.sum(axis=-1, keepdims=True)
@@ -39,9 +37,8 @@ def make_policy(forward: Forward, greedy: bool = False) -> Callable:
   (as the agent trains), or their argmax when `greedy` (NLE's `--mode test`).
 
   Returns:
-    policy(variables, obs, first, core_state, rng) -> (action int32 [B],
-    core_state, rng): `variables` is ignored (the peer holds its weights);
-    `rng` is a numpy Generator.
+    policy(variables, obs, first, core_state, rng) -> (action int32 [B], core_state, rng):
+    `variables` is ignored (the peer holds its weights); `rng` is a numpy Generator.
   """
 
   def policy(variables, obs, first, core_state, rng):
@@ -63,8 +60,7 @@ def _import_torch():
 
 
 def torch_forward(model) -> Forward:
-  """A `Forward` around an NLE agent's torch network: one time step of B envs,
-  no gradients.
+  """A `Forward` around an NLE agent's torch network: one time step of B envs, no gradients.
 
   Feeds what NLE's actor feeds: 'glyphs', 'blstats' and 'done' (= first: its
   LSTM zeroes the core state where set), each with a leading time axis of 1.
@@ -85,9 +81,8 @@ def torch_forward(model) -> Forward:
 
 
 class PeerAgent:
-  """A loaded NLE agent: its network (eval mode), its training flags, its env
-  id (flags['env'], 'NetHackScore-v0' without one), and `initial_state(batch)`
-  / `policy(greedy)` for the evaluator."""
+  """A loaded NLE agent for the evaluator (`initial_state(batch)`, `policy(greedy)`): its network
+  (eval mode), training flags and env id (flags['env'], else 'NetHackScore-v0')."""
 
   def __init__(self, model, flags: Dict[str, Any]):
     self.model = model
@@ -102,15 +97,13 @@ class PeerAgent:
 
 
 def load_nle_agent(model_tar: str) -> PeerAgent:
-  """Builds NLE's `NetHackNet` from a `model.tar` that `nle.agent.agent` wrote,
-  on the CPU, shaped from the checkpoint (actions from its policy layer,
-  `use_lstm` from its flags).
+  """Builds NLE's `NetHackNet` from a `model.tar` that `nle.agent.agent` wrote, on the CPU, shaped
+  from the checkpoint (actions from its policy layer, `use_lstm` from its flags).
 
   Raises:
     FileNotFoundError: when there is no file at the path.
     ImportError: without torch (TORCH_HINT).
-    ValueError: naming the path, when the file is not a checkpoint of
-      nle.agent.agent.
+    ValueError: naming the path, when the file is not a checkpoint of nle.agent.agent.
   """
   if not os.path.isfile(model_tar):
     raise FileNotFoundError(f'no NLE agent checkpoint at {model_tar}')
@@ -150,9 +143,8 @@ def last_logged_step(model_tar: str) -> Optional[int]:
 
 
 def task_id_of(run, task: Optional[str]) -> int:
-  """The index of task name `task` in the run's tasks (None: its only task);
-  ValueError naming the tasks when `task` is not one, or is None and the run
-  has several."""
+  """The index of task name `task` in the run's tasks (None: its only task); ValueError naming the
+  tasks when `task` is not one, or is None and the run has several."""
   names = list(run.plan.task_names)
   if task is None:
     if len(names) != 1:
@@ -168,9 +160,8 @@ def task_id_of(run, task: Optional[str]) -> int:
 def evaluate(run, peer: PeerAgent, model_tar: str, task: Optional[str] = None,
              episodes: int = 10, greedy: bool = False, max_steps: Optional[int] = None,
              num_envs: int = evaluation.DEFAULT_NUM_ENVS, seed: int = 0) -> Dict[str, Any]:
-  """Plays a peer agent on one task of our run, on the env seeds our evaluator
-  uses for it (evaluation.env_seed), so both agents play the same games;
-  sampling uses numpy's default_rng([seed, task id]).
+  """Plays a peer agent on one task of our run with our evaluator's env seeds (evaluation.env_seed),
+  so both agents play the same games; sampling uses numpy's default_rng([seed, task id]).
 
   Returns:
     evaluation.summary's record, with 'workdir' the peer's model.tar,
@@ -178,8 +169,7 @@ def evaluate(run, peer: PeerAgent, model_tar: str, task: Optional[str] = None,
     'agent', 'games_of' (our run folder) and 'peer_flags' (its scalar flags).
 
   Raises:
-    ValueError: when the task is not one of the run's, or the peer trained on
-      another env id than the task plays.
+    ValueError: the task is not the run's, or the peer trained on another env id than it plays.
   """
   task_id = task_id_of(run, task)
   env_id = run.spec.run.tasks[task_id]['env_id']

@@ -1,11 +1,9 @@
-"""Training curves of NLE's own agent beside ours, on one axis of agent steps
-or of wall-clock time.
+"""Training curves of NLE's own agent beside ours, on one axis of agent steps or of wall-clock time.
 
-NLE's agent logs each learner step's mean return to logs.tsv, and only its
-standard output ('Steps N @' every 5 s) says when a step was reached;
-`peer_curve` joins the two. Ours come from metrics.jsonl. `binned` weights
-each row by its games, with a cluster-robust standard error (rows, not
-games, are the samples, since only their means are logged).
+NLE's agent logs each learner step's mean return to logs.tsv, and only its standard output
+('Steps N @' every 5 s) says when a step was reached; `peer_curve` joins the two. Ours come from
+metrics.jsonl. `binned` weights each row by its games, with a cluster-robust standard error (rows,
+not games, are the samples, since only their means are logged).
 """
 
 import csv
@@ -32,8 +30,7 @@ def log_times(lines: Sequence[str]):
   increasing, from the 'Steps N @' lines of NLE's agent's standard output.
 
   Raises:
-    ValueError: when there are no such lines, or the steps go back (logs of
-      several runs).
+    ValueError: when there are no such lines, or the steps go back (logs of several runs).
   """
   points = []
   for line in lines:
@@ -50,8 +47,7 @@ def log_times(lines: Sequence[str]):
   t0 = points[0][0]
   steps = np.array([s for _, s in points], np.float64)
   seconds = np.array([(t - t0).total_seconds() for t, _ in points], np.float64)
-  # A line repeats the last step while the learner waits: the step was
-  # reached at its first line.
+  # A line repeats the last step while the learner waits: the step was reached at its first line.
   first = np.concatenate([[True], steps[1:] != steps[:-1]])
   return steps[first], seconds[first]
 
@@ -61,8 +57,7 @@ def peer_curve(logs_tsv: str, log_path: str) -> Curve:
   output; rows with a non-finite return or cut short are left out.
 
   Raises:
-    ValueError: as log_times, or when logs.tsv lacks the 'Step' or
-      'mean_episode_return' column.
+    ValueError: as log_times, or when logs.tsv lacks the 'Step' or 'mean_episode_return' column.
   """
   with open(log_path, errors='replace') as f:
     log_steps, log_seconds = log_times(f.read().splitlines())
@@ -86,9 +81,8 @@ def peer_curve(logs_tsv: str, log_path: str) -> Curve:
 
 
 def our_curve(records: Sequence[dict], task: str) -> Curve:
-  """Our run's Curve for one task from its metrics.jsonl rows, in file order,
-  where games of the task ended: env_steps, time, 'episode_return/<task>' and
-  'episodes/<task>'.
+  """Our run's Curve for one task from its metrics.jsonl rows, in file order, where games of the
+  task ended: env_steps, time, 'episode_return/<task>' and 'episodes/<task>'.
 
   Raises:
     ValueError: when no game of the task ended.
@@ -120,9 +114,8 @@ class Bin(NamedTuple):
 
 
 def weighted_mean(returns: np.ndarray, games: np.ndarray):
-  """(mean, standard error) of rows' mean returns weighted by their games w:
-  the cluster-robust error sqrt(sum w^2 (x - mean)^2) / sum w, times
-  sqrt(n / (n - 1)); nan when n < 2."""
+  """(mean, standard error) of rows' mean returns weighted by their games w: the cluster-robust
+  error sqrt(sum w^2 (x - mean)^2) / sum w, times sqrt(n / (n - 1)); nan when n < 2."""
   w, x = np.asarray(games, np.float64), np.asarray(returns, np.float64)
   mean = float(np.sum(w * x) / np.sum(w))
   n = len(x)
@@ -134,9 +127,8 @@ def weighted_mean(returns: np.ndarray, games: np.ndarray):
 
 def binned(curve: Curve, width: float, axis: str = 'steps',
            end: Optional[float] = None) -> List[Bin]:
-  """A Bin (weighted_mean) for each [k width, (k + 1) width) of `axis` ('steps'
-  or 'seconds') that holds rows; the last bin ends at and includes `end` (None:
-  the last row)."""
+  """A Bin (weighted_mean) for each [k width, (k + 1) width) of `axis` ('steps' or 'seconds') that
+  holds rows; the last bin ends at and includes `end` (None: the last row)."""
   x = curve.steps if axis == 'steps' else curve.seconds
   end = float(x.max()) if end is None else end
   out = []

@@ -16,9 +16,8 @@ def _per_task(run: Run, record: Dict) -> float:
 
 
 def return_at(run: Run, task: str, step: float, window: float) -> Optional[float]:
-  """A task's mean return over the games that ended in (step - window, step],
-  each log row weighted by its games; None when the run has not reached
-  `step` or no game ended in the window."""
+  """A task's mean return over the games that ended in (step - window, step], each log row weighted
+  by its games; None when the run has not reached `step` or no game ended in the window."""
   key, count = f'episode_return/{task}', f'episodes/{task}'
   if not run.records or _per_task(run, run.records[-1]) < step:
     return None
@@ -43,8 +42,7 @@ def first_passing(run: Run, task: str, threshold: float, window: float) -> Optio
 
 
 def median_until(run: Run, key: str, step: float) -> Optional[float]:
-  """The median of metric `key` over the rows up to `step` that have it; None
-  when none do."""
+  """The median of metric `key` over the rows up to `step` that have it; None when none do."""
   values = [r[key] for r in run.records if key in r and _per_task(run, r) <= step]
   return float(np.median(values)) if values else None
 
@@ -58,10 +56,9 @@ def table_rows(runs: Sequence[Run], labels: Sequence[str], steps: Sequence[float
   """The comparison table's rows, one per run and task, as text cells.
 
   Returns:
-    Rows [label, task, the return at each of `steps`, the first step passing
-    the task's threshold ('<x>M', 'not passed', '-' without one), then the
-    medians up to the last of `steps` of the torso gradient's 'policy / value'
-    shares, kl_update and sps]; '-' where a value is missing.
+    Rows [label, task, the return at each of `steps`, the first step passing the task's threshold
+    ('<x>M', 'not passed', '-' without one), then the medians up to the last of `steps` of the torso
+    gradient's 'policy / value' shares, kl_update and sps]; '-' where a value is missing.
   """
   rows = []
   last = max(steps)

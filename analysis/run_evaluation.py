@@ -1,10 +1,9 @@
 """A trained run's checkpoint evaluated: whole episodes per task, a table and
 a JSON record in the run folder (`launch/evaluate.py` is the command line).
 
-Writes <workdir>/eval/<env_steps>.json (evaluation.summary); an evaluation
-of a step evaluated before goes to <env_steps>.2.json, .3.json, ... (the
-earlier ones are kept) unless `overwrite`. With `video`, one MP4 (or GIF)
-per task of its first episode in <workdir>/eval/<env_steps>_video/.
+Writes <workdir>/eval/<env_steps>.json (evaluation.summary); an evaluation of a step evaluated
+before goes to <env_steps>.2.json, .3.json, ... (the earlier ones are kept) unless `overwrite`. With
+`video`, one MP4 (or GIF) per task of its first episode in <workdir>/eval/<env_steps>_video/.
 """
 
 import json
@@ -70,9 +69,8 @@ def run_evaluation(workdir, step=None, episodes=10, greedy=False, video=False,
 
 
 def _write_video(stem, frames, fps):
-  """Writes `frames` to <stem>.mp4 (render.write_mp4), or to <stem>.gif when
-  no MP4 writer is installed (render.mp4_writer_available), whole or not at
-  all; returns the path written."""
+  """Writes `frames` to <stem>.mp4 (render.write_mp4), or to <stem>.gif when no MP4 writer is
+  installed (render.mp4_writer_available), whole or not at all; returns the path written."""
   mp4 = render.mp4_writer_available()
   path = f'{stem}.{"mp4" if mp4 else "gif"}'
   with atomic_write.atomic_path(path) as tmp:

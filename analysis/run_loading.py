@@ -1,8 +1,7 @@
 """Loading a trained run back: its config, network and checkpointed variables.
 
-Reads only. The latest checkpoint means the newest intact one (newer damaged
-ones are skipped and named in `LoadedRun.skipped`); one asked for by step
-that fails its check stops with one line.
+Reads only. The latest checkpoint means the newest intact one (newer damaged ones are skipped and
+named in `LoadedRun.skipped`); one asked for by step that fails its check stops with one line.
 """
 
 import dataclasses
@@ -71,16 +70,14 @@ def checkpoint_steps(workdir: str) -> Tuple[int, ...]:
 
 
 def load_run(workdir: str, step: Optional[int] = None) -> LoadedRun:
-  """Loads a run's config and network and restores checkpoint `step` (None: the
-  newest intact one), the agent built as training built it on one learner
-  device, without envs or threads.
+  """Loads a run's config and network and restores checkpoint `step` (None: the newest intact one),
+  the agent built as training built it on one learner device, without envs or threads.
 
   Raises:
     FileNotFoundError: naming what is missing: the folder, its config.json,
       any checkpoint, or the step asked for (listing those there are).
     configs.validation.ConfigError: when the saved config no longer validates.
-    agents.checkpoint.CheckpointError: when the checkpoint asked for, or every
-      one, is damaged.
+    agents.checkpoint.CheckpointError: when the checkpoint asked for, or every one, is damaged.
   """
   config = load_config(workdir)
   checkpointer = Checkpointer(workdir, read_only=True)

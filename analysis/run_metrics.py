@@ -1,6 +1,5 @@
-"""A run's logged metrics for analysis: metrics.jsonl (and wandb when online)
-as per-key series, and the small plots the notebooks draw
-(analysis/run_loading.py restores a run's checkpoint instead)."""
+"""A run's logged metrics for analysis: metrics.jsonl (and wandb when online) as per-key series, and
+the small plots the notebooks draw (analysis/run_loading.py restores a run's checkpoint instead)."""
 
 import glob
 import math
@@ -30,8 +29,7 @@ class Run:
         {k.split('/', 1)[1] for k in self.keys if k.startswith('popart/mu/')})
 
   def series(self, key: str):
-    """(env_steps, values), float arrays of the rows where `key` is a finite
-    number."""
+    """(env_steps, values), float arrays of the rows where `key` is a finite number."""
     rows = [(r['env_steps'], r[key]) for r in self.records
             if key in r and isinstance(r[key], (int, float)) and math.isfinite(r[key])]
     if not rows:
@@ -51,12 +49,11 @@ class Run:
 def stitch_resumed(records: List[Dict]) -> List[Dict]:
   """One history from a metrics.jsonl that resumed runs appended to.
 
-  A resumed run logs its checkpoint's env steps again, so the stopped
-  process's rows past the resumed process's first row are dropped; a process
-  whose predecessor's extra rows were set aside (run_folder.set_aside_metrics)
-  shows only by `time` going back. `time` then goes on from the last kept row's
-  (training time of the kept history), the process's own clock kept as
-  `process_time`. Rows without env_steps count as env step 0.
+  A resumed run logs its checkpoint's env steps again, so the stopped process's rows past the
+  resumed process's first row are dropped; a process whose predecessor's extra rows were set aside
+  (run_folder.set_aside_metrics) shows only by `time` going back. `time` then goes on from the last
+  kept row's (training time of the kept history), the process's own clock kept as `process_time`.
+  Rows without env_steps count as env step 0.
 
   Returns:
     The kept rows in order; rows with a shifted `time` are new dicts.

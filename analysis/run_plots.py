@@ -73,9 +73,8 @@ def parse_uniform(items: List[str]) -> Dict[str, float]:
 
 
 def smoothed_returns(run, task: str, window: int) -> Tuple[np.ndarray, np.ndarray]:
-  """(env steps, mean return of the games that ended in (step - window, step],
-  each game weighted once however the log windows cut them) at every log row
-  with the task's return."""
+  """(env steps, mean return of the games that ended in (step - window, step], each game weighted
+  once however the log windows cut them) at every log row with the task's return."""
   rows = [(r['env_steps'], r[f'episode_return/{task}'], r[f'episodes/{task}'])
           for r in run.records if f'episode_return/{task}' in r]
   if not rows:
@@ -104,9 +103,8 @@ def first_crossing(steps: np.ndarray, values: np.ndarray, threshold: float) -> O
 
 
 def draw_references(ax, references, xmax: Optional[float] = None):
-  """Draws references (label -> {return level: (low, high) agent steps}) as
-  horizontal bars, one implementation's bars of a level apart from the next;
-  bars starting past `xmax` are left out."""
+  """Draws references (label -> {return level: (low, high) agent steps}) as horizontal bars, one
+  implementation's bars of a level apart from the next; bars starting past `xmax` are left out."""
   import matplotlib.pyplot as plt
   colours = plt.rcParams['axes.prop_cycle'].by_key()['color']
   for k, (name, levels) in enumerate(references.items()):
@@ -130,10 +128,9 @@ def plot(runs, labels: List[str], output: str, window: int, random_score=None,
   """Draws the runs' learning curves per task and metric panels into one PNG
   (90 dpi); returns the tasks drawn, sorted.
 
-  One return panel per task (smoothed_returns); with one task it spans the
-  first row and takes the random, threshold and reference lines. Then one
-  panel per key of `panels` ('<prefix>/*': a line per task), smoothed over
-  `smooth` log rows (rolling_mean).
+  One return panel per task (smoothed_returns); with one task it spans the first row and takes the
+  random, threshold and reference lines. Then one panel per key of `panels` ('<prefix>/*': a line
+  per task), smoothed over `smooth` log rows (rolling_mean).
 
   Args:
     runs: run_metrics.Runs (per_task_steps for agent steps per task).

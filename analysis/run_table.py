@@ -1,6 +1,5 @@
-"""A markdown table of finished runs, one row per run and task (HEADER's
-columns). `launch/run_table.py` is the command line and says what each
-column holds."""
+"""A markdown table of finished runs, one row per run and task (HEADER's columns).
+`launch/run_table.py` is the command line and says what each column holds."""
 
 import glob
 import json
@@ -45,13 +44,11 @@ def score(entry: Dict) -> str:
 
 
 def run_rows(workdir: str, label: str, window: int) -> List[List[str]]:
-  """The table's rows of one run folder (or its archive), one per task, as text
-  cells of HEADER's columns, '-' where a value is missing; an evaluation older
-  than the last row names its env step.
+  """The table's rows of one run folder (or its archive), one per task, as text cells of HEADER's
+  columns, '-' where a value is missing; an evaluation older than the last row names its env step.
 
   Args:
-    window: the training return's window, in agent steps per task
-      (run_plots.smoothed_returns).
+    window: the training return's window, in agent steps per task (run_plots.smoothed_returns).
 
   Raises:
     ValueError: when the run has no metrics rows yet.

@@ -1,11 +1,10 @@
 """Perturbation saliency (Greydanus et al. 2018, "Visualizing and Understanding
 Atari Agents", arXiv 1711.00138), for frames and for NetHack's glyph map.
 
-Atari: phi(I, M) = I * (1 - M) + blur(I) * M blurs the frames under a
-Gaussian mask M at each grid point; NetHack blanks blocks of map cells to
-BLANK_GLYPH. S_pi = 1/2 ||logits(I) - logits(phi)||^2 and
-S_V = 1/2 (V(I) - V(phi))^2, V the task's unnormalised value, at the
-recurrent state the agent had at that step.
+Atari: phi(I, M) = I * (1 - M) + blur(I) * M blurs the frames under a Gaussian mask M at each grid
+point; NetHack blanks blocks of map cells to BLANK_GLYPH. S_pi = 1/2 ||logits(I) - logits(phi)||^2
+and S_V = 1/2 (V(I) - V(phi))^2, V the task's unnormalised value, at the recurrent state the agent
+had at that step.
 """
 
 from typing import Any, Callable, Dict, Tuple
@@ -42,14 +41,12 @@ def blur(frames: np.ndarray, sigma: float = BLUR_SIGMA) -> np.ndarray:
 
 
 def grid(height: int, width: int, stride: int) -> np.ndarray:
-  """int [N, 2]: the grid's (i, j), i in 0, stride, ... < height and j likewise,
-  row-major."""
+  """int [N, 2]: the grid's (i, j), i in 0, stride, ... < height and j likewise, row-major."""
   return np.array([(i, j) for i in range(0, height, stride) for j in range(0, width, stride)])
 
 
 def frame_masks(height: int, width: int, stride: int, sigma: float = MASK_SIGMA) -> np.ndarray:
-  """float32 [N, H, W] Gaussian masks in [0, 1], 1 at each centre of
-  grid(height, width, stride)."""
+  """float32 [N, H, W] Gaussian masks in [0, 1], 1 at each centre of grid(height, width, stride)."""
   ys, xs = np.mgrid[:height, :width]
   c = grid(height, width, stride)
   d2 = (ys[None] - c[:, 0, None, None]) ** 2 + (xs[None] - c[:, 1, None, None]) ** 2

@@ -16,10 +16,9 @@ def explain(run, task_id: int, start: int, stop: int, stride: int, greedy: bool,
   of `stride` pixels (0: 5), NetHack blanks blocks of `stride` map cells (0: 3).
 
   Returns:
-    Per explained step (image, policy map, value map, info): the image a video
-    shows; the maps cover it at 84x84 (Atari) or 24x80 terminal cells
-    (NetHack), to be resized onto it (saliency.overlay); info holds 'step',
-    'policy_max' and 'value_max'.
+    Per explained step (image, policy map, value map, info): the image a video shows; the maps cover
+    it at 84x84 (Atari) or 24x80 terminal cells (NetHack), to be resized onto it (saliency.overlay);
+    info holds 'step', 'policy_max' and 'value_max'.
 
   Raises:
     SaliencyError: for a run without image observations.

@@ -1,7 +1,6 @@
-"""What one learner update does, term by term: the numbers behind "why does
-this run not learn?". Pure functions of a learner state and a batch (one
-device), for a learner whose loss splits by term (rl/actor_critic.Learner.term_loss:
-IMPALA's, Espeholt et al. 2018, arXiv 1802.01561)."""
+"""What one learner update does, term by term: the numbers behind "why does this run not learn?".
+Pure functions of a learner state and a batch (one device), for a learner whose loss splits by term
+(rl/actor_critic.Learner.term_loss: IMPALA's, Espeholt et al. 2018, arXiv 1802.01561)."""
 
 from typing import Callable, Dict
 
@@ -21,9 +20,8 @@ def term_gradients(term_loss: Callable, apply_fn: Callable, cfg: LossConfig, par
                    batch: Unroll) -> Dict[str, object]:
   """The gradient of a learner's loss (Learner.term_loss) split into its terms.
 
-  The loss is linear in the term weights, so g_policy = grad at
-  (baseline_cost, entropy_cost) = (0, 0), g_entropy = grad at (0, c_e) minus
-  g_policy, g_baseline = the full gradient minus grad at (0, c_e).
+  The loss is linear in the term weights: g_policy = grad at (baseline_cost, entropy_cost) = (0, 0),
+  g_entropy = grad at (0, c_e) - g_policy, g_baseline = the full gradient - grad at (0, c_e).
 
   Returns:
     {'policy', 'baseline', 'entropy', 'total'} -> gradient pytrees shaped as
@@ -43,9 +41,8 @@ def term_gradients(term_loss: Callable, apply_fn: Callable, cfg: LossConfig, par
 
 
 def gradient_report(grads: Dict[str, object], max_grad_norm: float) -> Dict[str, jax.Array]:
-  """Scalars 'grad/<term>' (global norm), 'grad/<term>/<module>' (per
-  top-level module) and 'clip_scale', the factor clip_by_global_norm
-  multiplies the total gradient by (1 = not binding)."""
+  """Scalars 'grad/<term>' (global norm), 'grad/<term>/<module>' (per top-level module) and
+  'clip_scale', the factor clip_by_global_norm multiplies the gradient by (1 = not binding)."""
   out = {}
   for term, g in grads.items():
     out[f'grad/{term}'] = optax.tree.norm(g)
@@ -70,13 +67,11 @@ def _one_state(opt_state, type_name: str):
 
 def denominator_floor(opt_state, eps: float, eps_in_sqrt: bool, optimizer: str = 'rmsprop',
                       adam_b2: float = 0.999):
-  """The optimiser's per-parameter denominator term, flattened, and the value
-  below which eps dominates it.
+  """The optimiser's per-parameter denominator term (flat) and the value below which eps dominates.
 
   Returns:
-    (term, floor): RMSProp's nu against eps (`eps_in_sqrt`: sqrt(nu + eps)) or
-    sqrt(nu) against eps (outside the root); Adam's bias-corrected sqrt(nu_hat)
-    against eps (optax's form).
+    (term, floor): RMSProp's nu against eps (`eps_in_sqrt`: sqrt(nu + eps)) or sqrt(nu) against eps
+    (outside the root); Adam's bias-corrected sqrt(nu_hat) against eps (optax's form).
 
   Raises:
     ValueError: when the state does not hold exactly one such optimiser state.
@@ -97,8 +92,7 @@ def _step_kl(logits_p: jax.Array, logits_q: jax.Array) -> jax.Array:
 
 
 def policy_kl(logits_p: jax.Array, logits_q: jax.Array, mask: jax.Array) -> jax.Array:
-  """sum(mask * KL(softmax(p) || softmax(q))) / max(sum(mask), 1) for logits
-  [..., A] and mask [...]."""
+  """sum(mask KL(softmax(p) || softmax(q))) / max(sum(mask), 1); logits [..., A], mask [...]."""
   return jnp.sum(mask * _step_kl(logits_p, logits_q)) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
@@ -108,12 +102,10 @@ def step_report(apply_fn: Callable, before, after, batch: Unroll, learning_rate:
   """The update from LearnerState `before` to `after` on `batch`.
 
   Returns:
-    'step/median', 'step/p99', 'step/max': |delta theta| over all parameters;
-    'step/mean_over_lr': mean |delta| / lr (about 1 for sign-like RMSProp
-    steps, far below when epsilon dominates); 'eps_dominated': the share of
-    parameters below denominator_floor after the update; 'kl_update',
-    'kl_update_max': KL(pi_before || pi_after) over the valid steps (reset
-    steps masked, as in the loss).
+    'step/median', 'step/p99', 'step/max': |delta theta| over all parameters; 'step/mean_over_lr':
+    mean |delta| / lr (about 1 for sign-like RMSProp steps, far below when epsilon dominates);
+    'eps_dominated': the share of parameters below denominator_floor after the update; 'kl_update',
+    'kl_update_max': KL(pi_before || pi_after) over the valid steps (reset steps masked).
   """
   delta = jnp.concatenate([jnp.abs(a - b).ravel() for a, b in zip(
       jax.tree.leaves(after.params), jax.tree.leaves(before.params))])
@@ -140,9 +132,8 @@ def _stats(state):
 
 
 def batch_report(batch: Unroll, extras: Dict[str, jax.Array]) -> Dict[str, float]:
-  """'rho/mean', 'rho/min', 'rho/max', 'rho/clipped' (floats) over the valid
-  steps of the loss's extras ('mask', 'rhos' [T, B]) and 'valid_steps' (int).
-  'rho/clipped' counts rho > 1 + 1e-3, so float noise is not a clip."""
+  """'rho/mean', 'rho/min', 'rho/max', 'rho/clipped' (floats) over the valid steps of the loss's
+  extras ('mask', 'rhos' [T, B]) and 'valid_steps' (int); clipped: rho > 1 + 1e-3 (not noise)."""
   mask = np.asarray(extras['mask']) > 0
   rhos = np.asarray(extras['rhos'])[mask]
   return {'rho/mean': float(rhos.mean()), 'rho/min': float(rhos.min()),

@@ -1,7 +1,6 @@
-"""How many actor threads a run gets (the most any of its env families asks
-for the cores, EnvFamily.actor_threads, fewer where `lag_bound` would pass
-MAX_POLICY_LAG), and what each family takes inside them (EnvFamily.size).
-A count at 0 is chosen, any other kept (docs/speed.md)."""
+"""How many actor threads a run gets (the most any of its env families asks for the cores,
+EnvFamily.actor_threads, fewer where `lag_bound` would pass MAX_POLICY_LAG), and what each family
+takes inside them (EnvFamily.size). A count at 0 is chosen, any other kept (docs/speed.md)."""
 
 import dataclasses
 import math

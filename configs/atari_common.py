@@ -1,7 +1,6 @@
-"""What the Atari experiments share: the game list, the network variants and
-the multi-task tuning. IMPALA's protocol switches are the `atari` group
-(envs/atari.AtariConfig, in every config), built into each task's EnvPool
-options at start, so `--config.atari.*` reaches every task."""
+"""What the Atari experiments share: the game list, the network variants and the multi-task tuning.
+IMPALA's protocol switches are the `atari` group (envs/atari.AtariConfig, in every config), built
+into each task's EnvPool options at start, so `--config.atari.*` reaches every task."""
 
 import ml_collections
 

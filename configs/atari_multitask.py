@@ -5,9 +5,8 @@
   python launch/train.py --config=configs/atari_multitask.py:games=Pong+Carnival,rewards=none,steps=1500000
   python launch/train.py --config=configs/atari_multitask.py:smoke
 
-The seed's multi-task baseline: the full action set, one shared policy
-and one value output; clipping keeps the games' score scales from
-swamping each other (rewards=none: what PopArt is for).
+The seed's multi-task baseline: the full action set, one shared policy and one value output;
+clipping keeps the games' score scales from swamping each other (rewards=none: what PopArt is for).
 """
 
 from configs import atari_common, common
@@ -17,8 +16,7 @@ REWARDS = ('clip', 'none')
 
 
 def get_config(arg=None):
-  """The config, named 'atari_multitask' ('atari_multitask_unclipped' with
-  rewards=none).
+  """The config, named 'atari_multitask' ('atari_multitask_unclipped' with rewards=none).
 
   Args:
     arg: the variants (common.parse_variant), None for the defaults:

@@ -1,7 +1,6 @@
 """Multi-task PopArt on several Atari games, rewards not clipped.
 
-Hessel et al. 2019: one shared policy, one value output and one pair of
-PopArt statistics per game.
+Hessel et al. 2019: one shared policy, one value output and one pair of PopArt statistics per game.
 
   python launch/train.py --config=configs/atari_popart.py
   python launch/train.py --config=configs/atari_popart.py:games=Pong+Breakout

@@ -1,8 +1,7 @@
 """Two CartPole-v1 tasks whose rewards differ in scale, learnt by one PopArt agent.
 
-Rewards are multiplied by reward_scales and not clipped; PopArt normalises
-each task's values so both learn (without it the large task swamps the
-small one):
+Rewards are multiplied by reward_scales and not clipped; PopArt normalises each task's values so
+both learn (without it the large task swamps the small one):
 
   python launch/train.py --config=configs/cartpole_popart.py
   python launch/train.py --config=configs/cartpole_popart.py --config.popart.enabled=False

@@ -1,9 +1,8 @@
 """IMPALA on Catch from pixels (envs/catch.py): the pixel pipeline's control task.
 
-It gives the Atari path's observations (uint8 [4, H, W] frames) to the
-same Nature CNN but learns in minutes on a CPU: a run that learns Catch
-and not a game points at the game; one that fails Catch too points at the
-pixel pipeline.
+It gives the Atari path's observations (uint8 [4, H, W] frames) to the same Nature CNN but learns in
+minutes on a CPU: a run that learns Catch and not a game points at the game; one that fails Catch
+too points at the pixel pipeline.
 
   python launch/train.py --config=configs/catch.py
   python launch/train.py --config=configs/catch.py:pong,recipe=vtrace

@@ -17,12 +17,10 @@ _USER_ERRORS = (flags.Error, AttributeError, KeyError, ValueError, TypeError, OS
 
 
 def exit_with_config_error(e: BaseException, argv) -> None:
-  """Prints 'error: <reason> (in: <the --config arguments>)' and exits with
-  status 2.
+  """Prints 'error: <reason> (in: <the --config arguments>)' and exits with status 2.
 
-  The reason is 'unknown config field <field>' for an override of a field
-  the config lacks, else the error's last non-empty line (where
-  config_flags puts get_config's own message).
+  The reason is 'unknown config field <field>' for an override of a field the config lacks, else the
+  error's last non-empty line (where config_flags puts get_config's own message).
   """
   if isinstance(e, (AttributeError, KeyError)):  # override of a field the config lacks
     text = str(e).strip('\'"').replace("\\'", "'").replace('\\n', ' ')

@@ -110,8 +110,7 @@ def default_workdir(config_name: str) -> str:
 
 
 def base_config() -> ml_collections.ConfigDict:
-  """A new ConfigDict of every field (of every group in `groups`) at its
-  default: what experiment files start from."""
+  """A new ConfigDict of every `groups` field at its default (what experiment files start from)."""
   c = settings.config_dict(RunConfig)
   for name, cls in groups():
     c[name] = settings.config_dict(cls)
@@ -122,9 +121,8 @@ RECIPES = {}  # name -> recipe(config): the optimisation recipes of the Atari an
 
 
 def recipe(table: dict, name: str):
-  """A decorator registering a function as recipe `name` of `table` (a
-  recipe sets a config's optimisation fields in place; a name registered
-  again replaces the earlier one)."""
+  """A decorator registering a function as recipe `name` of `table` (a recipe sets a config's
+  optimisation fields in place; a name registered again replaces the earlier one)."""
   def register(fn):
     table[name] = fn
     return fn
@@ -161,8 +159,7 @@ def minibatch_count(batch: int, unrolls: float, devices=(1,)) -> int:
 
 @recipe(RECIPES, 'vtrace')
 def _vtrace(c) -> None:
-  """IMPALA's V-trace learner made to learn Pong in 1M agent steps
-  (docs/pong.md)."""
+  """IMPALA's V-trace learner made to learn Pong in 1M agent steps (docs/pong.md)."""
   c.loss.name = 'impala'
   b = c.batch_size
   c.vtrace.epochs = 1
@@ -182,8 +179,7 @@ def _vtrace(c) -> None:
 
 @recipe(RECIPES, 'impala_adam')
 def _impala_adam(c) -> None:
-  """IMPALA's V-trace learner with moolib's Atari optimisation
-  (examples/vtrace); clip 40 as IMPALA's."""
+  """V-trace learner with moolib's Atari optimisation (examples/vtrace); clip 40 as IMPALA's."""
   c.optimizer.name = 'adam'
   c.learning_rate = 6e-4
   c.optimizer.adam_eps = 1e-8
@@ -193,10 +189,9 @@ def _impala_adam(c) -> None:
 
 @recipe(RECIPES, 'a2c')
 def _a2c(c) -> None:
-  """A2C's optimisation (Mnih et al. 2016) as OpenAI baselines runs it on
-  Atari, on the V-trace learner. TensorFlow's RMSProp (epsilon inside the
-  square root, second moment starting at 1) keeps tiny gradients' steps
-  small; without it most first-layer ReLUs die (docs/pong.md)."""
+  """A2C's optimisation (Mnih et al. 2016) as OpenAI baselines runs it on Atari, on the V-trace
+  learner. TensorFlow's RMSProp (epsilon inside the square root, second moment starting at 1) keeps
+  tiny gradients' steps small; without it most first-layer ReLUs die (docs/pong.md)."""
   envs = c.actors.envs_per_actor
   c.unroll_length = 5
   c.batch_size = envs * max(1, round(16 / envs))  # about 16 envs, in whole actor blocks
@@ -210,14 +205,12 @@ def _a2c(c) -> None:
 
 @recipe(RECIPES, 'ppo')
 def _ppo(c) -> None:
-  """cleanrl's Atari PPO (ppo_atari_envpool.py) on the same actors. A queue
-  of one block and actors that wait for the learner keep the behaviour
-  policy 1-2 updates old, which PPO's ratio is taken against."""
+  """cleanrl's Atari PPO (ppo_atari_envpool.py). A queue of one block and actors that wait for the
+  learner keep the behaviour policy 1-2 updates old, which PPO's ratio is taken against."""
   envs = c.actors.envs_per_actor
-  # Recurrent networks keep whole unrolls (their state runs along them), so
-  # their batch must split into the 4 minibatches: the number of unrolls
-  # nearest 16, in whole actor blocks, that 4 divides. Feed-forward ones
-  # take single steps: the unroll, a multiple of 4, splits any batch.
+  # Recurrent networks keep whole unrolls (their state runs along them), so their batch must split
+  # into the 4 minibatches: the number of unrolls nearest 16, in whole actor blocks, that 4 divides.
+  # Feed-forward ones take single steps: the unroll, a multiple of 4, splits any batch.
   recurrent = bool(c.network.lstm_size) or torsos.get(c.network.name).recurrent
   blocks = [k for k in range(1, 17) if not recurrent or envs * k % 4 == 0]
   c.batch_size = envs * min(blocks, key=lambda k: (abs(envs * k - 16), k))
@@ -234,8 +227,7 @@ def _ppo(c) -> None:
   c.network.init = 'orthogonal'
   c.actors.queue_size = 1
   c.actors.wait_for_learner = True
-  # Two actor threads unless the config chose: not sized to the machine, so
-  # that the behaviour policy stays 1-2 updates old on any machine.
+  # Two actor threads unless set, whatever the machine: the behaviour policy stays 1-2 updates old.
   c.actors.num_actors = c.actors.num_actors or 2
 
 
@@ -246,9 +238,8 @@ TRUE_WORDS, FALSE_WORDS = ('1', 'true', 'yes', 'on'), ('0', 'false', 'no', 'off'
 def parse_variant(arg, defaults: dict) -> dict:
   """Parses a config file's variant argument, 'key=value,flag,list=a+b'.
 
-  A bare key sets a boolean to True; key=value sets a boolean from
-  TRUE_WORDS or FALSE_WORDS (any case); other values take the default's
-  type: a tuple from '+'-joined parts, an int, a float, or the text.
+  A bare key sets a boolean to True; key=value sets a boolean from TRUE_WORDS or FALSE_WORDS; other
+  values take the default's type: a tuple from '+'-joined parts, an int, a float, or the text.
 
   Args:
     arg: the text after the config file's ':' (None or '' for none).
@@ -258,8 +249,7 @@ def parse_variant(arg, defaults: dict) -> dict:
     A new dict: every key of `defaults` -> its value.
 
   Raises:
-    ValueError: for an unknown key, a bare non-boolean key, or a value
-      that does not parse as the default's type.
+    ValueError: an unknown key, a bare non-boolean key, or a value not of the default's type.
   """
   values = dict(defaults)
   if not arg:

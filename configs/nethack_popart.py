@@ -7,12 +7,11 @@
   python launch/train.py --config=configs/nethack_popart.py:popart=false
   python launch/train.py --config=configs/nethack_popart.py:smoke
 
-Each character is a task with its own PopArt statistics and value output
-(popart=false, the ablation: one shared value output); rewards (in-game
-score deltas) are not clipped. Characters are checked against NetHack's
-rules here: NLE would silently play another one. chars=@ plays random
-characters as NetHackChallenge does: one task per role (envs.nethack.ROLES
-order), each episode counting for the role dealt. docs/nethack.md.
+Each character is a task with its own PopArt statistics and value output (popart=false, the
+ablation: one shared value output); rewards (in-game score deltas) are not clipped. Characters are
+checked against NetHack's rules here: NLE would silently play another one. chars=@ plays random
+characters as NetHackChallenge does: one task per role (envs.nethack.ROLES order), each episode
+counting for the role dealt. docs/nethack.md.
 """
 
 from configs import common

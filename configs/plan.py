@@ -55,9 +55,8 @@ def make_plan(config, tasks: List[dict], env_kwargs: List[dict], scales: Sequenc
               settings: Settings) -> RunPlan:
   """The run plan of a config that passed validation.
 
-  Every actor gets one env group per task, each the task's share of
-  actors.envs_per_actor; this process's share of a batch is batch_size /
-  processes unrolls, in blocks of one actor's envs.
+  Every actor gets one env group per task, each the task's share of actors.envs_per_actor; this
+  process's share of a batch is batch_size / processes unrolls, in blocks of one actor's envs.
 
   Args:
     env_kwargs: each task's env kwargs (registry.task_env_kwargs).

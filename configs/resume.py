@@ -56,8 +56,7 @@ def _differences(saved: Dict[str, Any], new: Dict[str, Any]) -> List[Tuple[str, 
 
 
 def as_source(config) -> Dict[str, Any]:
-  """An ml_collections config as config.json holds it (the JSON round trip
-  makes tuples lists): a RunSpec's `source`."""
+  """A config as config.json holds it (JSON makes tuples lists): a RunSpec's `source`."""
   return json.loads(config.to_json_best_effort(sort_keys=True))
 
 
@@ -104,9 +103,8 @@ def _kind(value: Any) -> str:
 
 
 def mistyped(diffs: List[Tuple]) -> List[Tuple]:
-  """(field, saved value, the kind expected) for each difference whose saved
-  value is of another kind than the new one (a hand-edited config.json);
-  an absent value or an int against a float is no mismatch."""
+  """(field, saved value, expected kind) per difference whose saved value's kind is not the new
+  one's (a hand-edited config.json); an absent value or an int against a float is no mismatch."""
   return [(field, old, _kind(new)) for field, old, new in diffs
           if old is not None and new is not None and _kind(old) != _kind(new)]
 
@@ -117,19 +115,16 @@ def _short(value: Any, limit: int = 120) -> str:
 
 
 def describe(diffs: List[Tuple]) -> str:
-  """Differences on one line: 'a.b: saved X, now Y; ...', values as JSON cut
-  to 120 characters."""
+  """Differences on one line: 'a.b: saved X, now Y; ...', values as JSON cut to 120 characters."""
   return '; '.join(f'{field}: saved {_short(old)}, now {_short(new)}' for field, old, new in diffs)
 
 
 def schedule_note(allowed, update: int, schedule, env_steps_per_update: int,
                   anneal_to: float = 0.0, learning_rate: Optional[float] = None) -> str:
-  """The line that says how a new total_env_steps moves the learning rate,
-  or '' when it did not change.
+  """The line saying how a new total_env_steps moves the learning rate; '' if it did not change.
 
-  The rate anneals over the run's total, so the run follows the new total
-  (a finished run's old schedule is at 0); the line gives the rate at the
-  resumed update under the new total and under the saved one.
+  The rate anneals over the run's total, so the run follows the new total (a finished run's old one
+  is at 0); the line gives the rate at the resumed update under the new total and the saved one.
 
   Args:
     allowed: the allowed changes, as `compare` gives them (saved values of

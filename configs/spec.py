@@ -1,7 +1,6 @@
-"""The run spec: a run's config read once, at start-up, into frozen typed
-settings. Everything after the command line (agents/, rundir/, analysis/,
-the logger, the benchmarks) receives it and never an ml_collections
-config; rl/ and networks/ receive the pieces they need."""
+"""The run spec: a run's config read once, at start-up, into frozen typed settings. Everything after
+the command line (agents/, rundir/, analysis/, the logger, the benchmarks) receives it and never an
+ml_collections config; rl/ and networks/ receive the pieces they need."""
 
 import dataclasses
 from typing import Any, Dict, Mapping
@@ -22,11 +21,10 @@ from rl.value_classification import ValueConfig
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-  """Everything a run is, typed and checked: one field per config group
-  (`run`: the top-level fields; `loss`: what the loss reads, the learner's
-  settings in it; `envs`: the env families' groups by name, e.g. 'atari'),
-  the derived `plan`, and `source` (JSON types), for the run folder, the
-  resume check and wandb."""
+  """Everything a run is, typed and checked: one field per config group (`run`: the top-level
+  fields; `loss`: what the loss reads, the learner's settings in it; `envs`: the env families'
+  groups by name, e.g. 'atari'), the derived `plan`, and `source` (JSON types), for the run folder,
+  the resume check and wandb."""
   run: RunConfig
   loss: LossConfig
   optimizer: OptimizerConfig
@@ -55,8 +53,7 @@ class RunSpec:
 def loss_config(run: RunConfig, popart: PopArtConfig, optimizer: OptimizerConfig,
                 learner_settings: Any, learner_name: str,
                 value: ValueConfig = ValueConfig()) -> LossConfig:
-  """The LossConfig the learners read, from a run's settings (clip_by 'term'
-  clips per term in the loss's step)."""
+  """The learners' LossConfig of a run's settings (clip_by 'term': clips per term in the step)."""
   return LossConfig(
       discount=run.discount, baseline_cost=run.baseline_cost, entropy_cost=run.entropy_cost,
       reward_mode=run.reward_mode, popart_enabled=popart.enabled, popart_beta=popart.beta,
@@ -67,8 +64,7 @@ def loss_config(run: RunConfig, popart: PopArtConfig, optimizer: OptimizerConfig
 
 def make_spec(groups: Dict[str, Any], learner_settings: Any, plan: RunPlan,
               source: Mapping[str, Any]) -> RunSpec:
-  """The RunSpec of a checked config, from its groups as
-  validation.read_groups reads them and its JSON `source`."""
+  """The RunSpec of a checked config: its groups (validation.read_groups) and its JSON `source`."""
   run, popart, optimizer = groups[''], groups['popart'], groups['optimizer']
   return RunSpec(
       run=run, loss=loss_config(run, popart, optimizer, learner_settings, groups['loss'].name,
@@ -81,7 +77,6 @@ def make_spec(groups: Dict[str, Any], learner_settings: Any, plan: RunPlan,
 
 
 def with_workdir(spec: RunSpec, workdir: str) -> RunSpec:
-  """A new spec with run.workdir set (and its source's), for a folder chosen
-  after validation."""
+  """A new spec with run.workdir set (and its source's), for a folder chosen after validation."""
   return dataclasses.replace(spec, run=dataclasses.replace(spec.run, workdir=workdir),
                              source={**spec.source, 'workdir': workdir})

@@ -1,10 +1,9 @@
 """Start-up checks of a config; `validate` returns its run plan (configs/plan.py).
 
-Each group's own checks stand beside its component (infra/settings.py);
-here are the checks across components: tasks against envs, the network
-against their observations, the batch against devices and minibatches.
-Every mistake is a `ConfigError` naming the field, raised before any env,
-thread or compilation starts.
+Each group's own checks stand beside its component (infra/settings.py); here are the checks across
+components: tasks against envs, the network against their observations, the batch against devices
+and minibatches. Every mistake is a `ConfigError` naming the field, raised before any env, thread or
+compilation starts.
 """
 
 import math
@@ -27,8 +26,7 @@ from infra.multihost import DistributedConfig
 from networks import torsos
 from rl import algorithms
 
-# The Nature CNN's convolutions (8/4, 4/2, 3/1, no padding) leave no output
-# below 36 pixels: 36 -> 8 -> 3 -> 1.
+# Nature CNN convs (8/4, 4/2, 3/1, unpadded) need 36 pixels at least: 36 -> 8 -> 3 -> 1.
 NATURE_CNN_MIN_SIZE = 36
 
 # A config mistake: 'config field <field>: <why>', with `.field`.
@@ -48,8 +46,7 @@ def _non_finite_fields(tree, prefix: str = ''):
 
 
 def _check_finite(config) -> None:
-  """No NaN or infinity anywhere: NaN passes every range check (it compares
-  false) and would poison the learner."""
+  """No NaN or inf anywhere: NaN passes range checks (it compares false) and poisons learning."""
   for field, value in _non_finite_fields(config.to_dict()):
     raise ConfigError(field, f'must be a finite number, got {value!r} (NaN and infinity are '
                       'not allowed in a config; for "no limit" give a large finite number)')
@@ -102,8 +99,7 @@ def _env_tasks(tasks, settings) -> tuple:
 
 
 def check_distributed(config) -> DistributedConfig:
-  """The `distributed` group, checked; needs no device, so it can run before
-  jax.distributed starts."""
+  """The `distributed` group, checked without a device (so before jax.distributed starts)."""
   group = config.get('distributed')
   if group is None:
     raise ConfigError('distributed', 'missing; configs start from configs.common.base_config()')
@@ -115,8 +111,7 @@ def _learner_groups() -> Dict[str, str]:
 
 
 def _check_learners(config) -> None:
-  """Checks each learner's group the config holds (by the learner itself);
-  the chosen learner's group must be there."""
+  """Has each learner check its group in the config; the chosen learner's group must be there."""
   for group, name in _learner_groups().items():
     if group in config:
       algorithms.get(name).read_settings(config[group])
@@ -129,11 +124,9 @@ def read_groups(config) -> Dict[str, object]:
   """Every group of the config read into its component's settings.
 
   Returns:
-    '' -> the top-level fields (common.RunConfig), and each group of
-    common.groups() -> its settings (an env family's group at its defaults
-    where the config lacks it).
-    The learners' groups are checked but not returned (the learner's
-    settings travel in its LossConfig).
+    '' -> the top-level fields (common.RunConfig), and each group of common.groups() -> its settings
+    (an env family's group at its defaults where the config lacks it). The learners' groups are
+    checked but not returned (the learner's settings travel in its LossConfig).
 
   Raises:
     ConfigError: a field or group no component knows, a needed group
@@ -202,8 +195,7 @@ def _check_observations(config, tasks, env_kwargs, network) -> Tuple[Tuple[str, 
   """Every task's env gives what the network reads.
 
   Returns:
-    (the observation keys the network reads, the most frames an env step
-    covers).
+    (the observation keys the network reads, the most frames an env step covers).
   """
   obs_keys = torsos.get(network.name).obs_keys + tuple(network.extra_inputs)
   frames_per_step = 1
@@ -233,8 +225,7 @@ def validate_spec(config) -> RunSpec:
   """Checks every field a run depends on; returns the run's RunSpec.
 
   Raises:
-    ConfigError: naming the first field that is unknown or bad, alone or
-      against another.
+    ConfigError: naming the first field that is unknown or bad, alone or against another.
   """
   _check_finite(config)
   groups = read_groups(config)

@@ -1,14 +1,12 @@
 """IMPALA's Atari protocol on EnvPool, in one place, and human-normalised scores.
 
-The protocol (Espeholt et al. 2018, arXiv 1802.01561): 84x84 grey, frame
-stack 4, action repeat 4 with a max over the last two frames, up to 30
-no-op starts, episodes capped at 108k frames, end of episode on life loss
-for training only, rewards unclipped here (the learner clips or not);
-sticky actions optional (Machado et al. 2018, arXiv 1709.06009).
+The protocol (Espeholt et al. 2018, arXiv 1802.01561): 84x84 grey, frame stack 4, action repeat 4
+with a max over the last two frames, up to 30 no-op starts, episodes capped at 108k frames, end of
+episode on life loss for training only, rewards unclipped here (the learner clips or not); sticky
+actions optional (Machado et al. 2018, arXiv 1709.06009).
 
-With end-of-life episodes EnvPool reports a life loss as `terminated` and
-a game over in `info['terminated']`, passed on as `StepResult.game_over`,
-so logged returns are whole games.
+With end-of-life episodes EnvPool reports a life loss as `terminated` and a game over in
+`info['terminated']`, passed on as `StepResult.game_over`, so logged returns are whole games.
 """
 
 import dataclasses
@@ -26,9 +24,8 @@ FRAME_SKIP = 4
 
 
 def _atari_games() -> Tuple[str, ...]:
-  """Every '<game>-v5' whose registered spec class is AtariEnvSpec, read from
-  the registry's entry: making each spec would import MuJoCo and the other
-  families at every start (tests/unit/test_atari.py checks the list)."""
+  """Every '<game>-v5' whose spec class is AtariEnvSpec, read from the registry: making each spec
+  would import MuJoCo and every other family at start (tests/unit/test_atari.py checks the list)."""
   return tuple(sorted(env_id[:-len('-v5')] for env_id in envpool.list_all_envs()
                       if env_id.endswith('-v5') and registry.specs[env_id][1] == 'AtariEnvSpec'))
 
@@ -55,8 +52,7 @@ class AtariConfig:
 
 
 def game_of(env_id_: str) -> Optional[str]:
-  """The Atari game of an env id ('Pong' for 'Pong-v5'); None for ids that
-  are not EnvPool Atari games."""
+  """The Atari game of an env id ('Pong' for 'Pong-v5'); None if it is not an EnvPool Atari game."""
   if env_id_.endswith('-v5') and env_id_[:-3] in ATARI_GAMES:
     return env_id_[:-3]
   return None
@@ -66,8 +62,7 @@ def check_games(games: Sequence[str]) -> Tuple[str, ...]:
   """The games as a tuple, in order, after checking them.
 
   Raises:
-    ValueError: for no games, unknown names (naming the valid games), or a
-      game listed twice.
+    ValueError: for no games, unknown names (naming the valid games), or a game listed twice.
   """
   games = tuple(games)
   if not games:
@@ -82,8 +77,7 @@ def check_games(games: Sequence[str]) -> Tuple[str, ...]:
 
 
 def protocol_kwargs(atari_config, num_tasks: int, training: bool = True) -> Dict:
-  """envpool.make's kwargs for an Atari task: the module docstring's protocol
-  from the config's `atari` group.
+  """envpool.make's kwargs for an Atari task: the module docstring's protocol per the `atari` group.
 
   Args:
     num_tasks: the run's number of tasks; action_set 'auto' is the full
@@ -108,10 +102,9 @@ def protocol_kwargs(atari_config, num_tasks: int, training: bool = True) -> Dict
       full_action_space=full)
 
 
-# Random-policy and human scores per game, the standard Atari-57 reference
-# table: Mnih et al. 2015 (Nature DQN, Extended Data Table 2) for 49 games,
-# completed for the rest of the 57 by Wang et al. 2016 (dueling networks)
-# and Badia et al. 2020 (Agent57, Table H.1 uses these same values).
+# Random-policy and human scores per game, the standard Atari-57 reference table: Mnih et al. 2015
+# (Nature DQN, Extended Data Table 2) for 49 games, completed for the rest of the 57 by Wang et al.
+# 2016 (dueling networks) and Badia et al. 2020 (Agent57, Table H.1 uses these same values).
 _REFERENCE = {  # game: (random, human)
     'Alien': (227.8, 7127.7), 'Amidar': (5.8, 1719.5), 'Assault': (222.4, 742.0),
     'Asterix': (210.0, 8503.3), 'Asteroids': (719.1, 47388.7),
@@ -157,8 +150,7 @@ def human_normalised(game: Optional[str], score: float) -> Optional[float]:
 
 
 def hns_summary(per_game: Dict[str, float]) -> Dict[str, float]:
-  """{'median': ..., 'mean': ...} of the finite per-game human-normalised
-  scores; {} when there are none."""
+  """{'median': ..., 'mean': ...} of the finite per-game human-normalised scores; {} if none."""
   values = sorted(v for v in per_game.values() if v is not None and math.isfinite(v))
   if not values:
     return {}

@@ -1,12 +1,10 @@
 """The one batched-environment interface every adapter in `envs/` implements.
 
-All adapters follow EnvPool's auto-reset convention: `step` returns the
-observation reached, the reward and the `terminated` / `truncated` flags
-of that transition; the step *after* an env reported either ignores its
-action, resets it and returns the new episode's first observation with
-reward 0 and both flags False (a "reset step", masked out of the losses).
-At truncation the terminal observation's value is the bootstrap; at
-termination the discount is 0.
+All adapters follow EnvPool's auto-reset convention: `step` returns the observation reached, the
+reward and the `terminated` / `truncated` flags of that transition; the step *after* an env reported
+either ignores its action, resets it and returns the new episode's first observation with reward 0
+and both flags False (a "reset step", masked out of the losses). At truncation the terminal
+observation's value is the bootstrap; at termination the discount is 0.
 """
 
 import dataclasses

@@ -1,14 +1,12 @@
 """Catch from pixels: a control task for the Atari pipeline, in pure numpy.
 
-bsuite's Catch (Osband et al. 2020, arXiv 1908.03568): a ball falls one
-row per step from a random top column; a paddle on the bottom row moves
-left, stays or moves right; when the ball reaches the bottom the episode
-terminates with reward +1 if the paddle is under it, else -1.
+bsuite's Catch (Osband et al. 2020, arXiv 1908.03568): a ball falls one row per step from a random
+top column; a paddle on the bottom row moves left, stays or moves right; when the ball reaches the
+bottom the episode terminates with reward +1 if the paddle is under it, else -1.
 
-Drawn as the Atari path's observations, {'frames': uint8 [4, H, W]}
-(newest last, the stack filled with the first frame at an episode start,
-as EnvPool does), so the Nature CNN and the whole actor / learner path
-run unchanged. Follows envs/base.py's auto-reset convention.
+Drawn as the Atari path's observations, {'frames': uint8 [4, H, W]} (newest last, the stack filled
+with the first frame at an episode start, as EnvPool does), so the Nature CNN and the whole actor /
+learner path run unchanged. Follows envs/base.py's auto-reset convention.
 """
 
 from typing import Any, Dict, Tuple
@@ -32,9 +30,8 @@ DEFAULT_KWARGS = {
 
 
 def pong_like(size: int = 84) -> Dict[str, int]:
-  """Catch's kwargs with Pong's difficulties for `size`-pixel frames: Pong's
-  mean grey (106) as a background filling the frame, Pong's white (236)
-  for small blocks (a 10 x 10 grid), a reward only every 9 steps."""
+  """Catch's kwargs with Pong's difficulties at `size` pixels: a background of Pong's mean grey
+  (106), small blocks of Pong's white (236) on a 10 x 10 grid, a reward only every 9 steps."""
   return {'rows': 10, 'columns': 10, 'img_height': size, 'img_width': size,
           'background': 106, 'foreground': 236}
 
@@ -43,9 +40,8 @@ def check_kwargs(env_kwargs: Dict[str, Any]) -> Dict[str, int]:
   """Catch's env kwargs checked, every key of DEFAULT_KWARGS filled in, as ints.
 
   Raises:
-    ValueError: for unknown keys or non-integer values, rows < 2 or
-      columns < 1, grey levels outside 0..255, equal background and
-      foreground, or a frame smaller than the grid.
+    ValueError: for unknown keys or non-integer values, rows < 2 or columns < 1, grey levels outside
+      0..255, equal background and foreground, or a frame smaller than the grid.
   """
   allowed = ', '.join(DEFAULT_KWARGS)
   unknown = sorted(set(env_kwargs) - set(DEFAULT_KWARGS))
@@ -86,8 +82,7 @@ def _cell_masks(cells: int, pixels: int) -> np.ndarray:
 class CatchEnv:
   """`num_envs` Catch games of one task, stepped together with numpy.
 
-  A BatchedEnv (envs/base.py): rewards +1 / -1 / 0 times `reward_scale`,
-  never truncated.
+  A BatchedEnv (envs/base.py): rewards +1 / -1 / 0 times `reward_scale`, never truncated.
 
   Args:
     seed: seeds the balls' start columns.
@@ -144,8 +139,7 @@ class CatchEnv:
     return self._result(np.zeros(self.num_envs, np.float32), np.zeros(self.num_envs, bool))
 
   def step(self, actions: np.ndarray) -> StepResult:
-    """Steps every game once with int [B] actions (ACTION_NAMES), as
-    envs/base.py's auto-reset convention says."""
+    """Steps each game with int [B] actions (ACTION_NAMES), auto-resetting as envs/base.py says."""
     actions = np.asarray(actions)
     if actions.shape != (self.num_envs,):
       raise ValueError(f'expected {self.num_envs} actions, got shape {actions.shape}')

@@ -10,10 +10,9 @@ from envs.base import StepResult
 class ConcatEnv:
   """Concatenates sub-envs along the env axis; they must share observation specs.
 
-  Sub-envs with `step_async` / `step_wait` are all started before any is
-  waited on, so their threads or processes overlap. An episode statistic
-  some parts lack is NaN for their envs; `game_over` is a part's
-  `terminated` where it has none.
+  Sub-envs with `step_async` / `step_wait` are all started before any is waited on, so their threads
+  or processes overlap. An episode statistic some parts lack is NaN for their envs; `game_over` is a
+  part's `terminated` where it has none.
 
   Raises:
     ValueError: when the sub-envs differ in observation spec or action count.

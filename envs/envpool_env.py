@@ -1,8 +1,7 @@
 """EnvPool adapter: one pool of identical envs of one task (classic control or Atari).
 
-EnvPool steps its envs in its own C++ threads and releases the GIL, so an
-actor thread drives it directly. Observations are {'state': ...} for
-vectors, {'frames': uint8 [4, 84, 84]} for Atari.
+EnvPool steps its envs in its own C++ threads and releases the GIL, so an actor thread drives it
+directly. Observations are {'state': ...} for vectors, {'frames': uint8 [4, 84, 84]} for Atari.
 """
 
 import dataclasses

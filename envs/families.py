@@ -21,18 +21,15 @@ from infra.settings import SettingsError
 NLE_VIDEO_FPS = 8.0        # NetHack has no clock; slow enough to read the screen
 CLASSIC_VIDEO_FPS = 50.0   # CartPole's 0.02 s time step
 
-# How each family sizes its envs' stepping in the cores a run gives it
-# (docs/speed.md, "How actors are sized"):
-# EnvPool: one actor thread per 4 cores, 2 to 8 (two or more overlap policy
-# steps with env steps); threads per pool max(2, max(cores, 4) // (actors *
-# pools)), at most a pool's envs.
+# How each family sizes its envs' stepping in a run's cores (docs/speed.md, "How actors are sized"):
+# EnvPool: one actor thread per 4 cores, 2 to 8 (two or more overlap policy steps with env steps);
+# threads per pool max(2, max(cores, 4) // (actors * pools)), at most a pool's envs.
 CORES_PER_ENVPOOL_ACTOR = 4
 MIN_ENVPOOL_ACTORS = 2
 MAX_ENVPOOL_ACTORS = 8
 MIN_ENVPOOL_THREAD_BUDGET = 4
 MIN_ENVPOOL_THREADS_PER_POOL = 2
-# NLE: one actor thread per 8 cores, 1 to 4; workers per actor max(2, cores //
-# actors), at most its envs.
+# NLE: an actor thread per 8 cores, 1 to 4; workers per actor max(2, cores // actors), <= its envs.
 CORES_PER_NLE_ACTOR = 8
 MAX_NLE_ACTORS = 4
 MIN_NLE_WORKERS = 2
@@ -68,9 +65,8 @@ def _cached_spec(env_id, kwargs_items):
 
 
 def _envpool_spec(env_id, env_kwargs):
-  """EnvPool's spec of `env_id` with `env_kwargs`, made once per process for
-  hashable kwargs (making one is slow, and validation makes one per task);
-  TypeError when EnvPool rejects the kwargs (never cached)."""
+  """EnvPool's spec of `env_id` with `env_kwargs`, cached per process for hashable kwargs (slow to
+  make; validation makes one per task); TypeError, never cached, when EnvPool rejects the kwargs."""
   items = tuple(sorted(env_kwargs.items()))
   try:
     hash(items)
@@ -171,8 +167,7 @@ class EnvPoolFamily(EnvFamily):
 
 
 class NLEFamily(EnvFamily):
-  """NetHack (NLE's gym ids), stepped in worker processes: an actor's NLE
-  tasks of one env id share one set of workers."""
+  """NetHack's gym ids (NLE), in worker processes shared by an actor's tasks of one env id."""
 
   name = 'nle'
   settings_groups = {'nle': NLEConfig}
@@ -301,9 +296,8 @@ def _nle_action_name(action) -> str:
 class ModuleFamily(EnvFamily):
   """Small numpy envs of our own, one module each, stepped in the actor thread.
 
-  A module has ENV_ID, ACTION_NAMES, VIDEO_FPS, `observation_spec(env_kwargs)`
-  (ValueError for bad kwargs) and an env class taking (env_id, num_envs,
-  task_id, env_kwargs, reward_scale, seed).
+  A module has ENV_ID, ACTION_NAMES, VIDEO_FPS, `observation_spec(env_kwargs)` (ValueError for bad
+  kwargs) and an env class taking (env_id, num_envs, task_id, env_kwargs, reward_scale, seed).
   """
 
   name = 'synthetic'

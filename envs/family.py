@@ -1,9 +1,8 @@
 """An environment family: one object that knows a set of env ids.
 
-Everything the rest of the code asks of an env goes through its family
-(registry.family_of). A new family is a subclass of `EnvFamily` passed to
-`registry.register`; nothing else changes (tests/system/test_plugins.py).
-The built-in ones are in envs/families.py.
+Everything the rest of the code asks of an env goes through its family (registry.family_of). A new
+family is a subclass of `EnvFamily` passed to `registry.register`; nothing else changes
+(tests/system/test_plugins.py). The built-in ones are in envs/families.py.
 """
 
 import abc
@@ -21,9 +20,8 @@ class EnvKwargsError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class BatchContext:
-  """What make_batches gets beside the groups: the family's counts per actor
-  (`size`), its settings groups, the keys the network reads, and the run
-  folder (None outside a run)."""
+  """What make_batches gets beside the groups: the family's counts per actor (`size`), its settings
+  groups, the keys the network reads, and the run folder (None outside a run)."""
   resources: Resources
   settings: Settings
   observation_keys: Tuple[str, ...]
@@ -38,9 +36,8 @@ class EnvFamily(abc.ABC):
   name: str = ''
   # The config groups it owns: name -> settings dataclass (infra/settings.py).
   settings_groups: Mapping[str, type] = {}
-  # Whether make_batches takes all of an actor's groups of this family at
-  # once (NLE's tasks share one set of worker processes per env id); else
-  # it gets one group at a time, in task order.
+  # Whether make_batches takes all of an actor's groups of this family at once (NLE's tasks share
+  # one set of worker processes per env id); else it gets one group at a time, in task order.
   batches_together: bool = False
 
   @abc.abstractmethod
@@ -87,9 +84,8 @@ class EnvFamily(abc.ABC):
 
   def role_task_ids(self, tasks: Sequence[Tuple[int, Dict[str, Any], Dict[str, Any]]]
                     ) -> Dict[int, Tuple[int, ...]]:
-    """For families whose envs deal each episode a role that is a task of the
-    run: task index -> the task id of each role, for the tasks (index, task,
-    env kwargs) that deal them; none by default.
+    """For families whose envs deal each episode a role that is a task of the run: task index -> the
+    task id of each role, for the tasks (index, task, env kwargs) that deal them; none by default.
 
     Raises:
       infra.settings.SettingsError: naming the field.
@@ -149,7 +145,6 @@ class EnvFamily(abc.ABC):
       context: as for make_batches (the run's resources for this family).
 
     Returns:
-      (batched env with rewards unscaled, frame_fn or None, video fps):
-      `frame_fn(result)` draws env 0's screen (an RGB image or a
-      render.TtyFrame) when `video`.
+      (batched env with rewards unscaled, frame_fn or None, video fps): `frame_fn(result)` draws env
+      0's screen (an RGB image or a render.TtyFrame) when `video`.
     """

@@ -1,10 +1,9 @@
 """NetHack characters: 'role-race-alignment-gender' strings and the game's rules.
 
-NLE (Kuttler et al. 2020, arXiv 2006.13760) takes a character as e.g.
-'val-dwa-law-fem', or '@' for a random one dealt by the game. For an
-impossible combination NLE silently starts another character, so configs
-check theirs here against NetHack 3.6's rules (src/role.c). Pure Python:
-configs import it without loading NLE or JAX.
+NLE (Kuttler et al. 2020, arXiv 2006.13760) takes a character as e.g. 'val-dwa-law-fem', or '@' for
+a random one dealt by the game. For an impossible combination NLE silently starts another character,
+so configs check theirs here against NetHack 3.6's rules (src/role.c). Pure Python: configs import
+it without loading NLE or JAX.
 """
 
 import itertools
@@ -92,8 +91,7 @@ CHARACTERS = tuple(c for c in itertools.starmap(
 
 
 def parse_character(spec: str) -> Optional[Character]:
-  """The Character a 'role-race-alignment-gender' string names (any case), or
-  None for '@' (RANDOM).
+  """The Character a 'role-race-alignment-gender' string names (any case), or None for '@' (RANDOM).
 
   Raises:
     ValueError: for a spec not of four known parts, or an impossible

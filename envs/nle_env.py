@@ -253,8 +253,7 @@ class NLEBatchedEnv:
 
   def _start(self, w: int) -> _Worker:
     lo, hi = self._bounds[w], self._bounds[w + 1]
-    # A replacement gets new seeds (via its generation): replaying the crashed
-    # games would likely crash again.
+    # A replacement gets new seeds (via its generation): the crashed games would likely crash again.
     seeds = [tuple(int(s) >> 1 for s in np.random.SeedSequence(
         [self._seed, j, self._generation[w]]).generate_state(2, np.uint64)) for j in range(lo, hi)]
     savedirs = [None if self._savedir is None else os.path.join(self._savedir, f'env{j}')

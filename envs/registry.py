@@ -1,6 +1,5 @@
-"""The environment families a run knows (envs/family.py), looked up by env
-id, and what the rest of the code asks of envs through them.
-`register(family)` adds one; the built-in ones are envs/families.py's."""
+"""The env families a run knows (envs/family.py), looked up by env id, and what the code asks of
+envs through them. `register(family)` adds one; the built-in ones are envs/families.py's."""
 
 import dataclasses
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -16,8 +15,7 @@ def register(family: EnvFamily) -> None:
   """Adds an env family, looked up after those registered before it.
 
   Raises:
-    ValueError: when it is not an EnvFamily, or its name or one of its
-      settings groups' names is taken.
+    ValueError: not an EnvFamily, or its name or a settings group's name is taken.
   """
   if not isinstance(family, EnvFamily):
     raise ValueError(f'{family!r} is not an envs.family.EnvFamily')
@@ -62,8 +60,7 @@ def settings_groups() -> Dict[str, type]:
 
 
 def default_settings() -> Dict[str, Any]:
-  """Every registered family's settings groups at their defaults (for envs
-  made outside a run)."""
+  """Every registered family's settings groups at their defaults (for envs made outside a run)."""
   return {name: cls() for name, cls in settings_groups().items()}
 
 
@@ -89,9 +86,8 @@ def known_env_ids_hint() -> str:
 def env_spaces(env_id: str, env_kwargs: Dict[str, Any],
                observation_keys: Optional[Sequence[str]] = None, with_num_actions: bool = True,
                ) -> Tuple[Optional[int], Dict[str, tuple]]:
-  """(number of actions, {observation key: (shape, dtype)}) of a task's env,
-  without starting envs: family.EnvFamily.spaces of its family; KeyError for
-  ids no family knows."""
+  """(number of actions, {observation key: (shape, dtype)}) of a task's env, without starting envs:
+  family.EnvFamily.spaces of its family; KeyError for ids no family knows."""
   return family_of(env_id).spaces(env_id, env_kwargs, observation_keys, with_num_actions)
 
 
@@ -161,6 +157,5 @@ def action_names(env_id: str, env_kwargs: Dict[str, Any], num_actions: int) -> t
 
 def task_env_kwargs(task: Dict[str, Any], num_tasks: int, settings: Settings,
                     training: bool = True) -> Dict[str, Any]:
-  """A task's env kwargs, the one recipe for training and evaluation: its
-  family's EnvFamily.task_env_kwargs."""
+  """A task's env kwargs (training and evaluation alike): its family's EnvFamily.task_env_kwargs."""
   return family_of(task['env_id']).task_env_kwargs(task, num_tasks, settings, training)

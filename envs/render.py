@@ -1,10 +1,9 @@
 """Frames for videos: NetHack's terminal drawn as an image, GIFs and MP4s.
 
-NLE's `tty_chars` / `tty_colors` [24, 80] are the text terminal a human
-player sees. `render_tty` draws them with Pillow's built-in bitmap font
-(6 x 11 pixels a cell, monospace, nothing to download) in the 16 standard
-curses colours, by pasting precomputed glyph masks with numpy (a few ms a
-frame, where drawing 1,920 cells with ImageDraw would take far longer).
+NLE's `tty_chars` / `tty_colors` [24, 80] are the text terminal a human player sees. `render_tty`
+draws them with Pillow's built-in bitmap font (6 x 11 pixels a cell, monospace, nothing to download)
+in the 16 standard curses colours, by pasting precomputed glyph masks with numpy (a few ms a frame,
+where drawing 1,920 cells with ImageDraw would take far longer).
 """
 
 import contextlib
@@ -57,8 +56,7 @@ def cell_size() -> tuple:
 def render_tty(chars: np.ndarray, colors: np.ndarray) -> np.ndarray:
   """Draws a terminal screen as an RGB image.
 
-  Printable ASCII (33..126) is drawn in its curses colour on black; colour 0
-  is drawn dark grey; other bytes are blank.
+  Printable ASCII (33..126) in its curses colour on black (colour 0: dark grey); other bytes blank.
 
   Args:
     chars: uint8 [rows, cols] (NLE's tty_chars, [24, 80]).
@@ -114,13 +112,11 @@ def mp4_writer_available() -> bool:
 def write_mp4(path: str, frames: Sequence[Frame], fps: float) -> None:
   """Writes frames as an H.264 MP4 (yuv420p, plays in browsers and players).
 
-  ffmpeg is the binary the imageio-ffmpeg wheel ships (nothing downloads).
-  Frames are padded with black to even sides (yuv420p halves the colour
-  planes), never resized.
+  ffmpeg is the binary the imageio-ffmpeg wheel ships (nothing downloads). Frames are padded with
+  black to even sides (yuv420p halves the colour planes), never resized.
 
   Args:
-    path: the file to write (overwritten); its extension may be anything,
-      the container is MP4.
+    path: the file to write (overwritten); its extension may be anything, the container is MP4.
     frames: RGB images [H, W, 3] or TtyFrames of one size, at least one.
 
   Raises:

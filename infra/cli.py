@@ -1,7 +1,6 @@
-"""How every launch/ command starts: absl's app.run, where a flag that does not
-parse, a required flag left out or an app.UsageError is one line 'error: <why>'
-with exit status 2 (not absl's usage text with 1, which some commands use to
-say a result missed its bar)."""
+"""How every launch/ command starts: absl's app.run, where a flag that does not parse, a required
+flag left out or an app.UsageError is one line 'error: <why>' with exit status 2 (not absl's usage
+text with 1, which some commands use to say a result missed its bar)."""
 
 import sys
 from typing import Callable, NoReturn
@@ -26,8 +25,7 @@ def parse_flags(argv):
 
 
 def run(main: Callable, flags_parser: Callable = parse_flags) -> None:
-  """app.run(main) with `flags_parser`; an app.UsageError from `main` exits
-  as `fail`."""
+  """app.run(main) with `flags_parser`; an app.UsageError from `main` exits as `fail`."""
   def checked(argv):
     try:
       return main(argv)

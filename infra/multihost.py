@@ -1,9 +1,8 @@
 """Several processes, one run: JAX's distributed runtime.
 
-One process per host: `resolve` finds the layout (flags, JAX_* variables or
-cluster detection), `initialize` starts `jax.distributed` and the watchdog
-(infra/peer_watch.py). Host-side values cross processes through
-`process_allgather`.
+One process per host: `resolve` finds the layout (flags, JAX_* variables or cluster detection),
+`initialize` starts `jax.distributed` and the watchdog (infra/peer_watch.py). Host-side values cross
+processes through `process_allgather`.
 """
 
 import dataclasses
@@ -21,9 +20,8 @@ from infra.settings import setting
 ENV_VARS = {'coordinator_address': 'JAX_COORDINATOR_ADDRESS',
             'num_processes': 'JAX_NUM_PROCESSES',
             'process_id': 'JAX_PROCESS_ID'}
-# JAX's own heartbeat check aborts every process (with a stack trace) when a
-# peer stays silent this much longer than the watchdog's timeout, so the
-# watchdog's clear line comes first.
+# JAX's own heartbeat check aborts every process (with a stack trace) when a peer stays silent this
+# much longer than the watchdog's timeout, so the watchdog's clear line comes first.
 JAX_HEARTBEAT_MARGIN = 30
 
 
@@ -49,9 +47,8 @@ def _seconds_at_least_5(value):
 
 @dataclasses.dataclass(frozen=True)
 class DistributedConfig:
-  """Several processes (the config's `distributed` group; launch/train.py's
-  --coordinator_address, --num_processes, --process_id). Unused by a
-  single-process run."""
+  """Several processes (the config's `distributed` group; launch/train.py's --coordinator_address,
+  --num_processes, --process_id). Unused by a single-process run."""
   timeout_seconds: float = setting(60.0, 'a peer silent this long stops the run, naming it',
                                    _seconds_at_least_5)
   connect_timeout_seconds: float = setting(300.0, 'wait this long for every process at start',
@@ -67,11 +64,10 @@ def _int_setting(name: str, value, environ_name: str) -> Optional[int]:
     raise DistributedError(f'--{name} (or {environ_name}) must be an integer, got {value!r}')
 
 
-# Clusters whose launchers set the process layout in environment variables,
-# as JAX detects them: SLURM inside an srun step (not a plain sbatch script,
-# which is one process whatever --ntasks says) and Open MPI's mpirun. JAX's
-# other detectors (Kubernetes, cloud TPUs) query services, and are left to
-# explicit flags.
+# Clusters whose launchers set the process layout in environment variables, as JAX detects them:
+# SLURM inside an srun step (not a plain sbatch script, which is one process whatever --ntasks says)
+# and Open MPI's mpirun. JAX's other detectors (Kubernetes, cloud TPUs) query services, and are left
+# to explicit flags.
 DETECTED_CLUSTERS = ('slurm', 'ompi')
 
 
@@ -96,8 +92,7 @@ def resolve(coordinator_address: Optional[str] = None, num_processes: Optional[i
   JAX detects; num_processes 1 is the single-process run too.
 
   Raises:
-    DistributedError: settings missing with no cluster to fill them, or a
-      bad count, id or host:port address.
+    DistributedError: settings missing and no cluster to fill them, or a bad count, id or address.
   """
   given = {'coordinator_address': coordinator_address, 'num_processes': num_processes,
            'process_id': process_id}
@@ -131,10 +126,7 @@ def resolve(coordinator_address: Optional[str] = None, num_processes: Optional[i
 
 
 def initialize(spec: ProcessSpec, timeout_seconds: float, connect_timeout_seconds: float) -> None:
-  """Starts JAX's distributed runtime and this process's watchdog.
-
-  Call before anything touches a device.
-  """
+  """Starts JAX's distributed runtime and this process's watchdog; call before any device use."""
   jax.distributed.initialize(
       coordinator_address=spec.coordinator_address, num_processes=spec.num_processes,
       process_id=spec.process_id,
@@ -191,8 +183,7 @@ def allgather_json(value) -> List:
 
 
 def allgather_ints(values: Sequence[int]) -> np.ndarray:
-  """int32 [processes, len(values)] of every process's `values`; a collective, each
-  process passing as many values."""
+  """int32 [processes, len(values)] of every process's `values` (a collective; equal lengths)."""
   row = np.asarray(values, np.int32)
   if not is_multiprocess():
     return row[None]

@@ -1,9 +1,8 @@
 """How the processes of one run watch each other and leave together.
 
-Every process beats in JAX's coordination key-value store; `Watchdog` stops
-a process with one line naming the peer that died or failed, instead of a
-wait forever on a collective. `announce_failure`, `leave`, `finish` and
-`exit_now` end a process so that its peers know why.
+Every process beats in JAX's coordination key-value store; `Watchdog` stops a process with one line
+naming the peer that died or failed, instead of a wait forever on a collective. `announce_failure`,
+`leave`, `finish` and `exit_now` end a process so that its peers know why.
 """
 
 import os
@@ -126,10 +125,9 @@ def _process_of(key: str) -> int:
 class Watchdog(threading.Thread):
   """Beats for this process and watches the others' (a daemon thread).
 
-  Ends the process (status 1, one line naming the peer) when a peer announces
-  a failure or stays silent over `timeout_seconds`, or the coordinator stays
-  unreachable that long; runs the cleanups (at most CLEANUP_SECONDS) first.
-  Beats come from this thread, so a long compile is not silence.
+  Ends the process (status 1, one line naming the peer) when a peer announces a failure or stays
+  silent over `timeout_seconds`, or the coordinator stays unreachable that long; runs the cleanups
+  (at most CLEANUP_SECONDS) first. Beats come from this thread, so a long compile is not silence.
   """
   CLEANUP_SECONDS = 20.0
 

@@ -19,8 +19,7 @@ Problem = Tuple[str, str]   # (field, why)
 
 def setting(default, help: str, check: Optional[Check] = None,  # noqa: A002 (argparse's name)
             frozen: bool = False):
-  """One field of a settings dataclass: a dataclasses field carrying `help`,
-  `check` and `frozen` in its metadata.
+  """One settings field: a dataclasses field with `help`, `check` and `frozen` in its metadata.
 
   Args:
     default: its default (a dict becomes a nested group, copied per instance).
@@ -106,8 +105,7 @@ def read(cls, group, prefix: str = '', check: bool = True):
   """The settings `group` holds, checked.
 
   Args:
-    group: a config group or mapping; a missing field takes its default
-      (a config.json from before the field existed).
+    group: a config group or mapping; a missing field (an older config.json) takes its default.
     prefix: the group's dotted path, for errors ('' for top-level fields).
     check: False skips the value checks (unknown fields still raise).
 

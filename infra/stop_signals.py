@@ -1,11 +1,10 @@
 """SIGINT and SIGTERM as a request to stop a run cleanly (final checkpoint
 first). Imports nothing slow, so a command installs it in its first second.
 
-The first signal sets `stop_requested`: the run ends after the update in
-progress, saves and exits 0. The handler never raises, because a raise lands
-wherever the main thread is (a callback whose exceptions Python ignores, or
-half-built envs). SIGINT is set too, as a background process inherits it
-ignored.
+The first signal sets `stop_requested`: the run ends after the update in progress, saves and exits
+0. The handler never raises, because a raise lands wherever the main thread is (a callback whose
+exceptions Python ignores, or half-built envs). SIGINT is set too, as a background process inherits
+it ignored.
 """
 
 import contextlib
@@ -22,8 +21,7 @@ def install(stop_requested: threading.Event, multi: bool) -> Dict[int, Callable]
   {signal number: handler} for `restore`; off the main thread, does nothing.
 
   Args:
-    multi: several processes: a second signal exits 1 at once instead of
-      raising KeyboardInterrupt.
+    multi: several processes: a second signal exits 1 at once instead of raising KeyboardInterrupt.
   """
   if threading.current_thread() is not threading.main_thread():
     return {}

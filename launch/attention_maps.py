@@ -3,11 +3,9 @@
   python launch/attention_maps.py --workdir=runs/pong_attention --frames=0:200 --video
   python launch/attention_maps.py --workdir=runs/nethack_attention --task=mon-hum-neu-mal
 
-Writes <output>/step_<t>.png for each step in [A, B) (the screen, then
-each query's weights laid on it, one scale per query over the range),
-overview.png, attention.json (per step and query: entropy, peak weight,
-argmax cell) and with --video / --gif a video. Method:
-analysis/attention_maps.py.
+Writes <output>/step_<t>.png for each step in [A, B) (the screen, then each query's weights laid on
+it, one scale per query over the range), overview.png, attention.json (per step and query: entropy,
+peak weight, argmax cell) and with --video / --gif a video. Method: analysis/attention_maps.py.
 """
 
 import json

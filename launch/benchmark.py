@@ -3,13 +3,11 @@
   python launch/benchmark.py --config=configs/atari_single.py:game=Pong
   python launch/benchmark.py --suite=gpu --small --seconds=2
 
-Each stage uses the config's envs, actor threads and batch, measured after
-a warm-up: raw (env stepping, random actions), actors (with inference, no
-learner), loop (one actor's own cost per agent step with a stand-in env
-and policy, agents/standin.py), learner (updates/s on one synthetic batch,
-and the update's memory), train (the full loop). --suite=gpu: the learner
-and train stages of four configs at float32 and bfloat16 (docs/gpu.md);
---small shrinks them to smoke size.
+Each stage uses the config's envs, actor threads and batch, measured after a warm-up: raw (env
+stepping, random actions), actors (with inference, no learner), loop (one actor's own cost per agent
+step with a stand-in env and policy, agents/standin.py), learner (updates/s on one synthetic batch,
+and the update's memory), train (the full loop). --suite=gpu: the learner and train stages of four
+configs at float32 and bfloat16 (docs/gpu.md); --small shrinks them to smoke size.
 """
 
 import json

@@ -4,9 +4,8 @@
       --points=5 --output=runs/filters
 
 At `--points` moments (the nearest intermediate checkpoints: train with
---config.keep_intermediate=True), the 'index' and 'matched' distances
-(analysis/filters.py) of each conv layer two runs share. Writes
-filters.json, filters.csv and filters_<layer>.png.
+--config.keep_intermediate=True), the 'index' and 'matched' distances (analysis/filters.py) of each
+conv layer two runs share. Writes filters.json, filters.csv and filters_<layer>.png.
 """
 
 import csv

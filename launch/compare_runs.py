@@ -3,13 +3,12 @@
   python launch/compare_runs.py runs/pc_popart runs/pc_popart_debiased \\
       --labels='default,debiased start' --steps=500000,750000 --threshold=Pong=-15
 
-One row per run and task: the training return (games ending in the last
---window agent steps per task) at each of --steps, the first agent step
-per task at which that return reaches the task's --threshold, and medians up
-to the last of --steps of the task's shares of the shared torso's gradient
-(policy / value, logged by multi-task V-trace runs: log.task_gradients_seconds),
-of kl_update and of agent steps/s. A run that has not reached a step shows
-'-' there. Reads metrics.jsonl or an archived metrics.jsonl.gz.
+One row per run and task: the training return (games ending in the last --window agent steps per
+task) at each of --steps, the first agent step per task at which that return reaches the task's
+--threshold, and medians up to the last of --steps of the task's shares of the shared torso's
+gradient (policy / value, logged by multi-task V-trace runs: log.task_gradients_seconds), of
+kl_update and of agent steps/s. A run that has not reached a step shows '-' there. Reads
+metrics.jsonl or an archived metrics.jsonl.gz.
 """
 
 from absl import app

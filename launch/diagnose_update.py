@@ -4,13 +4,12 @@ clip, the optimiser step, the policy change and the off-policy statistics.
   python launch/diagnose_update.py --config=configs/atari_single.py:game=Pong
   python launch/diagnose_update.py --workdir=runs/pong --step=1000000
 
-At the start and every --every of --train_updates training updates it
-reports, averaged over --batches batches from the same state, each loss
-term's gradient norm (per module too), the clip factor, the step against
-the learning rate, the KL of the update, rho statistics and the policy lag
-(analysis/update_stats.py). --workdir starts from a run's checkpoint.
---advantage_groups=N instead measures how much of each task's advantage
-signal per-minibatch normalisation keeps (analysis/advantage_groups.py).
+At the start and every --every of --train_updates training updates it reports, averaged over
+--batches batches from the same state, each loss term's gradient norm (per module too), the clip
+factor, the step against the learning rate, the KL of the update, rho statistics and the policy lag
+(analysis/update_stats.py). --workdir starts from a run's checkpoint. --advantage_groups=N instead
+measures how much of each task's advantage signal per-minibatch normalisation keeps
+(analysis/advantage_groups.py).
 """
 
 import json

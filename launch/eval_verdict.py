@@ -4,11 +4,10 @@ combined standard errors (sqrt(se_a^2 + se_b^2)), and whether each passes.
   python launch/eval_verdict.py docs/data/popart_atari/six_popart \\
       --baseline=docs/data/popart_atari/six_clipped_lr5e4 --threshold=Pong=-15
 
-Each run argument is a run folder (its newest eval/<step>.json) or an
-evaluation JSON. Checks, where their input is given: at least
---above_uniform s.e. above uniform play, at most --within s.e. behind the
-baseline, at least each --threshold. Exit status 0 when every task passes,
-1 when one does not, 2 on bad input.
+Each run argument is a run folder (its newest eval/<step>.json) or an evaluation JSON. Checks, where
+their input is given: at least --above_uniform s.e. above uniform play, at most --within s.e. behind
+the baseline, at least each --threshold. Exit status 0 when every task passes, 1 when one does not,
+2 on bad input.
 """
 
 import sys

@@ -4,10 +4,9 @@
   python launch/evaluate.py --workdir=runs/pong_1m --step=500000 --episodes=30 --greedy
   python launch/evaluate.py --workdir=runs/nethack_popart-demo --episodes=8 --video
 
-Writes <workdir>/eval/<env_steps>.json and, with --video, one video per task
-of its first episode (analysis/run_evaluation.py says where; --overwrite
-replaces a step's record). A missing run, checkpoint or step stops it with
-one line and exit status 2.
+Writes <workdir>/eval/<env_steps>.json and, with --video, one video per task of its first episode
+(analysis/run_evaluation.py says where; --overwrite replaces a step's record). A missing run,
+checkpoint or step stops it with one line and exit status 2.
 """
 
 import os

@@ -3,10 +3,9 @@
   python launch/evaluate_peer.py --model_tar=/tmp/nle_agent/latest/model.tar \
       --workdir=runs/monk_500k --episodes=30
 
-`--workdir` (one of our NLE runs) names the task and env settings; with
-the same --seed both agents play the same games. `model.tar` is what
-`python -m nle.agent.agent` saves (NLE 1.3.0; analysis/peer_agent.py);
-needs torch (requirements-peer.txt). Writes
+`--workdir` (one of our NLE runs) names the task and env settings; with the same --seed both agents
+play the same games. `model.tar` is what `python -m nle.agent.agent` saves (NLE 1.3.0;
+analysis/peer_agent.py); needs torch (requirements-peer.txt). Writes
 <workdir>/eval/peer_<agent steps>.json in launch/evaluate.py's format.
 """
 

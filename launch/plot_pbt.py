@@ -1,6 +1,5 @@
-"""A population's figure: each member's training return with its copies
-marked and each adapted hyperparameter's schedule, against env steps;
-optionally a fixed run beside them.
+"""A population's figure: each member's training return with its copies marked and each adapted
+hyperparameter's schedule, against env steps; optionally a fixed run beside them.
 
   python launch/plot_pbt.py --population=runs/pong_pbt \\
       --baseline=runs/pong_fixed_1m --output=docs/pbt_pong.png

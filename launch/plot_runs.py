@@ -1,15 +1,13 @@
-"""Learning curves of runs, per task, into one PNG; and when each first
-reached a return.
+"""Learning curves of runs, per task, into one PNG; and when each first reached a return.
 
   python launch/plot_runs.py runs/pong_ppo_3m runs/pong_impala --output=docs/pong.png \\
       --references=pong --thresholds=-15,0,18
 
-Returns are whole games, averaged over those that ended in the last
---window env steps. Panels: the return per task, then one per --panels
-metric (a key with * draws one line per task, e.g. popart/mu/*).
---references=pong draws published implementations' steps to Pong returns
-of -15, 0 and +18; --per_task_steps puts agent steps per task on the x
-axis, so multi-task runs line up with single-task ones.
+Returns are whole games, averaged over those that ended in the last --window env steps. Panels: the
+return per task, then one per --panels metric (a key with * draws one line per task, e.g.
+popart/mu/*). --references=pong draws published implementations' steps to Pong returns of -15, 0 and
++18; --per_task_steps puts agent steps per task on the x axis, so multi-task runs line up with
+single-task ones.
 """
 
 from absl import app

@@ -5,9 +5,8 @@ wall-clock time (two PNGs), and the binned returns as a markdown table.
       --peer_dir=runs/sbs/nle_agent --peer_stdout=runs/sbs/nle.log \\
       --output=docs/nle_side_by_side
 
---peer_dir is NLE's agent's --savedir, --peer_stdout what it printed (the
-only record of its times). Bins weight rows by their games, with
-cluster-robust standard errors (analysis/peer_curves.py).
+--peer_dir is NLE's agent's --savedir, --peer_stdout what it printed (the only record of its times).
+Bins weight rows by their games, with cluster-robust standard errors (analysis/peer_curves.py).
 """
 
 import json

@@ -1,6 +1,5 @@
-"""A markdown table of finished runs, one row per run and task: budget,
-wall time, speed, the latest evaluation (mean +- standard error), the
-training return at the end, and PopArt's final statistics.
+"""A markdown table of finished runs, one row per run and task: budget, wall time, speed, the latest
+evaluation (mean +- standard error), the training return at the end, and PopArt's final statistics.
 
   python launch/run_table.py runs/pc_popart runs/pc_unclipped runs/pc_clipped \\
       --labels='a. PopArt,b. unclipped,c. clipped' --uniform=runs/pc_popart/eval/3000000_uniform.json

@@ -46,8 +46,7 @@ class AgentNetwork(nn.Module):
   where `first` is True. Parameters, the core, the heads and all outputs are float32.
 
   Attributes:
-    torso: network.name: a registered torso, or 'attention' (which needs `lstm_size` > 0 for its
-      policy LSTM).
+    torso: network.name: a registered torso, or 'attention' (its policy LSTM needs `lstm_size` > 0).
     torso_kwargs: the torso's keyword arguments, as sorted (name, value) pairs.
     num_values: K, the value head's outputs (one per task with PopArt).
   """
@@ -231,8 +230,7 @@ def apply_fn(network: AgentNetwork, with_health: bool = False):
 
 
 def flatten_health(sown) -> dict:
-  """The `health` collection as {'conv1': x} for {'torso': {'conv1': (x,)}}:
-  module paths below the torso joined with '/'."""
+  """`health` as {'conv1': x} for {'torso': {'conv1': (x,)}}: paths under the torso, '/'-joined."""
   flat = flax.traverse_util.flatten_dict(flax.core.unfreeze(sown))
   out = {}
   for path, value in flat.items():

@@ -1,13 +1,12 @@
 """The Attention-Augmented Agent (Mott et al. 2019, arXiv 1906.02500).
 
-Per step: a conv stack encodes the frames, a ConvLSTM carries its maps; its
-output splits into keys and values, each with a Fourier spatial basis
-appended (so a query can ask *where* as well as *what*); queries from the
-policy LSTM's previous output attend over positions, and the answers,
-queries and core extra inputs feed the policy LSTM. The conv stack and the
-ConvLSTM's input gates have no recurrence, so they run once on [T * B]
-outside the scan. The attention weights [T, B, num_queries, h, w] are sown
-into 'intermediates' (only an apply with that collection mutable keeps them).
+Per step: a conv stack encodes the frames, a ConvLSTM carries its maps; its output splits into keys
+and values, each with a Fourier spatial basis appended (so a query can ask *where* as well as
+*what*); queries from the policy LSTM's previous output attend over positions, and the answers,
+queries and core extra inputs feed the policy LSTM. The conv stack and the ConvLSTM's input gates
+have no recurrence, so they run once on [T * B] outside the scan. The attention weights
+[T, B, num_queries, h, w] are sown into 'intermediates' (only an apply with that collection mutable
+keeps them).
 """
 
 import dataclasses
@@ -129,8 +128,7 @@ class AttentionCore(nn.Module):
       (outputs float32 [T, B, L], the state after the last step).
 
     Raises:
-      ValueError: frames not frame_size x frame_size, or key_size not in
-        (0, conv_lstm_channels).
+      ValueError: frames not frame_size x frame_size, or key_size not in (0, conv_lstm_channels).
     """
     t, b = first.shape
     if frames.shape[-2:] != (self.frame_size, self.frame_size):
@@ -172,8 +170,7 @@ class AttentionCore(nn.Module):
             'policy': (zeros(self.lstm_size), zeros(self.lstm_size))}
 
 
-# AttentionCore's sizes a config sets through network.torso_kwargs (which
-# may also set frame_size).
+# AttentionCore's sizes a config sets through network.torso_kwargs (which may also set frame_size).
 SIZE_FIELDS = ('vision_channels', 'conv_lstm_channels', 'key_size', 'num_queries',
                'query_hidden_size', 'num_frequencies', 'answer_sizes')
 

@@ -1,7 +1,6 @@
-"""Frame centring: each task's running per-pixel mean frame, subtracted from
-its frames before the first layer, so a first-layer unit's input is what
-changes between states rather than a fixed background that moves all its
-weights together (docs/pong.md).
+"""Frame centring: each task's running per-pixel mean frame, subtracted from its frames before the
+first layer, so a first-layer unit's input is what changes between states rather than a fixed
+background that moves all its weights together (docs/pong.md).
 
 The means are the torso's parameters `frame_centre` {'mean': [K, H, W]
 (pixel units), 'count': [K]}, so they travel with the params; their gradient
@@ -34,9 +33,8 @@ class FrameCentre(nn.Module):
 
 
 def centred_frames(frames, task_id, centres):
-  """(frames - centres[task_id]) / 255, float32 [N, C, H, W], for uint8 frames
-  [N, C, H, W] and mean frames [K, H, W]; every channel of a stack gets the
-  same mean."""
+  """(frames - centres[task_id]) / 255, float32 [N, C, H, W], for uint8 frames [N, C, H, W] and mean
+  frames [K, H, W]; every channel of a stack gets the same mean."""
   return (frames.astype(jnp.float32) - centres[task_id][:, None]) / 255.0
 
 
@@ -50,11 +48,10 @@ def _find(params) -> Optional[tuple]:
 def update(params, frames, task_id, axis_name: Optional[str] = None):
   """Params with each task's mean frame moved towards the batch's.
 
-  Only each stack's newest frame (channel -1) counts: every frame enters a
-  stack newest first. Per task k with n_k frames in the global batch:
-  w = max(n_k / (count_k + n_k), MIN_WEIGHT), mean_k += w (batch mean_k -
-  mean_k), count_k += n_k; absent tasks keep their row. Params without a
-  frame centre come back unchanged.
+  Only each stack's newest frame (channel -1) counts: every frame enters a stack newest first. Per
+  task k with n_k frames in the global batch: w = max(n_k / (count_k + n_k), MIN_WEIGHT), mean_k +=
+  w (batch mean_k - mean_k), count_k += n_k; absent tasks keep their row. Params without a frame
+  centre come back unchanged.
 
   Args:
     frames: uint8 [T, B, C, H, W].

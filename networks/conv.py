@@ -1,11 +1,9 @@
-"""`Conv2D`: a drop-in for `flax.linen.Conv` (2-D, NHWC) that is fast on XLA:CPU,
-whose own convolutions (their gradients above all) run far below its matmul
-rate (docs/speed.md).
+"""`Conv2D`: a drop-in for `flax.linen.Conv` (2-D, NHWC) that is fast on XLA:CPU, whose own
+convolutions (their gradients above all) run far below its matmul rate (docs/speed.md).
 
-A convolution is an explicit im2col + one matmul, forward and backward.
-Stride s becomes a stride-1 conv with a ceil(k/s) kernel by space-to-depth.
-The batch goes through in chunks (`lax.scan`) so each chunk's patch matrix
-stays in cache; the backward pass recomputes patches per chunk rather than
+A convolution is an explicit im2col + one matmul, forward and backward. Stride s becomes a stride-1
+conv with a ceil(k/s) kernel by space-to-depth. The batch goes through in chunks (`lax.scan`) so
+each chunk's patch matrix stays in cache; the backward pass recomputes patches per chunk rather than
 saving them. Parameters are nn.Conv's, so checkpoints see an ordinary conv.
 """
 
@@ -99,9 +97,8 @@ def _chunked(body, carry, xs, floats_per_sample):
 
 
 def _kn2row(x, kernel, bias, geo):
-  """The same convolution with the shifts on the output side: one matmul of the
-  space-to-depth input against every kernel tap, then a shifted sum; no patch
-  matrix to write, so it beats im2col for small inference batches."""
+  """The convolution with shifts on the output side: one matmul of the space-to-depth input against
+  all taps, then a shifted sum; no patch matrix, so it beats im2col for small acting batches."""
   (_, _, _, _, oh, kbh, _), (_, _, _, _, ow, kbw, _) = geo
   xs = _space_to_depth(x, geo)
   o = kernel.shape[-1]
@@ -123,9 +120,8 @@ _KN2ROW_MAX_BATCH = 64
 def conv2d(x, kernel, bias, strides, pads):
   """A 2-D convolution plus bias with a gradient written for XLA:CPU.
 
-  Equals lax.conv_general_dilated(x, kernel, strides, pads, NHWC/HWIO) + bias
-  up to float summation order; under differentiation both passes take the
-  chunked im2col path.
+  Equals lax.conv_general_dilated(x, kernel, strides, pads, NHWC/HWIO) + bias up to float summation
+  order; under differentiation both passes take the chunked im2col path.
 
   Args:
     x: [N, H, W, C].
@@ -188,8 +184,7 @@ class Conv2D(nn.Module):
   parameters ('kernel' [kh, kw, cin, features], 'bias') and initialisers.
 
   Attributes:
-    padding: 'VALID', 'SAME' (lax's: the extra pad at the end) or explicit
-      ((lo, hi), (lo, hi)).
+    padding: 'VALID', 'SAME' (lax's: the extra pad at the end) or explicit ((lo, hi), (lo, hi)).
     dtype: the computation dtype (inputs and parameters are promoted to it).
   """
   features: int

@@ -2,15 +2,13 @@
 convolutions with ELU (NLE's baseline map and crop encoders), as one
 custom-VJP op that is fast to differentiate on XLA:CPU (docs/speed.md).
 
-* Forward: the first layer as nine table lookups (`_embed_conv3x3`), then
-  XLA's conv over chunks of ~_FWD_CELLS cells; the ELU outputs are saved
-  (elu'(z) is 1 where y > 0, else y + 1).
+* Forward: the first layer as nine table lookups (`_embed_conv3x3`), then XLA's conv over chunks of
+  ~_FWD_CELLS cells; the ELU outputs are saved (elu'(z) is 1 where y > 0, else y + 1).
 * Backward: ~_BWD_CELLS cells at a time, layers in reverse, each an im2col
   and one matmul that stay in cache; the input gradient is itself a 3x3
   SAME conv with the kernel flipped and transposed (no col2im).
-* The first layer's input gradient is never formed: with S[i, j, k] the sum
-  of dz0 over the cells whose tap (i, j) read glyph k, the embedding
-  gradient is S @ W0' and the first kernel's E^T @ S.
+* The first layer's input gradient is never formed: with S[i, j, k] the sum of dz0 over the cells
+  whose tap (i, j) read glyph k, the embedding gradient is S @ W0' and the first kernel's E^T @ S.
 
 Only the float summation order differs from the plain network.
 """
@@ -95,9 +93,8 @@ def _tap_tables(embedding, kernel):
 
 
 def _tap_glyphs(glyphs, pad_glyph: int):
-  """[N, H, W] -> ((i, j), [N, H, W]) for the nine taps in HWIO order: the
-  glyph that tap (i, j) reads at each cell p, glyphs[p + (i - 1, j - 1)],
-  and pad_glyph beyond the map's edges."""
+  """[N, H, W] -> ((i, j), [N, H, W]) for the nine taps in HWIO order: the glyph that tap (i, j)
+  reads at each cell p, glyphs[p + (i - 1, j - 1)], and pad_glyph beyond the map's edges."""
   h, w = glyphs.shape[1:3]
   padded = jnp.pad(glyphs, ((0, 0), (1, 1), (1, 1)), constant_values=pad_glyph)
   return [((i, j), padded[:, i:i + h, j:j + w]) for i in range(3) for j in range(3)]

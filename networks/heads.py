@@ -1,6 +1,5 @@
-"""Policy head and the multi-task PopArt value heads (Hessel et al. 2019,
-arXiv 1809.04474): a Dense one, and a categorical one
-(rl/value_classification.py)."""
+"""Policy head and the multi-task PopArt value heads (Hessel et al. 2019, arXiv 1809.04474): a Dense
+one, and a categorical one (rl/value_classification.py)."""
 
 import flax.linen as nn
 import jax
@@ -37,16 +36,14 @@ class PopArtValueHead(nn.Module):
 
 
 class CategoricalValueHead(nn.Module):
-  """One categorical value per task over a fixed support, with PopArt's
-  statistics beside it.
+  """One categorical value per task over a fixed support, with PopArt's statistics beside it.
 
-  Logits [..., K, bins] (a zero-initialised Dense, vc.LOGITS: uniform at the
-  start) are sown into VALUE_LOGITS_COLLECTION for the cross-entropy. The
-  normalised value is n_k = kernel_k m_k + bias_k, m_k the softmax's mean: the
-  per-task affine is what PopArt rescales (as a Dense head's), so sigma n + mu
-  is unchanged when the statistics move while the categorical stays on its
-  support. m is stopped here, so the squared error trains the affine alone,
-  back toward the identity as the categorical learns the moved targets.
+  Logits [..., K, bins] (a zero-initialised Dense, vc.LOGITS: uniform at the start) are sown into
+  VALUE_LOGITS_COLLECTION for the cross-entropy. The normalised value is n_k = kernel_k m_k +
+  bias_k, m_k the softmax's mean: the per-task affine is what PopArt rescales (as a Dense head's),
+  so sigma n + mu is unchanged when the statistics move while the categorical stays on its support.
+  m is stopped here, so the squared error trains the affine alone, back toward the identity as the
+  categorical learns the moved targets.
   """
   num_values: int
   bins: int

@@ -1,9 +1,8 @@
 """Weight initialisation schemes, applied to a freshly initialised params tree.
 
-'lecun' keeps Flax's initialisers. 'orthogonal' is OpenAI baselines' and
-cleanrl's (the published PPO curves'): orthogonal kernels with gain sqrt(2)
-in the torso, 1 in the LSTM core and the value head, 0.01 in the policy
-head; biases 0. A conv kernel is orthogonal as a [kh kw cin, cout] matrix
+'lecun' keeps Flax's initialisers. 'orthogonal' is OpenAI baselines' and cleanrl's (the published
+PPO curves'): orthogonal kernels with gain sqrt(2) in the torso, 1 in the LSTM core and the value
+head, 0.01 in the policy head; biases 0. A conv kernel is orthogonal as a [kh kw cin, cout] matrix
 (PyTorch's `orthogonal_`); other parameters keep their initialiser.
 """
 
@@ -36,8 +35,7 @@ def _gain(path, policy_head: str, value_head: str, core: str):
 
 
 def orthogonal_kernel(key, shape, gain: float, dtype=jnp.float32):
-  """An orthogonal [prod(shape[:-1]), shape[-1]] matrix times `gain`, reshaped
-  to `shape`."""
+  """An orthogonal [prod(shape[:-1]), shape[-1]] matrix times `gain`, reshaped to `shape`."""
   flat = (math.prod(shape[:-1]), shape[-1])
   return nn.initializers.orthogonal(scale=gain)(key, flat, dtype).reshape(shape)
 
@@ -46,10 +44,9 @@ def apply_init(params: Dict[str, Any], scheme: str, key, *, policy_head: str = '
                value_head: str = 'value_head', core: str = 'core') -> Dict[str, Any]:
   """Params re-initialised with `scheme` (ValueError if not one of INITS).
 
-  Kernels are the 'kernel' leaves of at least 2 dimensions, except a
-  categorical value head's logits (kept at zeros); the biases beside them
-  become 0. Each kernel's key is folded from `key` and its position in the
-  sorted tree, so the result depends only on `key` and the tree.
+  Kernels are the 'kernel' leaves of at least 2 dimensions, except a categorical value head's logits
+  (kept at zeros); the biases beside them become 0. Each kernel's key is folded from `key` and its
+  position in the sorted tree, so the result depends only on `key` and the tree.
 
   Args:
     policy_head, value_head, core: top-level names that get POLICY_GAIN,

@@ -1,12 +1,11 @@
 """Which implementation the convolutional layers run: the one place that decides.
 
-'cpu': the ops written for XLA:CPU (conv2d, nature_convs, glyph_conv_stack,
-the sliced max-pool), which turn convolutions into matmuls with hand-written
-gradients. 'xla': XLA's own ops (cuDNN on GPU, the MXU on TPU), where the
-CPU ops would only hold patch matrices in memory. 'auto' decides when the
-program is lowered, for the platform it is lowered for, so learner and
-actor each get their own and nothing depends on jax.default_backend().
-Parameters are the same under both, so a checkpoint moves between them.
+'cpu': the ops written for XLA:CPU (conv2d, nature_convs, glyph_conv_stack, the sliced max-pool),
+which turn convolutions into matmuls with hand-written gradients. 'xla': XLA's own ops (cuDNN on
+GPU, the MXU on TPU), where the CPU ops would only hold patch matrices in memory. 'auto' decides
+when the program is lowered, for the platform it is lowered for, so learner and actor each get their
+own and nothing depends on jax.default_backend(). Parameters are the same under both, so a
+checkpoint moves between them.
 """
 
 from typing import Callable

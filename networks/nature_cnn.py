@@ -37,9 +37,8 @@ def supported(frames) -> bool:
 # ---- Layouts and weight matrices.
 
 def _s2d4(frames):
-  """uint8 [c, 4, 84, 84] -> float32 [c 441, 64]: rows (n, H, W) over the 21x21
-  grid of 4x4 pixel blocks, features (channel, row in block, column in block).
-  The four bytes of a block row travel as one uint32."""
+  """uint8 [c, 4, 84, 84] -> float32 [c 441, 64]: rows (n, H, W) of the 21x21 grid of 4x4 blocks,
+  features (channel, row, column in block). A block row's four bytes travel as one uint32."""
   c = frames.shape[0]
   w = lax.bitcast_convert_type(frames.reshape(c, 4, 84, 21, 4), jnp.uint32)
   w = w.reshape(c, 4, 21, 4, 21).transpose(0, 2, 4, 1, 3)
@@ -179,14 +178,12 @@ def _forward(frames, task, centres, k1, b1, k2, b2, k3, b3, keep):
 def nature_convs(frames, k1, b1, k2, b2, k3, b3, task_id=None, centres=None):
   """The Nature CNN's three convolutions as one op written for XLA:CPU.
 
-  Equals three VALID relu convs (NHWC) on frames / 255, or with `centres` on
-  (frames - centres[task_id]) / 255, up to float summation order; float32.
-  Gradients flow to the kernels and biases only.
+  Equals three VALID relu convs (NHWC) on frames / 255 (with `centres`, (frames - centres[task_id])
+  / 255) up to float summation order; float32. Only kernels and biases get gradients.
 
   Args:
     frames: uint8 [N, 4, 84, 84].
-    k1, b1, k2, b2, k3, b3: kernels [8, 8, 4, 32] /4, [4, 4, 32, 64] /2,
-      [3, 3, 64, 64] /1 and their biases.
+    k1, b1, k2, b2, k3, b3: kernels [8, 8, 4, 32] /4, [4, 4, 32, 64] /2, [3, 3, 64, 64] /1, biases.
     task_id: int [N], with `centres` ([K, 84, 84], pixel units).
 
   Returns:

@@ -1,7 +1,6 @@
 """NetHack (NLE) torsos: NLE's baseline network (Kuttler et al. 2020, arXiv 2006.13760), a variant
 with a shallower map CNN, and an attention variant. All read obs['glyphs'] int [N, 21, 79] and
-obs['blstats'] int [N, 27] and end at FC 512; the LSTM 512 is AgentNetwork's core
-(network.lstm_size=512).
+obs['blstats'] int [N, 27] and end at FC 512 (the LSTM is AgentNetwork's core, network.lstm_size).
 """
 
 import functools
@@ -108,9 +107,8 @@ class NLEBaselineTorso(nn.Module):
 
   A glyph embedding shared by the 21x79 map and a crop around the agent, each through 3x3 ELU convs;
   blstats through an MLP; concatenated -> FC -> FC (ReLU). blstats take normalise_blstats' signed
-  log, not NLE's per-field divisors: one rule for any NLE version. By default the embedding and each
-  conv stack run as one glyph_conv_stack op; reference=True computes the same function with nn.Embed
-  and nn.Conv (same parameter tree).
+  log, not NLE's per-field divisors: one rule for any NLE version. The embedding and each conv stack
+  run as one glyph_conv_stack op; reference=True uses nn.Embed and nn.Conv (same parameters).
   """
   embedding_size: int = 32
   channels: tuple = (16, 16, 16, 16, 8)

@@ -14,8 +14,7 @@ from networks import torsos
 # network.dtype's choices; 'auto' is float32 on a CPU, where bfloat16 is slower.
 DTYPES = ('auto', 'float32', 'bfloat16')
 
-# Torso arguments AgentNetwork fills from other network fields: torso_kwargs
-# may not set them.
+# Torso arguments AgentNetwork fills from other network fields: torso_kwargs may not set them.
 TORSO_FIELDS = {'dtype': 'network.dtype', 'kernels': 'network.kernels',
                 'num_centres': 'network.centre_frames'}
 

@@ -1,5 +1,4 @@
-"""Max-pooling written for a fast gradient on XLA:CPU (IMPALA ResNet, NetHack
-attention torso)."""
+"""Max-pooling written for a fast gradient on XLA:CPU (IMPALA ResNet, NetHack attention torso)."""
 
 import functools
 
@@ -18,10 +17,9 @@ def max_pool_3x3_s2(x, kernels: str = 'auto'):
 def sliced_max_pool(x):
   """nn.max_pool(x, (3, 3), (2, 2), 'SAME') on NHWC, as maxima of strided slices.
 
-  XLA:CPU's reduce_window backward (select_and_scatter) is very slow; maxima
-  of slices of the -inf-padded input differentiate into selects and pads.
-  The window is taken separably (3 column slices, then 3 row slices), which
-  differentiates faster than 9 slices.
+  XLA:CPU's reduce_window backward (select_and_scatter) is very slow; maxima of slices of the
+  -inf-padded input differentiate into selects and pads. The window is taken separably (3 column
+  slices, then 3 row slices), which differentiates faster than 9 slices.
   """
   def pads(n):  # lax's SAME padding: out = ceil(n / 2), the odd pixel at the end
     out = -(-n // 2)

@@ -1,9 +1,7 @@
-"""Observation encoders ("torsos"): [N, ...] inputs of the keys each reads ->
-[N, F] float32.
+"""Observation encoders ("torsos"): [N, ...] inputs of the keys each reads -> [N, F] float32.
 
-Every torso takes `dtype`, the dtype its layers compute in; its parameters
-and output stay float32, so core, heads and losses are float32 whatever it
-is. Each is registered with what it reads and can do (`Torso`, `register`).
+Every torso takes `dtype`, its layers' compute dtype; its parameters and output stay float32, as do
+core, heads and losses. Each is registered with what it reads and can do (`Torso`, `register`).
 """
 
 import dataclasses
@@ -22,9 +20,8 @@ from networks.pooling import max_pool_3x3_s2
 
 
 def sow_unit_max(module: nn.Module, name: str, x=None, unit_max=None) -> None:
-  """Records a ReLU layer's per-unit maximum over the batch (of `x` [N, ...], or
-  `unit_max` given) in the `health` collection under `name`, float32 and
-  stopped; a no-op unless `health` is mutable.
+  """Records a ReLU layer's per-unit maximum over the batch (of `x` [N, ...], or `unit_max` given)
+  in the `health` collection under `name`, float32 and stopped; a no-op unless `health` is mutable.
 
   Appends to a tuple on the scope as sow does: `module.sow(name)` would clash
   with the layer's submodule of the same name in flax 0.12.
@@ -39,8 +36,7 @@ def sow_unit_max(module: nn.Module, name: str, x=None, unit_max=None) -> None:
 
 
 def _centres(module: nn.Module, obs):
-  """(task ids [N], the tasks' mean frames [K, H, W]) of a centring torso
-  (`num_centres` > 0), else (None, None)."""
+  """(task ids [N], mean frames [K, H, W]) with `num_centres` > 0, else (None, None)."""
   if not module.num_centres:
     return None, None
   frames = obs['frames']
@@ -49,8 +45,7 @@ def _centres(module: nn.Module, obs):
 
 
 def _conv_input(frames, task_id, centres, dtype=jnp.float32):
-  """uint8 frames [N, C, H, W] as a plain convolution's NHWC input: / 255,
-  centred when there are centres, in `dtype`."""
+  """uint8 frames [N, C, H, W] as NHWC conv input in `dtype`: / 255, centred given centres."""
   if centres is None:
     x = frames.astype(jnp.float32) / 255.0
   else:
@@ -75,10 +70,9 @@ class MLPTorso(nn.Module):
 
 
 class _ConvParams(nn.Module):
-  """A conv layer's parameters only, exactly nn.Conv's and Conv2D's, for a fused
-  op that computes the layer itself. Called with the layer's input x (only its
-  channel count is read) so that method interceptors see it
-  (analysis/frame_checks.torso_input)."""
+  """A conv layer's parameters only, exactly nn.Conv's and Conv2D's, for a fused op that computes
+  the layer itself. Called with the layer's input x (only its channel count is read) so that method
+  interceptors see it (analysis/frame_checks.torso_input)."""
   features: int
   kernel_size: tuple
   in_features: int = 0
@@ -95,11 +89,9 @@ class _ConvParams(nn.Module):
 class NatureCNNTorso(nn.Module):
   """The Nature DQN CNN (Mnih et al. 2015), IMPALA's shallow network.
 
-  uint8 [N, 4, 84, 84] frames go through `nature_cnn.nature_convs` (or
-  `xla_convs`, as `kernels` says) with the same parameters; other frames use
-  one `Conv2D` per layer. Records conv1..3 and fc in `health`. With
-  `num_centres` K > 0 frames are centred on their task's mean frame
-  (obs['task_id'] picks it).
+  uint8 [N, 4, 84, 84] frames take `nature_cnn.nature_convs` (or `xla_convs`, as `kernels` says)
+  with the same parameters; other frames use one `Conv2D` per layer. Records conv1..3 and fc in
+  `health`. With `num_centres` K > 0 frames are centred on their task's mean frame (obs['task_id']).
   """
   hidden_size: int = 512
   num_centres: int = 0
@@ -108,8 +100,7 @@ class NatureCNNTorso(nn.Module):
 
   @nn.compact
   def __call__(self, obs):
-    """float32 [N, hidden_size] of obs 'frames' uint8 [N, C, H, W] (and 'task_id'
-    int [N] with num_centres > 0)."""
+    """float32 [N, hidden_size] of obs 'frames' uint8 [N, C, H, W] (+ 'task_id' [N] if centring)."""
     frames = obs['frames']
     task_id, centres = _centres(self, obs)
     # conv1's input as nn.Conv would get it; unused by the fused op (jit drops it).
@@ -145,9 +136,8 @@ def _in_dtype(outputs, dtype):
 class ResNetTorso(nn.Module):
   """IMPALA's deep network (Espeholt et al. 2018, arXiv 1802.01561, fig. 3, right).
 
-  Per stage: conv 3x3, max-pool 3x3/2, then residual blocks (relu, conv, relu,
-  conv, + skip); 84 -> 42 -> 21 -> 11. `num_centres` and `kernels` as
-  NatureCNNTorso's; records 'stages' and 'fc' in `health`.
+  Per stage (84 -> 42 -> 21 -> 11): conv 3x3, max-pool 3x3/2, residual blocks (relu, conv, relu,
+  conv, + skip). `num_centres`, `kernels` as NatureCNNTorso's; records 'stages', 'fc' in `health`.
   """
   channels: tuple = (16, 32, 32)
   num_blocks: int = 2
@@ -176,9 +166,8 @@ class ResNetTorso(nn.Module):
 
 
 class NLESimpleTorso(nn.Module):
-  """A small NetHack encoder: glyph embedding, 3x3 SAME ELU convs over the map
-  (the first stride 1, the rest stride 2, so a CPU trains it at a useful
-  rate), and a blstats MLP."""
+  """A small NetHack encoder: glyph embedding, 3x3 SAME ELU convs over the map (the first stride 1,
+  the rest stride 2, so a CPU trains it at a useful rate), and a blstats MLP."""
   embedding_size: int = 16
   channels: tuple = (16, 32)
   hidden_size: int = 256
@@ -187,8 +176,7 @@ class NLESimpleTorso(nn.Module):
 
   @nn.compact
   def __call__(self, obs):
-    """Returns float32 [N, hidden_size] for obs 'glyphs' [N, 21, 79] and
-    'blstats' [N, 27]."""
+    """Returns float32 [N, hidden_size] for obs 'glyphs' [N, 21, 79] and 'blstats' [N, 27]."""
     glyphs = obs['glyphs'].astype(jnp.int32)
     # Looked up in float32, then cast: see conv_stack.xla_glyph_conv_stack.
     x = nn.Embed(NLE_NUM_GLYPHS, self.embedding_size, name='glyph_embed')(glyphs).astype(self.dtype)
@@ -206,12 +194,10 @@ class NLESimpleTorso(nn.Module):
 class Torso:
   """A network.name and what it can do, registered once (`register`).
 
-  `module` is the flax module class, called with its settings (`dtype`;
-  `kernels` if `convolutional`; `num_centres` if `centres_frames` and
-  network.centre_frames; `extra_inputs` if `extra_inputs` and they are set;
-  network.torso_kwargs) and name='torso', mapping {key: [N, ...]} of
-  `obs_keys` to float32 [N, F]; None for a network that replaces torso and
-  core (networks/attention.py).
+  `module` is the flax module class, called with its settings (`dtype`; `kernels` if
+  `convolutional`; `num_centres` if `centres_frames` and network.centre_frames; `extra_inputs` if
+  `extra_inputs` and set; network.torso_kwargs) and name='torso', mapping {key: [N, ...]} of
+  `obs_keys` to float32 [N, F]; None: networks/attention.py replaces torso and core.
   """
   module: Optional[Callable]
   obs_keys: Tuple[str, ...]            # the observation keys it reads (envs are asked for them)

@@ -1,6 +1,5 @@
-"""What the learners (rl/impala.py, rl/ppo.py) share: their settings, the
-learner table's entry, one forward pass over an unroll, episode masking and
-means over the valid steps of the global batch.
+"""What the learners (rl/impala.py, rl/ppo.py) share: their settings, the learner table's entry, one
+forward pass over an unroll, episode masking and means over the valid steps of the global batch.
 
 Shapes are time-major: an unroll's T + 1 steps, T transitions.
 """
@@ -25,9 +24,8 @@ class LossConfig(NamedTuple):
   reward_mode: str
   popart_enabled: bool
   popart_beta: float
-  # 'sum' over time and batch (IMPALA's code) or 'mean' over the global
-  # batch's valid steps (A2C's): 1/N the size, which the clip and RMSProp's
-  # epsilon see.
+  # 'sum' over time and batch (IMPALA's code) or 'mean' over the global batch's valid steps (A2C's):
+  # 1/N the size, which the clip and RMSProp's epsilon see.
   reduction: str = 'sum'
   name: str = 'impala'   # the learner (rl/algorithms.py): 'impala', 'ppo' or one registered
   settings: Any = None   # the learner's own settings (rl/impala.VTraceConfig, rl/ppo.PPOConfig,
@@ -55,16 +53,14 @@ class Learner(NamedTuple):
       learning-rate schedule counts them).
     batch_split: (settings, unrolls per learner device, unroll length) ->
       None, or (field, why) when its minibatches cannot cut a device's shard.
-    settings_type: its settings dataclass (infra/settings.py), read from
-      `LossConfig.settings`.
+    settings_type: its settings dataclass (infra/settings.py), read from `LossConfig.settings`.
     init_state: params -> the state kept between updates and checkpointed;
       None: it keeps none.
-    term_loss: (apply_fn, loss_cfg, axis_name=None, by_term=False) -> its
-      loss(params, stats, batch, entropy_cost=None) -> (loss, LossOutput),
-      with by_term a [len(terms), num_tasks] array of each term over each
-      task's steps summing to the loss (rl/impala.loss_fn), linear in
-      baseline_cost and entropy_cost; what optimizer.clip_by='term', the task
-      gradient report and launch/diagnose_update.py need. None: it has none.
+    term_loss: (apply_fn, loss_cfg, axis_name=None, by_term=False) -> its loss(params, stats, batch,
+      entropy_cost=None) -> (loss, LossOutput), with by_term a [len(terms), num_tasks] array of each
+      term over each task's steps summing to the loss (rl/impala.loss_fn), linear in baseline_cost
+      and entropy_cost; what optimizer.clip_by='term', the task gradient report and
+      launch/diagnose_update.py need. None: it has none.
     terms: the rows of its by-term loss, 'policy' and 'baseline' among them.
     categorical_value: it trains a categorical value head (value.head).
     network_check: (settings, the network is recurrent) -> None, or (field,
@@ -138,9 +134,8 @@ def evaluate_unroll(apply_fn: Callable, cfg: LossConfig, params, stats: popart.S
                     batch: Unroll) -> Evaluation:
   """Runs the network over an unroll and takes out what both losses use.
 
-  Values are read from each step's task head, unnormalised with the PopArt
-  statistics and mapped to reward units (h^-1, or symexp for `symlog_values`).
-  Nothing is stopped from gradients here.
+  Values are read from each step's task head, unnormalised with the PopArt statistics and mapped to
+  reward units (h^-1, or symexp for `symlog_values`). Nothing is stopped from gradients here.
 
   Args:
     apply_fn: (params, stats, obs, first, core_state) -> (logits [T+1, B, A],

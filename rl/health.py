@@ -1,7 +1,6 @@
-"""The network's health, read off the learner's own forward pass: dead ReLU
-units (0 for every input, so no gradient brings them back) and a policy
-whose log-probabilities do not depend on the state. With `axis_name`, the
-figures are global over every learner device's shard.
+"""The network's health, read off the learner's own forward pass: dead ReLU units (0 for every
+input, so no gradient brings them back) and a policy whose log-probabilities do not depend on the
+state. With `axis_name`, the figures are global over every learner device's shard.
 """
 
 from typing import Dict, Optional
@@ -18,9 +17,8 @@ def dead_shares(unit_max: Dict[str, jax.Array], axis_name: Optional[str] = None
   """The share of each layer's units that are dead on the global batch.
 
   Args:
-    unit_max: layer name -> each unit's maximum over this device's batch
-      (the torsos' `health` sows, networks/torsos.py); dead means <= 0 on
-      every device (pmax).
+    unit_max: layer name -> each unit's maximum over this device's batch (the torsos' `health` sows,
+      networks/torsos.py); dead means <= 0 on every device (pmax).
 
   Returns:
     {'dead/<layer>': scalar share in [0, 1]}.
@@ -35,9 +33,8 @@ def dead_shares(unit_max: Dict[str, jax.Array], axis_name: Optional[str] = None
 
 def logit_spread(log_pi: jax.Array, mask: jax.Array, axis_name: Optional[str] = None
                  ) -> jax.Array:
-  """How much the policy depends on the state: the std over valid states of
-  each action's log-probability, averaged over actions; 0 means the policy
-  ignores its input.
+  """How much the policy depends on the state: the std over valid states of each action's
+  log-probability, averaged over actions; 0 means the policy ignores its input.
 
   Args:
     log_pi: log-softmax [..., A] (not raw logits: their per-state constant
@@ -80,8 +77,7 @@ def update_kl(apply_fn, params, stats, minibatch: Unroll, log_pi_before, axis_na
   Args:
     params, stats: those after the update.
     minibatch: the update's first minibatch, [T + 1, B', ...].
-    log_pi_before: its log-policy [T, B', A] under the params the update
-      started from.
+    log_pi_before: its log-policy [T, B', A] under the params the update started from.
   """
   k = min(KL_UNROLLS, minibatch.action.shape[1])
   part = jax.tree.map(lambda x: x[:, :k], minibatch._replace(core_state=None))

@@ -1,7 +1,6 @@
-"""IMPALA: the V-trace actor-critic loss (Espeholt et al. 2018, arXiv
-1802.01561) with per-task PopArt (Hessel et al. 2019, arXiv 1809.04474),
-and the learner's update. Written for one device's shard; sums cross
-`axis_name`; metrics are per valid step whatever `LossConfig.reduction`.
+"""IMPALA: the V-trace actor-critic loss (Espeholt et al. 2018, arXiv 1802.01561) with per-task
+PopArt (Hessel et al. 2019, arXiv 1809.04474), and the learner's update. Written for one device's
+shard; sums cross `axis_name`; metrics are per valid step whatever `LossConfig.reduction`.
 """
 
 import dataclasses
@@ -37,9 +36,8 @@ CLIP_GROUP_NAMES = ('policy', 'baseline')
 
 @dataclasses.dataclass(frozen=True)
 class VTraceConfig:
-  """How the IMPALA update uses a batch (the config's `vtrace` group; read
-  only when loss.name = 'impala'). 1 epoch x 1 minibatch is IMPALA's one
-  optimiser step per batch."""
+  """How the IMPALA update uses a batch (the config's `vtrace` group; read only when loss.name =
+  'impala'). 1 epoch x 1 minibatch is IMPALA's one optimiser step per batch."""
   epochs: int = setting(1, 'passes over each batch', integer(1))
   minibatches: int = setting(
       1, "optimiser steps per pass: the batch's unrolls shuffled and cut in this many parts, "
@@ -57,8 +55,7 @@ class VTraceConfig:
       'minibatch', boolean)
 
   def problem(self):
-    """Per-task normalisation needs normalisation on; balancing needs
-    minibatches to deal into."""
+    """Per-task normalisation needs normalisation on; balancing needs minibatches to deal into."""
     per = self.normalize_advantages_per
     if per == 'task' and self.normalize_advantages is False:
       return ('normalize_advantages_per', f"'{per}' needs vtrace.normalize_advantages=True "
@@ -93,21 +90,18 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
             by_term: bool = False) -> Callable:
   """The IMPALA loss: V-trace actor-critic with per-task PopArt.
 
-  Targets v_s come from the network's own values (stopped), in reward units
-  (h-space for reward mode 'h'). With PopArt the statistics step on v_s and
-  the value loss 0.5 (target - value)^2 uses the new statistics with outputs
-  preserved (Hessel et al. 2019). Policy term: -min(rho_s, 1)
-  (q_s - V(x_s)) / sigma_i log pi(a_s|x_s) (Espeholt et al. 2018, sec. 4.2),
-  optionally normalised (VTraceConfig); plus the entropy bonus. A categorical
-  head adds the cross-entropy against the projected target; without PopArt
-  it works in symlog space and scales advantages by each task's
+  Targets v_s come from the network's own values (stopped), in reward units (h-space for reward mode
+  'h'). With PopArt the statistics step on v_s and the value loss 0.5 (target - value)^2 uses the
+  new statistics with outputs preserved (Hessel et al. 2019). Policy term: -min(rho_s, 1)
+  (q_s - V(x_s)) / sigma_i log pi(a_s|x_s) (Espeholt et al. 2018, sec. 4.2), optionally normalised
+  (VTraceConfig); plus the entropy bonus. A categorical head adds the cross-entropy against the
+  projected target; without PopArt it works in symlog space and scales advantages by each task's
   max(1, P95 - P5) instead of sigma_i (rl/value_classification.py).
 
   Args:
     apply_fn: as rl/actor_critic.evaluate_unroll's.
-    by_term: the loss is a [3, num_tasks] array instead: each term of TERMS
-      over each task's steps, summing to the scalar loss (per-term clip,
-      rl/sgd.py; per-task gradient norms).
+    by_term: the loss is a [3, num_tasks] array instead: each term of TERMS over each task's steps,
+      summing to the scalar loss (per-term clip, rl/sgd.py; per-task gradient norms).
 
   Returns:
     loss(params, stats, batch, entropy_cost=None) -> (loss, LossOutput).

@@ -15,13 +15,12 @@ def shuffle_keys(seed: int, step, epochs: int):
 def unroll_order(key, num_unrolls: int, num: int, unroll_tasks=None, shift=0):
   """Which unrolls each of `num` minibatches holds: [num, B // num] indices.
 
-  The unrolls are permuted with `key` and cut in order (the remainder of
-  B / num dropped). With `unroll_tasks` [B] the permuted unrolls are grouped
-  by task (stable sort) and dealt out in turn, so each minibatch gets floor or
-  ceil of c / num of a task's c unrolls; the minibatches are then shuffled (so
-  no one always takes a task's extra unroll) and rotated by `shift`, the
-  learner device's index, so the devices' extra unrolls land in different
-  global minibatches. B must then be a multiple of `num`.
+  The unrolls are permuted with `key` and cut in order (the remainder of B / num dropped). With
+  `unroll_tasks` [B] the permuted unrolls are grouped by task (stable sort) and dealt out in turn,
+  so each minibatch gets floor or ceil of c / num of a task's c unrolls; the minibatches are then
+  shuffled (so no one always takes a task's extra unroll) and rotated by `shift`, the learner
+  device's index, so the devices' extra unrolls land in different global minibatches. B must then be
+  a multiple of `num`.
   """
   size = num_unrolls // num
   deal_key, key = jax.random.split(key) if unroll_tasks is not None else (None, key)
@@ -45,8 +44,7 @@ def split_unrolls(batch: Unroll, num: int, key, balance_tasks: bool = False,
     shift: with `balance_tasks`, the learner device's index.
 
   Returns:
-    An Unroll with fields [num, T + 1, B / num, ...], core state
-    [num, B / num, ...].
+    An Unroll with fields [num, T + 1, B / num, ...], core state [num, B / num, ...].
   """
   idx = unroll_order(key, batch.action.shape[1], num,
                      batch.task_id[0] if balance_tasks else None, shift)

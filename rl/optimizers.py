@@ -1,9 +1,8 @@
 """The optimiser: a global-norm clip, then RMSProp or Adam, the learning rate
 annealed linearly over the run's optimiser steps (after an optional warmup).
 
-The hyperparameters population-based training adapts (base learning rate,
-clip, epsilon, entropy cost) are float32 scalars in
-`opt_state.hyperparams` (`optax.inject_hyperparams`), so changing one
+The hyperparameters population-based training adapts (base learning rate, clip, epsilon, entropy
+cost) are float32 scalars in `opt_state.hyperparams` (`optax.inject_hyperparams`), so changing one
 mid-run does not recompile the update and a checkpoint carries them.
 """
 
@@ -77,13 +76,11 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
                    clip_in_chain: bool = True, warmup_steps: int = 0, anneal_to: float = 0.0):
   """A global-norm clip, then RMSProp or Adam, the learning rate annealed.
 
-  The rate falls linearly from its base to `anneal_to` x base over
-  `total_learner_steps` optimiser steps, counted by the optimiser's own step
-  so a new base rate mid-run keeps the schedule's place; with `warmup_steps`
-  W > 0, step n's rate is also multiplied by min(1, (n + 1) / W).
-  RMSProp's `initial_scale` is where nu starts: 0 (optax) makes the first
-  step ~10 lr sign(g) for every parameter, large enough to kill ReLU units;
-  1.0 is TensorFlow's.
+  The rate falls linearly from its base to `anneal_to` x base over `total_learner_steps` optimiser
+  steps, counted by the optimiser's own step so a new base rate mid-run keeps the schedule's place;
+  with `warmup_steps` W > 0, step n's rate is also multiplied by min(1, (n + 1) / W). RMSProp's
+  `initial_scale` is where nu starts: 0 (optax) makes the first step ~10 lr sign(g) for every
+  parameter, large enough to kill ReLU units; 1.0 is TensorFlow's.
 
   Args:
     total_learner_steps: optimiser steps of the anneal (at least 1 used).
@@ -97,8 +94,7 @@ def make_optimizer(learning_rate: float, total_learner_steps: int,
     `schedule(step, base=learning_rate)`, the rate at optimiser step `step`.
 
   Raises:
-    ValueError: an unknown `name`, `warmup_steps` < 0 or `anneal_to` outside
-      [0, 1].
+    ValueError: an unknown `name`, `warmup_steps` < 0 or `anneal_to` outside [0, 1].
   """
   if name not in OPTIMIZERS:
     raise ValueError(f'unknown optimizer {name!r}; choose one of {", ".join(OPTIMIZERS)}')
@@ -163,8 +159,7 @@ def optimizer_from_settings(o: OptimizerConfig, learning_rate: float, entropy_co
 
 
 def hyperparameter(opt_state, key: str, default=None):
-  """`opt_state.hyperparams[key]`, or `default` for a state without it (a bare
-  optax chain)."""
+  """`opt_state.hyperparams[key]`, or `default` for a state without it (a bare optax chain)."""
   return getattr(opt_state, 'hyperparams', {}).get(key, default)
 
 
@@ -173,9 +168,8 @@ def hyperparameters(opt_state) -> Dict[str, jnp.ndarray]:
 
 
 def with_hyperparameters(opt_state, values: Dict[str, float]):
-  """`opt_state` with some injected hyperparameters set; the next update uses
-  them without compiling again. KeyError (naming the keys it holds) for a key
-  the state does not hold."""
+  """`opt_state` with some injected hyperparameters set; the next update uses them without compiling
+  again. KeyError (naming the keys it holds) for a key the state does not hold."""
   current = opt_state.hyperparams
   for key in values:
     if key not in current:

@@ -1,13 +1,12 @@
 """Multi-task PopArt (van Hasselt et al. 2016, arXiv 1602.07714; Hessel et al.
 2019, arXiv 1809.04474).
 
-Each task i keeps moments mu_i, nu_i of its value targets; sigma_i =
-sqrt(nu_i - mu_i^2). The head outputs normalised values n_i; the value is
-sigma_i n_i + mu_i, and when the statistics move the head is rescaled so
-that value is unchanged ("preserve outputs"). The statistics {'mu': [K],
-'nu': [K]} live in the value head's Flax collection `popart`; the
-'debiased' start (Adam's bias correction) adds 'weight' [K] = 1 - (1 -
-beta)^t, so a task's first step sets its statistics to its batch's.
+Each task i keeps moments mu_i, nu_i of its value targets; sigma_i = sqrt(nu_i - mu_i^2). The head
+outputs normalised values n_i; the value is sigma_i n_i + mu_i, and when the statistics move the
+head is rescaled so that value is unchanged ("preserve outputs"). The statistics
+{'mu': [K], 'nu': [K]} live in the value head's Flax collection `popart`; the 'debiased' start
+(Adam's bias correction) adds 'weight' [K] = 1 - (1 - beta)^t, so a task's first step sets its
+statistics to its batch's.
 """
 
 import dataclasses
@@ -67,16 +66,14 @@ def init_stats(num_tasks: int, start: str = 'identity') -> Stats:
 
 
 def with_start(stats: Stats, start: str) -> Stats:
-  """`stats` with a zero 'weight' per task added for the debiased start (the
-  network's head makes only mu and nu)."""
+  """`stats` plus a zero 'weight' per task for the debiased start (the head makes only mu, nu)."""
   if start == 'debiased' and 'weight' not in stats:
     return {**stats, 'weight': jnp.zeros_like(stats['mu'])}
   return stats
 
 
 def sigma(stats: Stats) -> jax.Array:
-  """Each task's scale sigma_i = sqrt(nu_i - mu_i^2), clipped to [SIGMA_MIN,
-  SIGMA_MAX]; [K]."""
+  """Each task's scale sigma_i = sqrt(nu_i - mu_i^2), clipped to [SIGMA_MIN, SIGMA_MAX]; [K]."""
   # nu - mu^2 can round below zero in float32.
   variance = jnp.maximum(stats['nu'] - stats['mu'] ** 2, SIGMA_MIN ** 2)
   return jnp.clip(jnp.sqrt(variance), SIGMA_MIN, SIGMA_MAX)
@@ -113,12 +110,11 @@ def update_stats_and_step(stats: Stats, targets: jax.Array, task_ids: jax.Array,
                           per_sample: bool = False) -> Tuple[Stats, jax.Array]:
   """One PopArt step per task toward the mean of its targets in the global batch.
 
-  mu_i <- (1 - a_i) mu_i + a_i mean_i(targets), nu_i likewise with squared
-  targets. Per batch a_i = beta; per sample a_i = 1 - (1 - beta)^n_i for the
-  task's n_i valid targets (n_i steps of beta, Hessel et al. 2019, eq. 6;
-  rlax.art's n_i beta agrees to first order). With 'weight' (debiased
-  start) w_i' = (1 - a_i) w_i + a_i and the step is a_i / w_i'. Tasks
-  without valid targets keep their statistics.
+  mu_i <- (1 - a_i) mu_i + a_i mean_i(targets), nu_i likewise with squared targets. Per batch a_i =
+  beta; per sample a_i = 1 - (1 - beta)^n_i for the task's n_i valid targets (n_i steps of beta,
+  Hessel et al. 2019, eq. 6; rlax.art's n_i beta agrees to first order). With 'weight'
+  (debiased start) w_i' = (1 - a_i) w_i + a_i and the step is a_i / w_i'. Tasks without valid
+  targets keep their statistics.
 
   Args:
     targets: unnormalised value targets, any shape; task_ids and mask alike.
@@ -169,9 +165,8 @@ def rescaled_value(old: Stats, new: Stats, n: jax.Array, task_ids: jax.Array) ->
 def preserved_from(old: Stats, new: Stats) -> Stats:
   """The statistics a categorical head's outputs are preserved from (rl/sgd.py).
 
-  `old`, except for a task's first debiased step (weight 0): its placeholder
-  statistics carry nothing the head learnt, and rescaling from them would
-  leave the head off by 1 / sigma, so its affine is left as it is.
+  `old`, except at a task's first debiased step (weight 0): its placeholder statistics hold nothing
+  learnt, and rescaling from them would leave the head off by 1 / sigma, so its affine stays.
   """
   if 'weight' not in old:
     return old
@@ -189,9 +184,8 @@ def rescale_head_grads(grads: Dict[str, Any], value_head: str, old: Stats, new: 
                        ) -> Dict[str, Any]:
   """A gradient taken at the head before its rescale, moved to the rescaled head.
 
-  The loss as a function of w' = w sigma / sigma' has gradient sigma' / sigma
-  times the old one (likewise b). Only 'kernel' and 'bias' of the head are
-  scaled (not a categorical head's logits layer).
+  The loss as a function of w' = w sigma / sigma' has gradient sigma' / sigma times the old
+  (likewise b). Only the head's 'kernel' and 'bias' are scaled (not a categorical head's logits).
   """
   head = grads[value_head]
   ratio = sigma(new) / sigma(old)

@@ -1,10 +1,9 @@
 """PPO (Schulman et al. 2017, arXiv 1707.06347) with per-task PopArt, on the
 actors' unrolls and the same evaluation as IMPALA (rl/actor_critic.py).
 
-Per batch, one forward pass gives GAE(lambda) or V-trace(lambda) targets;
-PopArt steps on them and the value head is rescaled once (`targets_fn`).
-Then epochs x minibatches steps of the clipped surrogate (`loss_fn`).
-Written for one device's shard; global sums cross `axis_name`.
+Per batch, one forward pass gives GAE(lambda) or V-trace(lambda) targets; PopArt steps on them and
+the value head is rescaled once (`targets_fn`). Then epochs x minibatches steps of the clipped
+surrogate (`loss_fn`). Written for one device's shard; global sums cross `axis_name`.
 """
 
 import dataclasses
@@ -115,10 +114,9 @@ def gae(values, rewards, discounts, lambda_):
 def targets_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None):
   """What every minibatch of one PPO update shares, from one forward pass.
 
-  Advantages and value targets are GAE(lambda) or V-trace(lambda)
-  (`value_targets`, lambda = gae_lambda) over episode-aware transitions,
-  in reward units (h-space for reward mode 'h'). With PopArt the statistics
-  step on the value targets; targets and start-of-update values are then in
+  Advantages and value targets are GAE(lambda) or V-trace(lambda) (`value_targets`, lambda =
+  gae_lambda) over episode-aware transitions, in reward units (h-space for reward mode 'h'). With
+  PopArt the statistics step on the value targets; targets and start-of-update values are then in
   the new normalised units and advantages divided by sigma_i. All stopped.
 
   Args:
@@ -253,10 +251,9 @@ def loss_fn(apply_fn: Callable, cfg: LossConfig, axis_name: Optional[str] = None
 def split_minibatches(batch: Unroll, targets: Targets, num: int, split: str, key) -> Minibatch:
   """One epoch's minibatches of a device's shard, on a leading axis of `num`.
 
-  'steps': the T x B transitions shuffled into parts of [1, T B / num]
-  (feed-forward networks; `first` True everywhere). 'unrolls': the B unrolls
-  shuffled into parts of [T + 1, B / num] with their core states. Leftovers
-  are dropped. ValueError for a `split` not in SPLITS.
+  'steps': the T x B transitions shuffled into parts of [1, T B / num] (feed-forward networks;
+  `first` True everywhere). 'unrolls': the B unrolls shuffled into parts of [T + 1, B / num] with
+  their core states. Leftovers are dropped. ValueError for a `split` not in SPLITS.
   """
   t, b = targets.mask.shape
   if split == 'steps':

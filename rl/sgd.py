@@ -17,27 +17,23 @@ def make_sgd_step(loss_fn: Callable, optimizer: optax.GradientTransformation, va
                   ) -> Callable:
   """One optimiser step of a learner's loss.
 
-  The gradient on this device's shard is summed over `axis_name` (the loss
-  reduces over the global minibatch). With `moves_statistics` the value head
-  and its gradient are rescaled to the loss's new PopArt statistics before the
-  optimiser; the entropy cost and the clip are read from the optimiser state.
+  This device's gradient is summed over `axis_name` (the loss reduces over the global minibatch).
+  With `moves_statistics` the value head and its gradient move to the loss's new PopArt statistics
+  before the optimiser; the entropy cost and clip come from the optimiser state.
 
-  With `clip_groups` = (weights [G, terms], names [G]) the loss returns an
-  array [terms, ...] summing to the loss (rl/impala.loss_fn(by_term=True));
-  group g's gradient is that of its terms weighted by weights[g], each is
-  clipped on its own and their sum goes to the optimiser (whose chain then
-  must not clip).
+  With `clip_groups` = (weights [G, terms], names [G]) the loss returns an array [terms, ...]
+  summing to the loss (rl/impala.loss_fn(by_term=True)); group g's gradient is that of its terms
+  weighted by weights[g], each is clipped on its own and their sum goes to the optimiser (whose
+  chain then must not clip).
 
   Args:
-    loss_fn: (params, stats, minibatch, entropy_cost) -> (loss, aux), aux a
-      LossOutput-like tuple with `metrics`, and with `moves_statistics`
-      `new_stats` (and optionally `preserve_from`).
+    loss_fn: (params, stats, minibatch, entropy_cost) -> (loss, aux), aux a LossOutput-like tuple
+      with `metrics`, and with `moves_statistics` `new_stats` (and optionally `preserve_from`).
     max_grad_norm: the clip of an optimiser state without one.
 
   Returns:
-    step(params, opt_state, stats, minibatch) -> (params, opt_state, aux);
-    aux.metrics gains 'grad_norm', 'grad_clipped' and, with `clip_groups`,
-    'grad_norm/<name>' before each group's clip.
+    step(params, opt_state, stats, minibatch) -> (params, opt_state, aux); aux.metrics gains
+    'grad_norm', 'grad_clipped' and, with `clip_groups`, 'grad_norm/<name>' (pre-clip).
   """
 
   def gradient(params, stats, minibatch, entropy_cost, clip):
@@ -49,8 +45,7 @@ def make_sgd_step(loss_fn: Callable, optimizer: optax.GradientTransformation, va
                                    params, has_aux=True)
     weights = jnp.asarray(weights, by_term.dtype)
     cotangents = weights.reshape(weights.shape + (1,) * (by_term.ndim - 1)) * jnp.ones_like(by_term)
-    # One backward pass per group in turn: XLA:CPU runs the convolutions'
-    # backward pass slower vmapped.
+    # One backward pass per group in turn: XLA:CPU runs conv backward passes slower vmapped.
     grads_by_group = [vjp_fn(cotangents[g])[0] for g in range(len(names))]
     groups = jax.tree.map(lambda *xs: jnp.stack(xs), *grads_by_group)   # each leaf [G, ...]
     groups = _summed(groups)

@@ -13,15 +13,13 @@ from rl.types import Unroll
 
 def task_gradient_norms(learner: Learner, apply_fn: Callable, cfg: LossConfig, params,
                         stats: popart.Stats, batch: Unroll, shared: Sequence[str]) -> dict:
-  """The gradient norms on the `shared` modules (top-level param names; absent
-  ones skipped) of each task's policy and value terms of a by-term learner's
-  loss (Learner.term_loss) on one device's `batch`: one forward pass, 2K
-  backward passes.
+  """The gradient norms on the `shared` modules (top-level param names; absent ones skipped) of each
+  task's policy and value terms of a by-term learner's loss (Learner.term_loss) on one device's
+  `batch`: one forward pass, 2K backward passes.
 
   Returns:
-    [K] arrays: 'task/grad_policy', 'task/grad_baseline' and
-    'task/grad_share_policy', 'task/grad_share_baseline' (each norm over the
-    sum of the 2K norms).
+    [K] arrays: 'task/grad_policy', 'task/grad_baseline' and 'task/grad_share_policy',
+    'task/grad_share_baseline' (each norm over the sum of the 2K norms).
   """
   k, names = cfg.num_tasks, learner.terms
   terms = learner.term_loss(apply_fn, cfg, None, by_term=True)

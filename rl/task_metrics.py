@@ -21,9 +21,8 @@ def task_metrics(value_error_sq, norm_target, advantage, mask, task, num_tasks: 
     mask, task, norm_target: [T, B].
 
   Returns:
-    [K] arrays: 'task/value_loss' (before the baseline cost),
-    'task/norm_target_mean', 'task/norm_target_std', 'task/advantage_rms' and
-    TASK_COUNT (each task's valid steps).
+    [K] arrays: 'task/value_loss' (before the baseline cost), 'task/norm_target_mean',
+    'task/norm_target_std', 'task/advantage_rms' and TASK_COUNT (each task's valid steps).
   """
   sums = lambda x: ac.global_sum(ac.task_sums(x, mask, task, num_tasks), axis_name)
   count = sums(jnp.ones_like(mask))
@@ -40,9 +39,8 @@ def task_metrics(value_error_sq, norm_target, advantage, mask, task, num_tasks: 
 def mean_metrics(step_metrics: dict) -> dict:
   """An update's metrics from its optimiser steps' (a leading axis).
 
-  Per-task metrics are weighted by TASK_COUNT, so a minibatch without a task
-  does not pull its mean to 0; PopArt's steps combine as 1 - prod(1 - s);
-  TASK_COUNT is summed; the rest are plain means.
+  Per-task metrics are weighted by TASK_COUNT, so a minibatch without a task does not pull its mean
+  to 0; PopArt's steps combine as 1 - prod(1 - s); TASK_COUNT is summed; the rest are plain means.
   """
   out = {k: jnp.mean(x, axis=0) for k, x in step_metrics.items() if not k.startswith('task/')}
   if popart.STEP_METRIC in step_metrics:   # the update's move: its steps one after another

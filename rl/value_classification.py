@@ -1,12 +1,10 @@
-"""Value learning as classification: a categorical value head trained by
-cross-entropy against the target projected onto a fixed support of `bins`
-centres on [-limit, limit] ('hl_gauss': Farebrother et al. 2024, arXiv
-2403.03950; 'two_hot': DreamerV3, Hafner et al. 2023, arXiv 2301.04104).
+"""Value learning as classification: a categorical value head trained by cross-entropy against the
+target projected onto a fixed support of `bins` centres on [-limit, limit] ('hl_gauss': Farebrother
+et al. 2024, arXiv 2403.03950; 'two_hot': DreamerV3, Hafner et al. 2023, arXiv 2301.04104).
 
-With PopArt the support is in each task's normalised units; without, in
-symlog units, and V-trace's advantages are divided per task by max(1, P95 -
-P5) of its value targets (moving averages), so large returns are scaled down
-and small ones never up.
+With PopArt the support is in each task's normalised units; without, in symlog units, and V-trace's
+advantages are divided per task by max(1, P95 - P5) of its value targets (moving averages), so large
+returns are scaled down and small ones never up.
 """
 
 import dataclasses
@@ -57,9 +55,8 @@ def _normal_cdf(x):
 def hl_gauss(targets: jax.Array, centres: jax.Array, sigma_ratio: float = 0.75) -> jax.Array:
   """Targets [...] as HL-Gauss distributions [..., n] (Farebrother et al. 2024).
 
-  Bin k's probability is the mass of N(y, (sigma_ratio w)^2) over [c_k - w/2,
-  c_k + w/2] (w the bin width), renormalised over the support, for y clipped
-  to [c_0, c_{n-1}].
+  Bin k's probability is the mass of N(y, (sigma_ratio w)^2) over [c_k - w/2, c_k + w/2]
+  (w the bin width), renormalised over the support, for y clipped to [c_0, c_{n-1}].
   """
   width = centres[1] - centres[0]
   y = jnp.clip(targets, centres[0], centres[-1])[..., None]
@@ -70,9 +67,8 @@ def hl_gauss(targets: jax.Array, centres: jax.Array, sigma_ratio: float = 0.75) 
 
 
 def two_hot(targets: jax.Array, centres: jax.Array) -> jax.Array:
-  """Targets [...] as two-hot distributions [..., n]: y clipped to [c_0, c_{n-1}]
-  with c_k <= y <= c_{k+1} gives them (c_{k+1} - y) / w and (y - c_k) / w, so
-  the mean is y."""
+  """Targets [...] as two-hot distributions [..., n]: y clipped to [c_0, c_{n-1}] with c_k <= y <=
+  c_{k+1} gives them (c_{k+1} - y) / w and (y - c_k) / w, so the mean is y."""
   n = centres.shape[0]
   width = centres[1] - centres[0]
   y = jnp.clip(targets, centres[0], centres[-1])
@@ -84,8 +80,7 @@ def two_hot(targets: jax.Array, centres: jax.Array) -> jax.Array:
 
 def project(projection: str, targets: jax.Array, centres: jax.Array,
             sigma_ratio: float = 0.75) -> jax.Array:
-  """Targets [...] as distributions [..., n] over `centres` by `projection`
-  (ValueError for an unknown one)."""
+  """Targets [...] as distributions [..., n] on `centres` by `projection`; ValueError if unknown."""
   if projection == 'hl_gauss':
     return hl_gauss(targets, centres, sigma_ratio)
   if projection == 'two_hot':
@@ -124,9 +119,8 @@ def update_return_range(stats: dict, targets: jax.Array, task_ids: jax.Array, ma
   """Each task's P5 and P95 of its value targets as moving averages (DreamerV3's
   return normalisation, per task): p <- (1 - rate) p + rate percentile_i.
 
-  Each device's percentiles are averaged over the devices holding the task;
-  tasks without a valid target keep theirs. Returns `stats` with RANGE_KEYS
-  moved.
+  Each device's percentiles are averaged over the devices holding the task; tasks without a valid
+  target keep theirs. Returns `stats` with RANGE_KEYS moved.
   """
   num_tasks = stats[RANGE_KEYS[0]].shape[0]
   flat_targets, flat_tasks = targets.reshape(-1), task_ids.reshape(-1)

@@ -1,7 +1,6 @@
-"""V-trace targets (Espeholt et al. 2018, arXiv 1802.01561) over unrolls that
-may cross episodes, and the value targets, policy-gradient targets,
-advantages and per-task advantage moments the learners take from them.
-Time-major: [T + 1, B] steps, T transitions."""
+"""V-trace targets (Espeholt et al. 2018, arXiv 1802.01561) over unrolls that may cross episodes,
+and the value targets, policy-gradient targets, advantages and per-task advantage moments the
+learners take from them. Time-major: [T + 1, B] steps, T transitions."""
 
 from typing import Callable, NamedTuple
 
@@ -25,8 +24,7 @@ def vtrace_returns(values, rewards, discounts, rhos, lambda_: float = 1.0):
 
   Args:
     values: V(x_s) [T + 1, B]; the last row is the bootstrap.
-    rewards, discounts, rhos: [T, B]; discounts 0 at a termination, rhos
-      pi(a_s|x_s) / mu(a_s|x_s).
+    rewards, discounts, rhos: [T, B]; discounts 0 at a termination, rhos pi(a_s|x_s) / mu(a_s|x_s).
 
   Returns:
     (vs, qs), each [T, B].

@@ -27,10 +27,9 @@ def _inside(path: str, folder: str) -> bool:
 def archive(workdir: str, dest: str, overwrite: bool = False) -> List[str]:
   """Writes a run folder's record to the archive folder `dest`.
 
-  Guarantees: the run folder's lock is held while it is copied (a run still
-  training is refused); the archive is built in `<dest>.partial` and moved
-  into place, so it appears whole or not at all; the gzip header carries no
-  time or name, so the same run archives to the same bytes.
+  Guarantees: the run folder's lock is held while it is copied (a run still training is refused);
+  the archive is built in `<dest>.partial` and moved into place, so it appears whole or not at all;
+  the gzip header carries no time or name, so the same run archives to the same bytes.
 
   Args:
     dest: must lie outside the run folder and not hold it.

@@ -1,16 +1,14 @@
-"""An earlier run's files in a folder that a new run starts in (no checkpoint
-to resume from). Left in place they would mix with the new run's (metrics
-rows, config, wandb run id, TensorBoard curves); `set_aside` moves them
-together into `earlier_run.<n>/`."""
+"""An earlier run's files in a folder that a new run starts in (no checkpoint to resume from). Left
+in place they would mix with the new run's (metrics rows, config, wandb run id, TensorBoard curves);
+`set_aside` moves them together into `earlier_run.<n>/`."""
 
 import fnmatch
 import json
 import os
 from typing import List, Optional, Tuple
 
-# What a run writes into its folder besides checkpoints/ and run.lock, as
-# names or shell patterns; not process_N.log and nle/, which the new run
-# itself writes before its folder is adopted.
+# What a run writes into its folder besides checkpoints/ and run.lock, as names or shell patterns;
+# not process_N.log and nle/, which the new run itself writes before its folder is adopted.
 RUN_FILES = ('config.json', 'config.*.json', 'metrics.jsonl', 'metrics.after-*.jsonl',
              'wandb', 'wandb_run_id.txt', 'wandb_failed.txt', 'events.out.tfevents.*',
              'tensorboard_failed.txt', 'eval', 'saliency')

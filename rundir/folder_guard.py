@@ -1,6 +1,5 @@
-"""A run folder's guards: a path the filesystem takes, a folder that can be
-written, and one writer at a time (`RunLock`). Every failure is a one-line
-`RunFolderError`."""
+"""A run folder's guards: a path the filesystem takes, a folder that can be written, and one writer
+at a time (`RunLock`). Every failure is a one-line `RunFolderError`."""
 
 import contextlib
 import fcntl
@@ -77,11 +76,10 @@ def _alive(pid: int) -> bool:
 class RunLock:
   """The one-writer lock of a run folder: an flock on `<workdir>/run.lock`.
 
-  The kernel drops an flock when its process dies (kill -9 too), so a lock
-  nobody holds is stale and is taken over (`stale_holder` then holds its
-  record). Where flock is unsupported (some network filesystems), the
-  recorded pid is checked on the same host. The file holds one JSON line
-  {'host', 'pid', 'started'}.
+  The kernel drops an flock when its process dies (kill -9 too), so a lock nobody holds is stale and
+  is taken over (`stale_holder` then holds its record). Where flock is unsupported (some network
+  filesystems), the recorded pid is checked on the same host. The file holds one JSON line {'host',
+  'pid', 'started'}.
   """
 
   def __init__(self, workdir: str):

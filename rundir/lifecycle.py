@@ -1,9 +1,7 @@
-"""A run's life: its folder prepared and locked, the trainer built (restoring
-the checkpoint), the folder adopted, the logger open, trained, saved,
-closed. It receives the validated RunSpec (configs/spec.py), never the
-ml_collections config. `train` lives it whole for launch/train.py; a
-population member (rundir/population.py) opens a `Run` and trains it
-interval by interval."""
+"""A run's life: its folder prepared and locked, the trainer built (restoring the checkpoint), the
+folder adopted, the logger open, trained, saved, closed. It receives the validated RunSpec
+(configs/spec.py), never the ml_collections config. `train` lives it whole for launch/train.py; a
+population member (rundir/population.py) opens a `Run` and trains it interval by interval."""
 
 import sys
 import threading
@@ -33,10 +31,9 @@ class Run:
   """One run folder opened for training.
 
   The constructor prepares the folder of a spec validated on every process
-  (validation.validate_everywhere: a collective): it resolves the workdir and
-  takes the lock, raising RunFolderError before anything is written. `start()`
-  builds the trainer, which restores the checkpoint; only then is anything
-  written, so a resume that cannot restore leaves the folder as it was.
+  (validation.validate_everywhere: a collective): it resolves the workdir and takes the lock,
+  raising RunFolderError before anything is written. `start()` builds the trainer, which restores
+  the checkpoint; only then is anything written, so a failed restore leaves the folder as it was.
   """
 
   def __init__(self, spec: RunSpec, stop_requested: Optional[threading.Event] = None):
@@ -108,9 +105,8 @@ class Run:
     log row and handing it to `on_log`, then saves a checkpoint.
 
     Raises:
-      RunStopped: metrics.jsonl cannot be written; with one process a
-        checkpoint is saved first (with several, only process 0 writes
-        metrics, so there is no collective save).
+      RunStopped: metrics.jsonl cannot be written; with one process a checkpoint is saved first
+        (with several, only process 0 writes metrics, so there is no collective save).
     """
     if until is None:
       until = self.spec.run.pause_at_env_steps or None
@@ -170,9 +166,8 @@ def train(spec: RunSpec, stop_requested: Optional[threading.Event] = None):
   """Runs a whole training run; returns (final learner state or None when
   nothing was trained, workdir). Progress goes to stderr.
 
-  A first SIGINT or SIGTERM (or `stop_requested`) ends the run after the
-  update in progress with a checkpoint; a second saves what the trainer has
-  and returns. With several processes each calls it; one that fails tells the others.
+  A first SIGINT or SIGTERM (or `stop_requested`) stops after the current update and saves; a second
+  saves what the trainer has and returns. Every process calls it; one that fails tells the others.
 
   Raises:
     rundir.run_folder.RunFolderError: before writing anything.
@@ -246,10 +241,9 @@ def train(spec: RunSpec, stop_requested: Optional[threading.Event] = None):
 def exit_on_failure(e: BaseException) -> None:
   """Ends the process (status 1) for a run that stopped on `e`; never returns.
 
-  Prints the traceback (the actor's own for a dead actor; none for the
-  one-line errors), then 'error: <type>: <message>'. When the watchdog is
-  ending this process for a peer, `e` is a consequence: it waits for the
-  watchdog instead.
+  Prints the traceback (the actor's own for a dead actor; none for the one-line errors), then
+  'error: <type>: <message>'. When the watchdog is ending this process for a peer, `e` is a
+  consequence: it waits for the watchdog instead.
   """
   if peer_watch.peer_stopping():
     while True:  # the watchdog prints the cause and exits
@@ -270,9 +264,8 @@ def exit_on_failure(e: BaseException) -> None:
 
 
 def _tell_peers(e: Exception, spec: RunSpec) -> None:
-  """Tells the other processes this one failed, unless they are stopping
-  already or it is a non-finite stop (all share it). After a failed
-  collective it first lets the watchdog name a dead peer."""
+  """Tells the other processes this one failed, unless they are stopping or it is a non-finite stop
+  (all share it). After a failed collective it first lets the watchdog name a dead peer."""
   if peer_watch.peer_stopping() or isinstance(e, NonFiniteError):
     return
   if isinstance(e, jax.errors.JaxRuntimeError):

@@ -1,7 +1,6 @@
-"""The Ray cluster a population runs on: `--address` unset (Ray starts here),
-'auto' or host:port, checked, joined or started, and its CPUs checked
-against a member's before the population folder is made. Every failure is
-a one-line `ClusterError`."""
+"""The Ray cluster a population runs on: `--address` unset (Ray starts here), 'auto' or host:port,
+checked, joined or started, and its CPUs checked against a member's before the population folder is
+made. Every failure is a one-line `ClusterError`."""
 
 import os
 import socket
@@ -55,10 +54,9 @@ def check_fits(cpus: float, cpus_per_member: float, where: str) -> int:
 def connect(ray, address: Optional[str], cpus_per_member: float) -> int:
   """Joins or starts the Ray cluster; returns how many members run at once.
 
-  Without an address Ray starts here on os.cpu_count() CPUs, watched by
-  infra/orphan_watchdog.py so its processes end with the driver. A host:port
-  is probed first, so nothing waits on an address nobody answers at; a
-  cluster with too few CPUs is left again. Raises ClusterError.
+  Without an address Ray starts here on os.cpu_count() CPUs, watched by infra/orphan_watchdog.py so
+  its processes end with the driver. A host:port is probed first, so nothing waits on an address
+  nobody answers at; a cluster with too few CPUs is left again. Raises ClusterError.
   """
   if not address:
     cpus = os.cpu_count() or 1

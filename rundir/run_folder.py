@@ -1,7 +1,6 @@
-"""The run folder (`run.workdir`, described in docs/run_folder.md): readied
-for training (`prepare`, then `adopt` once the checkpoint is restored) and
-read back. Every failure is a one-line `RunFolderError` (exit status 2).
-"""
+"""The run folder (`run.workdir`, docs/run_folder.md): readied for training (`prepare`, then `adopt`
+once the checkpoint is restored) and read back. Every failure is a one-line `RunFolderError`
+(exit status 2)."""
 
 import gzip
 import json
@@ -31,8 +30,7 @@ METRICS_FILE = 'metrics.jsonl'
 
 
 def resolve_workdir(run) -> str:
-  """run.workdir (a RunConfig's), or runs/<config_name or 'run'>-<YYYYmmdd-HHMMSS>
-  when it is empty."""
+  """run.workdir, or runs/<config_name or 'run'>-<YYYYmmdd-HHMMSS> when that is empty."""
   return run.workdir or common.default_workdir(run.config_name)
 
 
@@ -45,8 +43,7 @@ def metrics_path(workdir: str) -> str:
 
 
 def read_config(workdir: str) -> Optional[dict]:
-  """The folder's config.json as a dict (resume.migrate'd), None without one;
-  ConfigFileError if unreadable."""
+  """config.json as a dict (resume.migrate'd); None without one, ConfigFileError if unreadable."""
   path = config_path(workdir)
   if not os.path.isfile(path):
     return None
@@ -107,9 +104,9 @@ def set_aside_metrics(workdir: str, step: int) -> Tuple[int, Optional[str]]:
   """Moves the metrics.jsonl rows logged past `step` (the restored checkpoint)
   to metrics.after-<step>.jsonl; returns (rows moved, side file or None).
 
-  Lines that are not JSON objects (not UTF-8 text either) or whose env_steps
-  is not a number (cut by a kill) move too; an object without env_steps
-  counts as step 0. Both files are fsynced, metrics.jsonl replaced atomically.
+  Lines that are not JSON objects (not UTF-8 text either) or whose env_steps is not a number
+  (cut by a kill) move too; an object without env_steps counts as step 0. Both files fsynced;
+  metrics.jsonl replaced atomically.
   """
   path = metrics_path(workdir)
   if not os.path.isfile(path):
@@ -173,10 +170,9 @@ def adopt(workdir: str, step: Optional[int], allowed: List[Tuple]) -> List[str]:
 def read_metrics(workdir: str) -> List[Dict]:
   """The rows of a run's metrics.jsonl (or an archived metrics.jsonl.gz), in file order.
 
-  A resumed run's rows are all included (analysis/run_metrics.stitch_resumed
-  drops the replaced ones). A last line that is not UTF-8 text, or without
-  its newline and not JSON, is a row a live run is writing or a kill cut,
-  and is left out.
+  A resumed run's rows are all included (analysis/run_metrics.stitch_resumed drops the replaced
+  ones). A last line that is not UTF-8 text, or without its newline and not JSON, is a row a live
+  run is writing or a kill cut, and is left out.
 
   Raises:
     FileNotFoundError: without either file.
@@ -231,11 +227,10 @@ def prepare(spec) -> Prepared:
   """Readies the run folder of a RunSpec for training; its workdir is process
   0's (run.workdir, or the one resolve_workdir gives) on every process.
 
-  Process 0 checks the folder, takes its lock, checks a resume against the
-  saved config (nothing but the lock is written before that passes), finds
-  the newest intact checkpoint and sets damaged newer ones aside. Its verdict
-  reaches every process, so a RunFolderError stops all alike (the lock
-  released). The rest waits for the restore: `adopt`.
+  Process 0 checks the folder, takes its lock, checks a resume against the saved config (nothing but
+  the lock is written before that passes), finds the newest intact checkpoint and sets damaged newer
+  ones aside. Its verdict reaches every process, so a RunFolderError stops all alike
+  (the lock released). The rest waits for the restore: `adopt`.
 
   Raises:
     RunFolderError: the folder cannot be used or is locked, a resume changes
@@ -278,8 +273,7 @@ def prepare(spec) -> Prepared:
 
 
 def read_jsonl(path: str) -> List[Dict]:
-  """The rows of a JSON-lines file, skipping lines that are not JSON or not
-  UTF-8 (a writer's torn line)."""
+  """A JSON-lines file's rows, skipping lines not JSON or not UTF-8 (a writer's torn line)."""
   rows = []
   with open(path, 'rb') as f:
     for line in f:

@@ -1,13 +1,10 @@
-"""Where a run's results go: <workdir>/config.json, metrics.jsonl, wandb
-(offline by default), TensorBoard event files, terminal. Only the primary
-process writes.
+"""Where a run's results go: <workdir>/config.json, metrics.jsonl, wandb (offline by default),
+TensorBoard event files, terminal. Only the primary process writes.
 
-Guarantees: every metrics line is flushed as written, so nothing logged
-before a crash is lost. A wandb or TensorBoard failure only drops that
-writer for the rest of the run, with a warning and a note in
-`wandb_failed.txt` / `tensorboard_failed.txt`; a metrics.jsonl that cannot
-be written raises MetricsWriteError, which the trainer answers with a
-checkpoint and a one-line stop.
+Guarantees: every metrics line is flushed as written, so nothing logged before a crash is lost. A
+wandb or TensorBoard failure only drops that writer for the rest of the run, with a warning and a
+note in `wandb_failed.txt` / `tensorboard_failed.txt`; a metrics.jsonl that cannot be written raises
+MetricsWriteError, which the trainer answers with a checkpoint and a one-line stop.
 """
 
 import datetime
@@ -38,8 +35,7 @@ def _jsonable(value):
 
 
 def _wandb_run_id(workdir: str) -> str:
-  """The workdir's wandb run id, made on its first run and kept in the workdir
-  (a resumed run continues its wandb run)."""
+  """The workdir's wandb run id, made once and kept there, so a resume continues its wandb run."""
   path = os.path.join(workdir, 'wandb_run_id.txt')
   if os.path.exists(path):
     with open(path) as f:
@@ -53,9 +49,8 @@ def _wandb_run_id(workdir: str) -> str:
 class RunLogger:
   """Writes a run's config and metrics rows to every destination of the module docstring.
 
-  On the primary process the constructor writes config.json (the spec's
-  source) and opens metrics.jsonl, wandb (unless spec.wandb.mode is
-  'disabled') and TensorBoard (spec.log.tensorboard).
+  On the primary process it writes config.json (the spec's source) and opens metrics.jsonl, wandb
+  (unless spec.wandb.mode is 'disabled') and TensorBoard (spec.log.tensorboard).
 
   Args:
     process_index: the prefix of its messages when not primary.
@@ -111,10 +106,9 @@ class RunLogger:
   def write(self, metrics: Dict) -> None:
     """Writes one metrics row everywhere; does nothing on other processes.
 
-    metrics.jsonl gets {'time': seconds since open, **metrics}, non-finite
-    floats as strings; wandb the row at step env_steps, plus each task's
-    action frequencies as a histogram. The progress line needs
-    'learner_steps', 'sps', 'loss/total', 'entropy' and 'policy_lag'.
+    metrics.jsonl gets {'time': seconds since open, **metrics}, non-finite floats as strings; wandb
+    the row at step env_steps, plus each task's action frequencies as a histogram. The progress line
+    needs 'learner_steps', 'sps', 'loss/total', 'entropy' and 'policy_lag'.
 
     Raises:
       MetricsWriteError: metrics.jsonl cannot take the row.

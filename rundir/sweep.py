@@ -140,9 +140,8 @@ def prepare(folder: str, sweep_path: str, planned: List[Dict[str, Any]], method:
 
 
 def run(folder: str, sweep: Dict[str, Any], record: dict, say=print) -> dict:
-  """Trains each unfinished trial in turn, recording 'finished' or 'failed'
-  (with the exit status); a KeyboardInterrupt (the trial stops cleanly too)
-  leaves the trial pending and is raised again."""
+  """Trains each unfinished trial in turn, recording 'finished' or 'failed' (with the exit status);
+  a KeyboardInterrupt (the trial stops cleanly too) leaves the trial pending and is raised again."""
   for trial in record['trials']:
     if trial['status'] == 'finished':
       continue

@@ -1,7 +1,6 @@
-"""A run's metrics as TensorBoard event files in the run folder, written with
-tensorboardX: the scalars of metrics.jsonl at x = env_steps, the config as
-text, and its hyperparameters in the HParams tab, ranked by RANKING_METRIC.
-Errors are the caller's."""
+"""A run's metrics as TensorBoard event files in the run folder, written with tensorboardX: the
+scalars of metrics.jsonl at x = env_steps, the config as text, and its hyperparameters in the
+HParams tab, ranked by RANKING_METRIC. Errors are the caller's."""
 
 import json
 import time
@@ -45,9 +44,8 @@ class TensorBoardWriter:
   def __init__(self, logdir: str, source: Dict[str, Any], resume_step: Optional[int] = None):
     from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
     from tensorboardX.summary import hparams  # pylint: disable=import-outside-toplevel
-    # TensorBoard reads a folder's files in name order, named to the second:
-    # the nanosecond suffix keeps a resume within that second from
-    # overwriting the earlier file.
+    # TensorBoard reads a folder's files in name order, named to the second: the nanosecond suffix
+    # keeps a resume within that second from overwriting the earlier file.
     purge_step = None if resume_step is None else resume_step + 1
     self._writer = SummaryWriter(logdir, purge_step=purge_step, flush_secs=FLUSH_SECONDS,
                                  filename_suffix=f'.{time.time_ns()}')
