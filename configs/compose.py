@@ -55,5 +55,5 @@ def member_spec(source: Mapping[str, Any], values: Dict[str, float], settings: p
     config.seed = seed
     config.log.progress = False
     config.wandb.group = config.wandb.group or group
-    pbt.apply(config, values, settings)
+    pbt.apply(config, values)
   return validation.validate_spec(config)

@@ -228,11 +228,12 @@ def clip(values: Dict[str, float], settings: Settings) -> Dict[str, float]:
   return out
 
 
-def apply(config, values: Dict[str, float], settings: Settings) -> None:
-  """Sets the adapted hyperparameters' config fields, in place; KeyError for a hyperparameter in
-  `values` that is not adapted."""
+def apply(config, values: Dict[str, float]) -> None:
+  """Sets the hyperparameters' config fields (optimizers.config_fields), in place; KeyError for
+  one the config's optimizer has not."""
+  fields = {v: k for k, v in optimizers.config_fields(config.optimizer.name).items()}
   for name, value in values.items():
-    section, _, field = settings.fields[name].rpartition('.')
+    section, _, field = fields[name].rpartition('.')
     (config[section] if section else config)[field] = float(value)
 
 

@@ -3,8 +3,10 @@ dies, kill -9 included.
 
 A small process in its own session (Ctrl-C to the driver's group does not
 reach it) notes the descendants every second; once the driver is gone it
-sends SIGTERM, then SIGKILL after GRACE_SECONDS. A process is signalled only
-while its start time is the one noted, so a reused pid is left alone.
+sends SIGTERM, then SIGKILL after GRACE_SECONDS, to them and to what they
+started since (a worker Ray started in the driver's last second): none
+outlives the driver by more than POLL_SECONDS + GRACE_SECONDS. A process is
+signalled only while its start time is the one noted, so a reused pid is left alone.
 
   python -m infra.orphan_watchdog <driver pid>
 """
@@ -74,9 +76,16 @@ def watch(driver: int) -> None:
       break
     noted.update({p: s for p, s in descendants(driver).items() if p != os.getpid()})
     time.sleep(POLL_SECONDS)
-  if _signal_all(noted, signal.SIGTERM):
-    time.sleep(GRACE_SECONDS)
-    _signal_all(noted, signal.SIGKILL)
+  # What the noted processes started since the last poll (Ray's raylet starts
+  # workers until it is ended) is theirs to end too: looked for again at each signal.
+  for sig in (signal.SIGTERM, signal.SIGKILL):
+    for pid in list(noted):
+      if _stat(pid) is not None and _stat(pid)[1] == noted[pid]:
+        noted.update({p: s for p, s in descendants(pid).items() if p != os.getpid()})
+    if not _signal_all(noted, sig):
+      return
+    if sig == signal.SIGTERM:
+      time.sleep(GRACE_SECONDS)
 
 
 def start(driver: int) -> subprocess.Popen:

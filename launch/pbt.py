@@ -36,7 +36,7 @@ _ADDRESS = flags.DEFINE_string(
 def _print_summary(summary, population_dir):
   for r in summary['members']:
     values = ', '.join(f'{k}={v:.3g}' for k, v in r['values'].items() if v is not None)
-    state = f'FAILED: {r["error"]}' if r['error'] else (
+    state = f'FAILED: {r["error"]}' if r['member'] in summary['failed'] else (
         f'score {r["score"]:.4g} at env step {r["env_steps"]:,}' if r['score'] is not None
         else 'no score')
     print(f'{r["member"]}: {state}; {values}; copied from {r["copied_from"] or "none"}',
@@ -45,7 +45,10 @@ def _print_summary(summary, population_dir):
         f'{os.path.join(population_dir, population.SUMMARY)}', flush=True)
   for name in summary['failed']:
     print(f'error: {name} failed; the other members went on', file=sys.stderr, flush=True)
-  if not summary['finished'] and not summary['failed']:
+  for r in summary['members']:
+    if r['member'] in summary['stopped']:
+      print(r['error'], file=sys.stderr, flush=True)
+  if not summary['finished'] and not summary['failed'] and not summary['stopped']:
     print(f'stopped before total_env_steps; population.json says unfinished. The same command '
           'resumes it', file=sys.stderr, flush=True)
 
@@ -62,6 +65,9 @@ def main(argv):
     sys.exit(0)
   except (validation.ConfigError, run_folder.RunFolderError, ray_cluster.ClusterError) as e:
     cli.fail(str(e))
+  except population.PopulationStopped as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(1)
   _print_summary(summary, os.path.abspath(spec.run.workdir))
   sys.exit(status)
 

@@ -27,9 +27,9 @@ from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 
 from agents import checkpoint  # noqa: E402
-from configs import command_line, validation  # noqa: E402
+from configs import command_line, pbt, validation  # noqa: E402
 from infra import multihost, peer_watch  # noqa: E402
-from rundir import lifecycle, run_folder  # noqa: E402
+from rundir import lifecycle, population_record as record, run_folder  # noqa: E402
 
 _VALIDATE_ONLY = flags.DEFINE_bool(
     'validate_only', False, 'Check the config (and overrides), print it as JSON and exit.')
@@ -73,6 +73,12 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   config = command_line.load_config()
   try:
+    values = record.read_values(config.workdir) if config.workdir else None
+    if values:   # a PBT member finished alone keeps its own hyperparameters
+      pbt.apply(config, values)
+      print(f'{config.workdir} is a population member: ' + ', '.join(
+          f'{k}={v:.3g}' for k, v in values.items()) + f' from its {record.VALUES}',
+            file=sys.stderr)
     _start_processes(config)
     if _VALIDATE_ONLY.value:
       plan = validation.validate(config)

@@ -9,6 +9,7 @@ import math
 import os
 import shutil
 import signal
+import threading
 
 from configs import pbt as pbt_lib
 from configs import compose
@@ -16,6 +17,7 @@ from infra import stop_signals
 from rundir import lifecycle
 from rundir import population_record as record
 from rundir import ray_cluster
+from rundir import ray_state
 from rundir import run_folder
 
 MEMBERS, EVENTS, SUMMARY = record.MEMBERS, record.EVENTS, record.SUMMARY
@@ -26,6 +28,15 @@ REPLACED = 'checkpoints.replaced'
 
 class PopulationFinished(Exception):
   """The population is already at total_env_steps; the message says so."""
+
+
+class PopulationStopped(RuntimeError):
+  """Ray Tune ended the population early (a full disk, a lost cluster); the
+  message says so in one line, population.json written from the members' folders."""
+
+
+class MemberStopped(RuntimeError):
+  """A member asked to stop (SIGTERM to its process) that saved and closed."""
 
 
 member_name = record.member_name
@@ -86,6 +97,9 @@ def _trainable(tune):
       self.member_run = None
       self.copied_from = None
       self.last_score = -math.inf
+      self.stop = threading.Event()   # SIGTERM: a clean stop after the update in progress
+      if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: self.stop.set())
 
     def load_checkpoint(self, checkpoint_dir):
       """Installs the Ray checkpoint's run checkpoint into this member's folder; a
@@ -111,7 +125,7 @@ def _trainable(tune):
         self.last_score = info.get('score', self.last_score)
 
     def _open(self):
-      self.member_run = lifecycle.Run(self.spec)
+      self.member_run = lifecycle.Run(self.spec, self.stop)
       try:
         notes = self.member_run.notes + self.member_run.start()
       except BaseException:
@@ -119,6 +133,7 @@ def _trainable(tune):
         raise
       for note in notes:
         print(f'{self.name}: {note}', flush=True)
+      record.write_values(self.spec.run.workdir, self.name, self.values)
       if self.copied_from is not None:
         donor = self.copied_from
         self.member_run.logger.write({
@@ -132,11 +147,18 @@ def _trainable(tune):
       of this one to its metrics; returns Ray's result."""
       if self.member_run is None:
         self._open()
+      ray_state.prune(self._storage.trial_fs_path,
+                      record.pending_steps(self.population_dir, self.name))
       total = self.spec.run.total_env_steps
       interval = self.settings.interval
       target = min(total, (self.member_run.env_steps // interval + 1) * interval)
       rows = []
       self.member_run.train(target, rows.append)
+      if self.stop.is_set():
+        steps = self.member_run.env_steps
+        self.cleanup()
+        raise MemberStopped(f'{self.name} {record.STOPPED} at env step {steps:,} (its '
+                            'checkpoint saved); the same command resumes it')
       plan = self.member_run.plan
       score = pbt_lib.score(rows, plan, self.settings, self.spec.run.reward_scales)
       if score is None:  # no episode ended in the interval: the last score stands
@@ -281,8 +303,12 @@ def run_population(spec, settings, address=None):
   storage = os.path.join(population_dir, 'ray')
   name = 'tune'
   path = os.path.join(storage, name)
-  resuming = tune.Tuner.can_restore(path)
   fixed = record.fixed_settings(settings, total)
+  members_dir = os.path.join(population_dir, MEMBERS)
+  started = bool(os.path.isdir(members_dir) and os.listdir(members_dir))
+  lost = (ray_state.unusable(path, settings.population) if started or os.path.exists(path)
+          else 'it is missing')
+  resuming = started or lost is None
   if resuming:
     record.check_unchanged(population_dir, fixed)
   done = record.finished_at(population_dir, total)
@@ -315,6 +341,11 @@ def run_population(spec, settings, address=None):
     # Looked up by name (population_record.py): no handle in what Tune pickles.
     ledger = _ledger_class(ray).options(name=record.LEDGER_NAME, get_if_exists=True).remote()
     starts = pbt_lib.starts(settings, spec.run.seed)
+    if lost is not None and os.path.exists(path):
+      print(f'Ray Tune\'s state in {path} cannot be restored ({lost}); moved to '
+            f'{ray_state.set_aside(path)}', flush=True)
+    if started and lost is not None:
+      starts = record.resume_values(population_dir, starts)
     chosen = {}
 
     def start_value(name):
@@ -327,12 +358,15 @@ def run_population(spec, settings, address=None):
         tune.with_parameters(_trainable(tune), base=dict(spec.source), settings=settings,
                              population_dir=population_dir),
         {'cpu': settings.cpus_per_member})
-    if resuming:
+    if resuming and lost is None:
       print(f'resuming the population in {path}', flush=True)
+      # resume_errored: a member stopped by SIGTERM (or one that crashed)
+      # goes on from its checkpoint with its own hyperparameters.
       tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True,
-                                 resume_errored=False)
+                                 resume_errored=True)
     else:
-      record.write_settings(population_dir, fixed)
+      if not started:
+        record.write_settings(population_dir, fixed)
       tuner = tune.Tuner(
           trainable,
           param_space={k: start_value(k) for k in settings.ranges},
@@ -341,12 +375,16 @@ def run_population(spec, settings, address=None):
               num_samples=settings.population, reuse_actors=False),
           run_config=tune.RunConfig(
               name=name, storage_path=storage, verbose=1,
-              checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+              # A copy may name any Ray checkpoint: members empty them (ray_state.prune).
+              checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
               failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
               stop={'env_steps': total}))
     # SIGTERM stops like Ctrl-C: Ray Tune's clean stop (its SIGUSR1).
-    with stop_signals.forwarded(signal.SIGTERM, signal.SIGUSR1):
-      results = tuner.fit()
+    try:
+      with stop_signals.forwarded(signal.SIGTERM, signal.SIGUSR1):
+        results = tuner.fit()
+    except Exception as e:  # noqa: BLE001 -- Ray ends in many ways (EOFError at a full disk)
+      raise PopulationStopped(record.stopped_line(population_dir, settings, total, e)) from None
     record.write_missing_donor_rows(population_dir)
     summary = record.summarise(results, population_dir, settings, total)
     if summary['finished']:
@@ -356,3 +394,4 @@ def run_population(spec, settings, address=None):
     if lock is not None:
       lock.release()
   return summary, (1 if summary['failed'] else 0)
+

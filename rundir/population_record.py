@@ -10,6 +10,7 @@ holds what a resume cannot change, as Ray Tune restores the first driver's.
 """
 
 import datetime
+import glob
 import json
 import os
 import re
@@ -25,6 +26,8 @@ SUMMARY = 'population.json'
 PENDING = 'copies.pending'
 SETTINGS = 'population_settings.json'
 LEDGER_NAME = 'pbt_copy_ledger'
+VALUES = 'pbt_member.json'   # in a member's folder: its name and current hyperparameters
+STOPPED = 'stopped by SIGTERM'
 
 
 def member_name(trial_id: str) -> str:
@@ -78,6 +81,37 @@ def installed(population_dir: str, recipient: str, donor_info: dict, values: dic
   return event
 
 
+def pending_steps(population_dir: str, donor: str) -> List[int]:
+  """The donor's env steps that copies decided but not installed name."""
+  steps = []
+  for path in glob.glob(os.path.join(population_dir, PENDING, '*.json')):
+    try:
+      with open(path) as f:
+        event = json.load(f)
+      if event['donor'] == donor:
+        steps.append(int(event['env_steps']))
+    except (OSError, ValueError, KeyError, TypeError):
+      continue
+  return steps
+
+
+def write_values(workdir: str, member: str, values: dict) -> None:
+  """Writes a member's current hyperparameters to its folder's pbt_member.json
+  (what launch/train.py and a resume from the record take)."""
+  with atomic_write.atomic_open(os.path.join(workdir, VALUES)) as f:
+    json.dump({'member': member, 'values': values}, f)
+
+
+def read_values(workdir: str) -> Optional[dict]:
+  """{hyperparameter: value} of the member whose folder is `workdir`, or None
+  (not a member, or its pbt_member.json unreadable)."""
+  try:
+    with open(os.path.join(workdir, VALUES)) as f:
+      return {k: float(v) for k, v in json.load(f)['values'].items()}
+  except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    return None
+
+
 def was_installed(population_dir: str, recipient: str, donor_info: dict) -> bool:
   """Whether events.jsonl records this copy (donor and env step) in `recipient` already."""
   step = int(donor_info['env_steps'])
@@ -123,32 +157,45 @@ def write_missing_donor_rows(population_dir: str) -> None:
 
 
 def summarise(results, population_dir: str, settings, total_env_steps: int) -> dict:
-  """Writes population.json (atomically) from Ray Tune's results and events.jsonl; returns it.
+  """Writes population.json (atomically) from Ray Tune's results, or with
+  `results` None from the members' folders, and events.jsonl; returns it.
 
-  'finished' means every member at total_env_steps and none failed.
+  'finished' means every member at total_env_steps and none failed or
+  stopped; a member stopped by SIGTERM is listed in 'stopped', not 'failed'.
   """
   events = read_events(population_dir)
-  members, failed = [], []
-  for result in results:
-    metrics = result.metrics or {}
-    name = _result_member(result)
-    if metrics.get('member') != name:   # the donor's last result, set by Ray at a copy
-      metrics = {**metrics, **_own_progress(population_dir, name)}
+  members, failed, stopped = [], [], []
+  if results is None:
+    folder = os.path.join(population_dir, MEMBERS)
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    results = [None] * len(names)
+  for i, result in enumerate(results):
+    if result is None:
+      name, error = names[i], None
+      metrics = {**(read_values(os.path.join(population_dir, MEMBERS, name)) or {}),
+                 **_own_progress(population_dir, name)}
+    else:
+      metrics, name, error = result.metrics or {}, _result_member(result), result.error
+      if metrics.get('member') != name:   # the donor's last result, set by Ray at a copy
+        metrics = {**metrics, **_own_progress(population_dir, name)}
     row = {'member': name, 'score': metrics.get('score'), 'env_steps': metrics.get('env_steps'),
-           'values': {k: metrics.get(k, (result.config or {}).get(k)) for k in settings.ranges},
+           'values': {k: metrics.get(k, ((result and result.config) or {}).get(k))
+                      for k in settings.ranges},
            'copied_from': [e['donor'] for e in events if e['recipient'] == name],
            'copied_to': [e['recipient'] for e in events if e['donor'] == name],
            'error': None}
-    if result.error is not None:
-      first = next((line for line in str(result.error).splitlines() if line.strip()), '')
-      row['error'] = f'{type(result.error).__name__}: {first}'[:500]
-      failed.append(name)
+    if error is not None:
+      lines = [line for line in str(error).splitlines() if line.strip()]
+      said = next((line for line in lines if STOPPED in line), None)
+      row['error'] = (said[said.find(name):] if said else
+                      f'{type(error).__name__}: {lines[0] if lines else ""}'[:500])
+      (stopped if said else failed).append(name)
     members.append(row)
   members.sort(key=lambda r: r['member'])
   scores = [r['score'] for r in members if r['score'] is not None and r['error'] is None]
-  finished = bool(members) and not failed and all(
+  finished = bool(members) and not failed and not stopped and all(
       (r['env_steps'] or 0) >= total_env_steps for r in members)
-  summary = {'members': members, 'copies': len(events), 'failed': failed,
+  summary = {'members': members, 'copies': len(events), 'failed': failed, 'stopped': stopped,
              'best_score': max(scores) if scores else None, 'score_kind': settings.score_kind
              if settings.metric == 'auto' else settings.metric, 'finished': finished}
   with atomic_write.atomic_open(os.path.join(population_dir, SUMMARY)) as f:
@@ -242,3 +289,33 @@ def check_unchanged(population_dir: str, fixed: dict) -> None:
         + f' ({SETTINGS}). Ray Tune restores the members, the scheduler and the stop rule it '
         'started with, so these would be ignored: undo these overrides, or start a new '
         'population in another --config.workdir')
+
+
+def resume_values(population_dir: str, starts: List[dict]) -> List[dict]:
+  """The members' start values for a population resumed from its own record:
+  each member's current hyperparameters (pbt_member.json), else its start.
+  Copies decided but not installed are dropped: their Ray checkpoints went
+  with Ray's state."""
+  values = [read_values(os.path.join(population_dir, MEMBERS, member_name(f'_{i:05d}')))
+            or start for i, start in enumerate(starts)]
+  dropped = len(os.listdir(os.path.join(population_dir, PENDING))) if os.path.isdir(
+      os.path.join(population_dir, PENDING)) else 0
+  clear_pending(population_dir)
+  print(f'resuming the population from its own record ({MEMBERS}/, {VALUES}): each '
+        f'member from its newest checkpoint with its own hyperparameters; {dropped} copies '
+        'decided but not installed dropped', flush=True)
+  return values
+
+
+def stopped_line(population_dir: str, settings, total: int, error: Exception) -> str:
+  """The one line of a population Ray Tune ended early, after writing
+  population.json from the members' folders (when the disk allows)."""
+  lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+  line = (f'Ray Tune stopped the population in {population_dir}: {type(error).__name__}'
+          f'{": " + lines[-1][:300] if lines else ""}')
+  try:
+    summarise(None, population_dir, settings, total)
+    written = 'population.json says unfinished. Free what ran out and the'
+  except OSError as e:
+    written = f'population.json could not be written ({e.strerror or e}). The'
+  return f'{line}; {written} same command resumes it'

@@ -46,6 +46,52 @@ def test_kill_9_of_the_parent_ends_its_descendants_within_seconds():
   assert not _alive(child) and not _alive(grandchild), 'orphans outlived the watchdog'
 
 
+# A parent whose child starts a grandchild only when told (a file appears),
+# as Ray's raylet starts a worker in the driver's last second.
+_LATE = r'''
+import os, subprocess, sys, time
+from infra import orphan_watchdog
+go = sys.argv[1]
+child = subprocess.Popen([sys.executable, '-c', f"""
+import os, subprocess, time
+while not os.path.exists({go!r}):
+  time.sleep(0.01)
+g = subprocess.Popen(['sleep', '300'])
+print(g.pid, flush=True)
+time.sleep(300)
+"""], stdout=subprocess.PIPE, text=True, start_new_session=True)
+orphan_watchdog.start(os.getpid())
+time.sleep(2.5)   # the watchdog notes the child
+print(child.pid, flush=True)
+print(child.stdout.readline().strip(), flush=True)   # the late grandchild
+time.sleep(300)
+'''
+
+
+def test_a_process_started_in_the_parents_last_moment_ends_with_the_rest(tmp_path):
+  """A grandchild started after the watchdog's last look, just before the
+  parent's kill -9, ends within POLL_SECONDS + GRACE_SECONDS (and slack).
+  Before: it outlived the parent (Ray's worker by 15-30 s, this one for ever)."""
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  go = tmp_path / 'go'
+  parent = subprocess.Popen([sys.executable, '-c', _LATE, str(go)], cwd=root,
+                            stdout=subprocess.PIPE, text=True)
+  child = int(parent.stdout.readline())
+  go.write_text('')
+  grandchild = int(parent.stdout.readline())
+  parent.send_signal(signal.SIGKILL)
+  parent.wait()
+  try:
+    deadline = time.time() + orphan_watchdog.POLL_SECONDS + orphan_watchdog.GRACE_SECONDS + 3
+    while (_alive(child) or _alive(grandchild)) and time.time() < deadline:
+      time.sleep(0.1)
+    assert not _alive(child) and not _alive(grandchild), 'the late grandchild outlived the watchdog'
+  finally:
+    for pid in (child, grandchild):
+      if _alive(pid):
+        os.kill(pid, signal.SIGKILL)
+
+
 def test_descendants_finds_the_whole_tree_and_not_the_root():
   child = subprocess.Popen([sys.executable, '-c',
                             'import subprocess; subprocess.Popen(["sleep", "30"]).wait()'])
