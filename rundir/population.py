@@ -345,7 +345,10 @@ def run_population(spec, settings, address=None):
       print(f'Ray Tune\'s state in {path} cannot be restored ({lost}); moved to '
             f'{ray_state.set_aside(path)}', flush=True)
     if started and lost is not None:
-      starts = record.resume_values(population_dir, starts)
+      starts, dropped = record.resume_values(population_dir, starts)
+      print(f'resuming the population from its own record ({MEMBERS}/, {record.VALUES}): each '
+            f'member from its newest checkpoint with its own hyperparameters; {dropped} copies '
+            'decided but not installed dropped', flush=True)
     chosen = {}
 
     def start_value(name):

@@ -291,20 +291,17 @@ def check_unchanged(population_dir: str, fixed: dict) -> None:
         'population in another --config.workdir')
 
 
-def resume_values(population_dir: str, starts: List[dict]) -> List[dict]:
+def resume_values(population_dir: str, starts: List[dict]):
   """The members' start values for a population resumed from its own record:
-  each member's current hyperparameters (pbt_member.json), else its start.
-  Copies decided but not installed are dropped: their Ray checkpoints went
-  with Ray's state."""
+  each member's current hyperparameters (pbt_member.json), else its start;
+  and how many copies decided but not installed were dropped (their Ray
+  checkpoints went with Ray's state)."""
   values = [read_values(os.path.join(population_dir, MEMBERS, member_name(f'_{i:05d}')))
             or start for i, start in enumerate(starts)]
   dropped = len(os.listdir(os.path.join(population_dir, PENDING))) if os.path.isdir(
       os.path.join(population_dir, PENDING)) else 0
   clear_pending(population_dir)
-  print(f'resuming the population from its own record ({MEMBERS}/, {VALUES}): each '
-        f'member from its newest checkpoint with its own hyperparameters; {dropped} copies '
-        'decided but not installed dropped', flush=True)
-  return values
+  return values, dropped
 
 
 def stopped_line(population_dir: str, settings, total: int, error: Exception) -> str:
