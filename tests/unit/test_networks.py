@@ -256,7 +256,7 @@ def test_attention_gradient_reaches_the_queries(attention):
                                   np.zeros((3, 2), bool), net.initial_state(2))
     return jnp.sum(logits ** 2) + jnp.sum(values ** 2)
 
-  grads = jax.grad(loss)(variables['params'])['attention_core']
+  grads = jax.jit(jax.grad(loss))(variables['params'])['attention_core']   # jitted: op by op is slow
   for name in ('query_mlp_0', 'query_mlp_1', 'conv_lstm_hidden'):
     assert float(jnp.abs(grads['step'][name]['kernel']).max()) > 0, name
   assert float(jnp.abs(grads['vision_conv0']['kernel']).max()) > 0
@@ -285,7 +285,7 @@ def test_attention_answer_mlp_sits_between_the_answers_and_the_lstm(attention):
                                   np.zeros((2, 3), bool), net.initial_state(3))
     return jnp.sum(logits ** 2) + jnp.sum(values ** 2)
 
-  grads = jax.grad(loss)(variables['params'])['attention_core']['step']
+  grads = jax.jit(jax.grad(loss))(variables['params'])['attention_core']['step']
   for name in ('answer_mlp_0', 'answer_mlp_1', 'query_mlp_0'):
     assert float(jnp.abs(grads[name]['kernel']).max()) > 0, name
 
