@@ -29,6 +29,9 @@ declare -A ARM=(
   # there as popart_atari/six_a2t_mb3b_lr5e4_warmup_end05 and _s1 (the same config).
   [six26_popart_per_sample]="--config=configs/atari_popart.py:steps=1000000 --config.popart.step_per=sample --config.popart.beta=$BETA"
   [six26_clipped_tuned]="--config=configs/atari_multitask.py:steps=1000000"
+  # Today's default with one global-norm clip instead of the clip per term (the
+  # default's speed cost): does the clip per term buy anything on six games?
+  [six26_popart_global_clip]="--config=configs/atari_popart.py:steps=1000000 --config.optimizer.clip_by=global"
 )
 # The sweep: per-sample statistics at three betas, paused at 500k agent steps per game
 # (the budget, and so the learning-rate schedule, of the full runs). The chosen beta's
