@@ -80,8 +80,10 @@ def test_params_are_the_plain_networks():
   shapes = lambda p: jax.tree.map(lambda v: (v.shape, v.dtype), p)
   assert shapes(fast) == shapes(plain)
   assert set(fast) == {'conv1', 'conv2', 'conv3', 'fc'}
-  # Same initialisers and names: even the initial values are the plain layers'.
-  jax.tree.map(np.testing.assert_array_equal, fast, plain)
+  # Same initialisers and names: even the initial values are the plain layers', to the last bit
+  # of float32 (two programs may round the initialiser's transform differently: the fast line
+  # compiles without LLVM's optimisation, tests/conftest.py).
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), fast, plain)
 
 
 @pytest.mark.parametrize('n', [1, 3, 16, 37])   # 37 = two chunks of 16 and a remainder of 5
