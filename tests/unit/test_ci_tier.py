@@ -1,7 +1,8 @@
 """The CI tier is the README's test command: .ci/run's last line is the
 command the README's quick start gives after its install, both leave out the
 tests marked slow on both lines, and only the system and learning tiers hold
-slow tests (the unit tier is the fast line, whole)."""
+slow tests (the unit tier is the fast line, whole); the fast line alone
+compiles without LLVM's optimisation."""
 
 import os
 import re
@@ -34,3 +35,13 @@ def test_only_the_system_and_learning_tiers_hold_slow_tests():
   ids = [l for l in out.stdout.splitlines() if '::' in l]
   assert ids, out.stdout[-2000:] + out.stderr[-2000:]
   assert all(i.startswith(('tests/system/', 'tests/learning/')) for i in ids), ids
+
+
+def test_a_session_of_unit_tests_alone_compiles_without_llvms_optimisation(request):
+  """tests/conftest.py's rule: the fast line compiles at level 0; a session with another tier (the
+  CI tier's unit-and-system session, the learning tier) keeps XLA's optimisation."""
+  unit = os.path.join(ROOT, 'tests', 'unit')
+  paths = [os.path.abspath(os.path.join(request.config.invocation_params.dir, a.split('::')[0]))
+           for a in request.config.args]
+  unit_only = all(os.path.commonpath([unit, p]) == unit for p in paths)
+  assert ('--xla_backend_optimization_level=0' in os.environ['XLA_FLAGS']) == unit_only
