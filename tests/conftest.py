@@ -47,8 +47,8 @@ warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
 
 def pytest_configure(config):
   """A session of unit tests alone (the fast line) compiles with LLVM's optimisation off: the
-  tier is compile-bound (the NetHack and attention networks' tests are nearly all compile time),
-  and the two NetHack tests that took 60 s took 36 s at level 0 (Intel Xeon, beside a run). A
+  tier is compile-bound (the NetHack and attention networks' tests are nearly all compile time):
+  4 min 20 s against 6 min 2 s, quiet, Intel Xeon (docs/data/unit_tier_intel_2026-12-04.txt). A
   session that runs agents keeps the optimisation: the learning tier took 37% longer at level 0.
   It runs before any test module is collected, so before JAX reads XLA_FLAGS; xdist's workers
   run it too."""
