@@ -20,6 +20,8 @@ import shutil
 import tempfile
 import warnings
 
+from tests.support import tiers
+
 os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '')
                            + ' --xla_force_host_platform_device_count=4').strip()
 os.environ.setdefault('WANDB_MODE', 'disabled')
@@ -46,17 +48,12 @@ warnings.filterwarnings('ignore', message='.*precision lowered by casting.*')
 
 
 def pytest_configure(config):
-  """A session of unit tests alone (the fast line) compiles with LLVM's optimisation off: the
-  tier is compile-bound (the NetHack and attention networks' tests are nearly all compile time):
-  4 min 20 s against 6 min 2 s, quiet, Intel Xeon (docs/data/unit_tier_intel_2026-12-04.txt). A
-  session that runs agents keeps the optimisation: the learning tier took 37% longer at level 0.
+  """A session of unit tests alone (the fast line) compiles without LLVM's optimisation: the tier
+  is compile-bound, while a session that trains agents runs slower at level 0 (docs/testing.md).
   It runs before any test module is collected, so before JAX reads XLA_FLAGS; xdist's workers
   run it too."""
-  unit = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'unit')
-  paths = [os.path.abspath(os.path.join(config.invocation_params.dir, a.split('::')[0]))
-           for a in config.args]
-  if paths and all(os.path.commonpath([unit, p]) == unit for p in paths):
-    os.environ['XLA_FLAGS'] += ' --xla_backend_optimization_level=0'
+  if tiers.unit_only(config):
+    os.environ['XLA_FLAGS'] += ' ' + tiers.UNIT_ONLY_XLA_FLAG
 
 
 def pytest_xdist_auto_num_workers(config):

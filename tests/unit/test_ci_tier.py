@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 
+from tests.support import tiers
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -40,8 +42,5 @@ def test_only_the_system_and_learning_tiers_hold_slow_tests():
 def test_a_session_of_unit_tests_alone_compiles_without_llvms_optimisation(request):
   """tests/conftest.py's rule: the fast line compiles at level 0; a session with another tier (the
   CI tier's unit-and-system session, the learning tier) keeps XLA's optimisation."""
-  unit = os.path.join(ROOT, 'tests', 'unit')
-  paths = [os.path.abspath(os.path.join(request.config.invocation_params.dir, a.split('::')[0]))
-           for a in request.config.args]
-  unit_only = all(os.path.commonpath([unit, p]) == unit for p in paths)
-  assert ('--xla_backend_optimization_level=0' in os.environ['XLA_FLAGS']) == unit_only
+  flag_on = tiers.UNIT_ONLY_XLA_FLAG in os.environ['XLA_FLAGS']
+  assert flag_on == tiers.unit_only(request.config)
