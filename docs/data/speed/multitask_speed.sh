@@ -6,13 +6,11 @@
 # Usage: bash docs/data/speed/multitask_speed.sh OUT_DIR   (SECS=150 ROUNDS=2 LEARNER=1 by default;
 # LEARNER=0 skips the learner benchmarks; SIX_BEFORE=0 skips the six games with 2 threads per pool;
 # SIX_SLOW=1 adds the six games with atari_popart.py:slow_start, the PopArt settings before issue [21];
-# PONG_TERM=1 adds Pong with the six games' clip per term (optimizer.clip_by=term), the same learner cost;
-# SIX_GLOBAL=1 adds the six games with one global-norm clip instead of the clip per term, issue [26])
+# PONG_TERM=1 adds Pong with the six games' clip per term (optimizer.clip_by=term), the same learner cost)
 set -u
 cd "$(dirname "$0")/../../.."
 OUT=${1:?give an output folder}; mkdir -p "$OUT"
 SECS=${SECS:-150}; ROUNDS=${ROUNDS:-2}; LEARNER=${LEARNER:-1}; SIX_BEFORE=${SIX_BEFORE:-1}; SIX_SLOW=${SIX_SLOW:-0}; PONG_TERM=${PONG_TERM:-0}
-SIX_GLOBAL=${SIX_GLOBAL:-0}
 PY=${PY:-python}
 { date -u; nproc; lscpu | grep -E 'Model name|CPU family|^Model:'; uptime; } > "$OUT/machine.txt"
 COMMON="--config.wandb.mode=disabled --config.log.tensorboard=False --config.checkpoint_every_steps=0"
@@ -32,7 +30,6 @@ RUNS=("pong|configs/atari_single.py:game=Pong|")
 RUNS+=("six_auto|configs/atari_popart.py|")
 [ "$SIX_BEFORE" = 1 ] && RUNS+=("six_threads2|configs/atari_popart.py|--config.actors.envpool_threads=2")
 [ "$SIX_SLOW" = 1 ] && RUNS+=("six_slow_start|configs/atari_popart.py:slow_start|")
-[ "$SIX_GLOBAL" = 1 ] && RUNS+=("six_global|configs/atari_popart.py|--config.optimizer.clip_by=global")
 for r in $(seq 1 $ROUNDS); do
   for run in "${RUNS[@]}"; do
     IFS='|' read -r name cfg extra <<< "$run"
